@@ -1,0 +1,19 @@
+"""The envelope projection contract (the builder lives in :mod:`switchboard.routing.envelope`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A top-level envelope key (``artifact``, ``issue``) contributed by a plugin.
+
+    ``build(source, kind, payload)`` is pure; it returns a dict (keys outside
+    ``keys`` are ignored, missing ones become null) or None when it does not apply.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    build: Callable[[str, str | None, Any], dict[str, Any] | None]

@@ -1,0 +1,98 @@
+"""The one exception tree, and its single mapping to HTTP statuses and MCP error codes.
+
+    SwitchboardError
+    ├── ConfigError            invalid configuration (start-up stops)
+    ├── PluginError            a plugin broke the contract (duplicate name, bad hook)
+    ├── StoreUnavailable       the database cannot be reached          → 503 / unavailable
+    └── ServiceError           a request the service refuses, with a code
+        ├── InvalidArgument    invalid_argument (and rule-validation codes) → 400
+        ├── NotFound           not_found, rule_not_found               → 404
+        ├── Forbidden          forbidden, forbidden_source_type        → 403
+        ├── Conflict           conflict                                → 409
+        └── CeilingExceeded    ceiling_exceeded                        → 403
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SwitchboardError(Exception):
+    """Base of every error Switchboard raises on purpose."""
+
+
+class ConfigError(SwitchboardError):
+    """The configuration is invalid; the message names the key."""
+
+
+class PluginError(SwitchboardError):
+    """A plugin broke the contract."""
+
+
+class StoreUnavailable(SwitchboardError):
+    """The database is unreachable or failed mid-request."""
+
+    code = "unavailable"
+
+
+class ServiceError(SwitchboardError):
+    """A refusal with a stable machine-readable code."""
+
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.details = details
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(ServiceError):
+    code = "invalid_argument"
+
+
+class NotFound(ServiceError):
+    code = "not_found"
+
+
+class Forbidden(ServiceError):
+    code = "forbidden"
+
+
+class Conflict(ServiceError):
+    code = "conflict"
+
+
+class CeilingExceeded(ServiceError):
+    code = "ceiling_exceeded"
+
+
+_HTTP_STATUS: dict[type[SwitchboardError], int] = {
+    InvalidArgument: 400,
+    NotFound: 404,
+    Forbidden: 403,
+    CeilingExceeded: 403,
+    Conflict: 409,
+    StoreUnavailable: 503,
+}
+
+#: Rule-validation codes that surface under a different public code.
+_MCP_CODE_ALIASES = {"not_granted": "forbidden"}
+
+
+def http_status(exc: BaseException) -> int:
+    """The HTTP status for ``exc`` (500 for anything unexpected)."""
+    for cls in type(exc).__mro__:
+        if cls in _HTTP_STATUS:
+            return _HTTP_STATUS[cls]
+    return 500
+
+
+def mcp_code(exc: BaseException) -> str:
+    """The MCP error code for ``exc`` (``internal`` for anything unexpected)."""
+    code = getattr(exc, "code", "internal") if isinstance(exc, SwitchboardError) else "internal"
+    return _MCP_CODE_ALIASES.get(code, code)

@@ -1,0 +1,182 @@
+"""Registries that registration hooks fill once at start-up; the hot path reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Generic, Iterator, TypeVar
+
+from .errors import PluginError
+
+T = TypeVar("T")
+
+
+class NamedRegistry(Generic[T]):
+    """Objects keyed by a unique ``name``, in registration order."""
+
+    kind = "object"
+
+    def __init__(self) -> None:
+        self._items: dict[str, T] = {}
+        self._owner: dict[str, str] = {}
+        #: Set by the plugin manager around each plugin's registration call.
+        self.current_plugin = "?"
+
+    def add(self, item: T) -> T:
+        name = getattr(item, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {self.current_plugin!r}: {self.kind} has no name")
+        self._put(name, item)
+        return item
+
+    def _put(self, name: str, item: T) -> None:
+        if name in self._items:
+            raise PluginError(
+                f"{self.kind} {name!r} registered twice: by {self._owner[name]!r} "
+                f"and by {self.current_plugin!r}"
+            )
+        self._items[name] = item
+        self._owner[name] = self.current_plugin
+
+    def get(self, name: str) -> T | None:
+        return self._items.get(name)
+
+    def owner(self, name: str) -> str:
+        return self._owner.get(name, "?")
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(list(self._items.values()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class SourceRegistry(NamedRegistry[Any]):
+    kind = "source"
+
+
+class ProjectionRegistry(NamedRegistry[Any]):
+    """Projections keyed by ``name:source``: one builder per envelope key and source."""
+
+    kind = "projection"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._names: dict[str, None] = {}
+
+    def add(self, item: Any) -> Any:
+        for source in item.sources:
+            self._put(f"{item.name}:{source}", item)
+        self._names[item.name] = None
+        return item
+
+    def envelope_keys(self) -> list[str]:
+        """Every top-level key some projection fills (always present in envelopes)."""
+        return list(self._names)
+
+    def for_source(self, source: str) -> list[Any]:
+        return [p for k, p in self._items.items() if k.endswith(":" + source)]
+
+
+class SubjectRegistry(NamedRegistry[Any]):
+    kind = "subject extractor"
+
+
+class StageRegistry(NamedRegistry[Any]):
+    kind = "routing stage"
+
+
+class SinkRegistry(NamedRegistry[Any]):
+    kind = "sink"
+
+
+class LLMProviderRegistry(NamedRegistry[Any]):
+    kind = "LLM provider"
+
+
+@dataclass
+class RulePack:
+    name: str
+    config: dict[str, Any]
+    description: str = ""
+
+
+class RulePackRegistry(NamedRegistry[RulePack]):
+    kind = "rule pack"
+
+    def add_pack(self, name: str, config: dict[str, Any], description: str = "") -> RulePack:
+        return self.add(RulePack(name, config, description))
+
+
+@dataclass
+class MCPTool:
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+    description: str = ""
+    verb: str = ""
+
+    def __post_init__(self) -> None:
+        self.verb = self.verb or self.name
+
+
+class MCPToolRegistry(NamedRegistry[MCPTool]):
+    kind = "MCP tool"
+
+    def add_tool(
+        self, name: str, fn: Callable[..., Awaitable[Any]], description: str = "", verb: str = ""
+    ) -> MCPTool:
+        return self.add(MCPTool(name, fn, description or (fn.__doc__ or "").strip(), verb))
+
+
+@dataclass
+class Command:
+    name: str
+    configure: Callable[[Any], None]
+    run: Callable[..., Awaitable[int]]
+    help: str = ""
+    needs_store: bool = True
+
+
+class CommandRegistry(NamedRegistry[Command]):
+    kind = "command"
+
+    def add_command(
+        self,
+        name: str,
+        configure: Callable[[Any], None],
+        run: Callable[..., Awaitable[int]],
+        help: str = "",
+        needs_store: bool = True,
+    ) -> Command:
+        return self.add(Command(name, configure, run, help, needs_store))
+
+
+@dataclass
+class MigrationRegistry:
+    directories: list[tuple[str, Path]] = field(default_factory=list)
+    current_plugin: str = "?"
+
+    def add_directory(self, plugin: str, path: Path | str) -> None:
+        self.directories.append((plugin, Path(path)))
+
+
+@dataclass
+class Registries:
+    """Everything the plugins registered, built once per process."""
+
+    sources: SourceRegistry = field(default_factory=SourceRegistry)
+    projections: ProjectionRegistry = field(default_factory=ProjectionRegistry)
+    subjects: SubjectRegistry = field(default_factory=SubjectRegistry)
+    stages: StageRegistry = field(default_factory=StageRegistry)
+    sinks: SinkRegistry = field(default_factory=SinkRegistry)
+    llm_providers: LLMProviderRegistry = field(default_factory=LLMProviderRegistry)
+    rule_packs: RulePackRegistry = field(default_factory=RulePackRegistry)
+    mcp_tools: MCPToolRegistry = field(default_factory=MCPToolRegistry)
+    commands: CommandRegistry = field(default_factory=CommandRegistry)
+    migrations: MigrationRegistry = field(default_factory=MigrationRegistry)

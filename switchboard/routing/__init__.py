@@ -1,0 +1,1 @@
+"""Routing: the envelope, rule validation, the sandbox, decide and the trace."""
