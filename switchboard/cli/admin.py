@@ -1,0 +1,120 @@
+"""Operator commands: migrate, plugins, human, friend and endpoint."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..plugins import list_plugins
+from ..registry import CommandRegistry
+from ..runtime import Runtime
+from ..service import identity
+from .main import emit
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _list_arg(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    parser.add_argument(flag, nargs="+", default=[], type=_csv, metavar="Q", help=help)
+
+
+def _flat(values: list[list[str]]) -> list[str]:
+    return [v for group in values for v in group]
+
+
+async def cmd_migrate(args: argparse.Namespace, rt: Runtime) -> int:
+    applied = await rt.migrate()
+    emit({"applied": applied})
+    return 0
+
+
+async def cmd_plugins(args: argparse.Namespace, rt: Runtime) -> int:
+    emit(
+        [
+            {"name": p.name, "version": p.version, "distribution": p.distribution,
+             "hooks": list(p.hooks)}
+            for p in list_plugins(rt.pm)
+        ]
+    )
+    return 0
+
+
+def conf_human(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = sub.add_parser("add", help="add a human (an owner of endpoints)")
+    add.add_argument("name")
+
+
+async def cmd_human(args: argparse.Namespace, rt: Runtime) -> int:
+    emit(await identity.add_human(rt, args.name))
+    return 0
+
+
+def conf_friend(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = sub.add_parser(
+        "add", help="approve a directed friendship: FROM's webhooks may route to TO's endpoints"
+    )
+    add.add_argument("from_human", metavar="FROM")
+    add.add_argument("to_human", metavar="TO")
+    add.add_argument("--state", default="approved", choices=["pending", "approved", "revoked"])
+
+
+async def cmd_friend(args: argparse.Namespace, rt: Runtime) -> int:
+    emit(await identity.add_friend(rt, args.from_human, args.to_human, args.state))
+    return 0
+
+
+def conf_endpoint(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    vend = sub.add_parser("vend", help="create an endpoint and print its token (shown once)")
+    vend.add_argument("--owner", required=True, metavar="NAME", help="the owning human")
+    vend.add_argument("--name", required=True, metavar="NAME")
+    _list_arg(vend, "--queues", "queues the endpoint may drain (its scope)")
+    _list_arg(vend, "--webhook-queues", "queues its webhooks may target")
+    _list_arg(vend, "--source-types", "source types its webhooks may use")
+    vend.add_argument("--webhook-max", type=int, default=0, metavar="N",
+                      help="how many webhooks it may own (default 0)")
+    vend.add_argument("--verbs", nargs="+", type=_csv, default=None, metavar="VERB",
+                      help="MCP verbs it may call (default: all installed)")
+    vend.add_argument("--expires-in", type=int, default=None, metavar="SECONDS")
+    sub.add_parser("list", help="list endpoints (never their tokens)")
+    revoke = sub.add_parser("revoke", help="revoke an endpoint")
+    revoke.add_argument("endpoint_id", metavar="ID")
+
+
+async def cmd_endpoint(args: argparse.Namespace, rt: Runtime) -> int:
+    doc: Any
+    if args.action == "vend":
+        doc = await identity.vend_endpoint(
+            rt,
+            owner=args.owner,
+            name=args.name,
+            queues=_flat(args.queues),
+            webhook_queues=_flat(args.webhook_queues),
+            source_types=_flat(args.source_types),
+            webhook_max=args.webhook_max,
+            verbs=_flat(args.verbs) if args.verbs is not None else None,
+            expires_in_seconds=args.expires_in,
+        )
+    elif args.action == "list":
+        doc = await identity.list_endpoints(rt)
+    else:
+        doc = await identity.revoke_endpoint(rt, args.endpoint_id)
+    emit(doc)
+    return 0
+
+
+def register(register: CommandRegistry) -> None:
+    register.add_command(
+        "migrate", lambda p: None, cmd_migrate, needs_store=False, help="apply database migrations"
+    )
+    register.add_command(
+        "plugins", lambda p: None, cmd_plugins, needs_store=False,
+        help="list loaded plugins: name, version, distribution, hooks",
+    )
+    register.add_command("human", conf_human, cmd_human, help="manage humans")
+    register.add_command("friend", conf_friend, cmd_friend, help="manage friendships")
+    register.add_command("endpoint", conf_endpoint, cmd_endpoint, help="vend, list, revoke endpoints")

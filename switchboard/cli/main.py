@@ -1,0 +1,87 @@
+"""The ``switchboard`` command: load config and plugins, then run one registered command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import logging
+import sys
+from typing import Any
+
+from ..config import load_config
+from ..errors import ConfigError, SwitchboardError
+from ..runtime import Runtime
+
+
+def emit(doc: Any) -> None:
+    """Write one JSON document to stdout (what scripts read)."""
+    print(json.dumps(doc, indent=2, sort_keys=False, default=str))
+
+
+def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="switchboard",
+        description="Switchboard: verified webhook deliveries in, routed todos out.",
+    )
+    parser.add_argument("--config", metavar="PATH", help="TOML config file (or SWITCHBOARD_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    if rt is not None:
+        for cmd in sorted(rt.registries.commands, key=lambda c: c.name):
+            p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+            cmd.configure(p)
+            p.set_defaults(_command=cmd)
+    return parser
+
+
+async def _run_async(rt: Runtime, cmd: Any, args: argparse.Namespace) -> int:
+    try:
+        if cmd.needs_store:
+            await rt.open_store()
+        code: int = await cmd.run(args, rt)
+        return code
+    finally:
+        await rt.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    pre.add_argument("-v", "--verbose", action="store_true")
+    known, _ = pre.parse_known_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if known.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        rt = Runtime(load_config(known.config))
+    except SwitchboardError as exc:
+        print(f"switchboard: error: {exc}", file=sys.stderr)
+        return 2
+    args = build_parser(rt).parse_args(argv)
+    cmd = args._command
+    try:
+        if inspect.iscoroutinefunction(cmd.run):
+            return asyncio.run(_run_async(rt, cmd, args))
+        result: int = cmd.run(args, rt)
+        return result
+    except ConfigError as exc:
+        print(f"switchboard: error: {exc}", file=sys.stderr)
+        return 2
+    except SwitchboardError as exc:
+        code = getattr(exc, "code", None)
+        prefix = f"{code}: " if code and code not in str(exc) else ""
+        print(f"switchboard: error: {prefix}{exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        rt.stop_embedded()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Configuration: a TOML file plus SWITCHBOARD_* environment variables, validated by schema."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from jsonschema import Draft202012Validator
+
+from .errors import ConfigError
+from .resources import load_schema
+
+DEFAULTS: dict[str, Any] = {
+    "database_url": None,
+    "base_url": "http://127.0.0.1:8080",
+    "addr": "127.0.0.1:8080",
+    "data_dir": "./.switchboard",
+    "secret_key": None,
+    "disabled_plugins": [],
+    "server": {"workers": 1, "pool_min_size": 2, "pool_max_size": 20, "access_log": False},
+    "ingest": {"max_body_bytes": 5 * 1024 * 1024, "cairn_freshness_seconds": 300},
+    "routing": {"stages": ["rules", "llm"]},
+    "todos": {
+        "lease_ttl_seconds": 300,
+        "max_attempts": 5,
+        "backoff_base_seconds": 5.0,
+        "backoff_max_seconds": 3600.0,
+    },
+    "plugins": {},
+}
+
+#: Environment variables for the essentials; they override the file.
+ENV_KEYS = {
+    "SWITCHBOARD_DATABASE_URL": "database_url",
+    "SWITCHBOARD_BASE_URL": "base_url",
+    "SWITCHBOARD_ADDR": "addr",
+    "SWITCHBOARD_DATA_DIR": "data_dir",
+    "SWITCHBOARD_SECRET_KEY": "secret_key",
+}
+
+
+@dataclass
+class Config:
+    """The validated configuration (``raw`` keeps every section as data)."""
+
+    raw: dict[str, Any]
+    path: Path | None = None
+    plugin_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def section(self, name: str) -> dict[str, Any]:
+        value: dict[str, Any] = self.raw.get(name) or {}
+        return value
+
+    def plugin(self, name: str) -> dict[str, Any]:
+        """The ``[plugins.<name>]`` section (empty when absent)."""
+        value: dict[str, Any] = self.raw["plugins"].get(name) or {}
+        return value
+
+    @property
+    def database_url(self) -> str | None:
+        value: str | None = self.raw["database_url"] or None
+        return value
+
+    @property
+    def base_url(self) -> str:
+        return str(self.raw["base_url"]).rstrip("/")
+
+    @property
+    def host(self) -> str:
+        return str(self.raw["addr"]).rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(str(self.raw["addr"]).rsplit(":", 1)[1])
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.raw["data_dir"]).expanduser().resolve()
+
+    @property
+    def disabled_plugins(self) -> list[str]:
+        return list(self.raw["disabled_plugins"])
+
+    @property
+    def routing_stages(self) -> list[str]:
+        return list(self.section("routing")["stages"])
+
+    def validate_plugins(self, schemas: Mapping[str, dict[str, Any]]) -> None:
+        """Check each ``[plugins.<name>]`` section against the plugin's schema."""
+        for name, section in self.raw["plugins"].items():
+            schema = schemas.get(name)
+            if schema is not None:
+                _validate(section, schema, prefix=f"plugins.{name}")
+        self.plugin_schemas = dict(schemas)
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _validate(doc: Any, schema: dict[str, Any], prefix: str = "") -> None:
+    errors = sorted(Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
+    if errors:
+        err = errors[0]
+        path = ".".join(str(p) for p in err.absolute_path)
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            path = ".".join(p for p in (path, extra[0] if extra else "") if p)
+            message = "unknown key"
+        else:
+            message = err.message
+        key = ".".join(p for p in (prefix, path) if p) or "(root)"
+        raise ConfigError(f"invalid config: {key}: {message}")
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load ``path`` (or ``SWITCHBOARD_CONFIG``), apply the environment, and validate."""
+    env = os.environ if env is None else env
+    path = path or env.get("SWITCHBOARD_CONFIG") or None
+    file_doc: dict[str, Any] = {}
+    if path is not None:
+        try:
+            file_doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    _validate(file_doc, load_schema("config"))
+    for var, key in ENV_KEYS.items():
+        if env.get(var):
+            file_doc[key] = env[var]
+    raw = _merge(DEFAULTS, file_doc)
+    _validate(raw, load_schema("config"))
+    return Config(raw=raw, path=Path(path) if path else None)

@@ -1,0 +1,125 @@
+"""The plugin manager: built-ins and entry-point plugins, blocking, and registry building."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .config import Config
+from .errors import ConfigError, PluginError
+from .registry import Registries
+
+log = logging.getLogger("switchboard.plugins")
+
+ENTRY_POINT_GROUP = "switchboard"
+
+#: Host features that are plugins but cannot be disabled (the operator CLI and store).
+ESSENTIAL_PLUGINS: tuple[str, ...] = ("switchboard.builtin",)
+
+#: Registration hooks and the ``Registries`` attribute each one fills.
+REGISTRATION_HOOKS: dict[str, str] = {
+    "switchboard_register_sources": "sources",
+    "switchboard_register_projections": "projections",
+    "switchboard_register_subjects": "subjects",
+    "switchboard_register_routing_stages": "stages",
+    "switchboard_register_rule_packs": "rule_packs",
+    "switchboard_register_llm_providers": "llm_providers",
+    "switchboard_register_sinks": "sinks",
+    "switchboard_register_mcp_tools": "mcp_tools",
+    "switchboard_register_commands": "commands",
+    "switchboard_migrations": "migrations",
+}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    version: str | None
+    distribution: str | None
+    hooks: tuple[str, ...]
+
+
+def make_plugin_manager(disabled: list[str] | tuple[str, ...] = ()) -> pluggy.PluginManager:
+    """Load the essential plugins and every installed ``switchboard`` entry point."""
+    pm = pluggy.PluginManager("switchboard")
+    pm.add_hookspecs(hookspecs)
+    for name in disabled:
+        if name in ESSENTIAL_PLUGINS:
+            raise ConfigError(f"invalid config: disabled_plugins: {name!r} is essential")
+        pm.set_blocked(name)
+    for modname in ESSENTIAL_PLUGINS:
+        pm.register(importlib.import_module(modname), name=modname)
+    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    known = {n for n, _ in pm.list_name_plugin()}
+    for name in disabled:
+        if name not in known and not _is_entry_point(name):
+            log.warning("disabled_plugins names %r, which is not installed", name)
+    pm.check_pending()
+    return pm
+
+
+def _is_entry_point(name: str) -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == name for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def call_each(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
+    """Call every implementation of ``hook_name``, tagging results with the plugin's name."""
+    results = []
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        args = {k: v for k, v in kwargs.items() if k in impl.argnames}
+        results.append((impl.plugin_name, impl.function(**args)))
+    return results
+
+
+def build_registries(pm: pluggy.PluginManager) -> Registries:
+    """Call every registration hook once, so registries know which plugin added what."""
+    regs = Registries()
+    for hook_name, attr in REGISTRATION_HOOKS.items():
+        registry = getattr(regs, attr)
+        for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+            registry.current_plugin = impl.plugin_name
+            impl.function(register=registry)
+        registry.current_plugin = "?"
+    return regs
+
+
+def plugin_config_schemas(pm: pluggy.PluginManager) -> dict[str, dict[str, Any]]:
+    return {name: schema for name, schema in call_each(pm, "switchboard_config_schema") if schema}
+
+
+def apply_config(pm: pluggy.PluginManager, config: Config) -> None:
+    """Validate every ``[plugins.<name>]`` section against its plugin's schema."""
+    config.validate_plugins(plugin_config_schemas(pm))
+
+
+def list_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:
+    """What is loaded: name, version, distribution and the hooks each implements."""
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    out = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        dist = dists.get(id(plugin))
+        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
+        version = dist.version if dist else getattr(plugin, "__version__", None)
+        if dist is None and inspect.ismodule(plugin) and plugin.__name__.startswith("switchboard"):
+            from . import __version__
+
+            version = version or __version__
+        out.append(
+            PluginInfo(
+                name=name,
+                version=version,
+                distribution=dist.project_name if dist else None,
+                hooks=hooks,
+            )
+        )
+    return sorted(out, key=lambda p: p.name)

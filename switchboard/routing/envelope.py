@@ -1,0 +1,121 @@
+"""The envelope routing rules see: switchboard facts on top, producer data underneath."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import sys
+from typing import Any
+
+from ..registry import ProjectionRegistry
+
+log = logging.getLogger(__name__)
+
+_FLOAT_MAX = sys.float_info.max
+
+
+class _NotJSON(ValueError):
+    """Raised while decoding for text that is not strict JSON (NaN, Infinity)."""
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN/Infinity/-Infinity, which no other JSON tool (jq included)
+    # would; a payload using them is not JSON.
+    raise _NotJSON(name)
+
+
+def _parse_float(text: str) -> float:
+    # 1e400 overflows to inf, which cannot be written back out as JSON; clamp it to the
+    # largest double the way jq does, so the envelope always serializes.
+    value = float(text)
+    if value == float("inf"):
+        return _FLOAT_MAX
+    if value == float("-inf"):
+        return -_FLOAT_MAX
+    return value
+
+
+def _parse_int(text: str) -> int | float:
+    # Integers stay exact; only a number too long for int() becomes a (clamped) float.
+    # Python refuses int() on digit strings past its limit (CVE-2020-10735; 0 = no limit).
+    limit = sys.get_int_max_str_digits()
+    digits = len(text) - (text[0] == "-")
+    return int(text) if limit == 0 or digits <= limit else _parse_float(text)
+
+
+def parse_payload(body: bytes) -> Any:
+    """The body as exactly one strict JSON value, else None.
+
+    None for invalid UTF-8, an empty or whitespace-only body, trailing data after the
+    first value, NaN/Infinity literals, and nesting too deep to decode.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text.strip():
+        return None
+    try:
+        return json.loads(
+            text,
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+            parse_constant=_reject_constant,
+        )
+    except (ValueError, RecursionError):
+        return None
+
+
+def _project(projection: Any, source: str, kind: str | None, payload: Any) -> Any:
+    try:
+        built = projection.build(source, kind, payload)
+    except Exception:
+        # A plugin's projection bug must not fail every delivery from its source; the key
+        # reads null and the log names the projection.
+        log.exception("projection %r for source %r failed", projection.name, source)
+        return None
+    if not isinstance(built, dict):
+        return None
+    # A deep copy so the projection never shares structure with .payload: rules and the
+    # stored envelope see independent values whatever the builder returned.
+    return {key: copy.deepcopy(built.get(key)) for key in projection.keys}
+
+
+def build_envelope(
+    *,
+    source: str,
+    kind: str | None,
+    webhook_id: str,
+    trust_mode: str,
+    verified: bool,
+    content_type: str | None,
+    headers: dict[str, str],
+    body: bytes,
+    projections: ProjectionRegistry,
+) -> dict[str, Any]:
+    """The envelope of one delivery; pure, so a dry-run over a stored event sees what it saw.
+
+    ``headers`` must already be sanitized (:func:`switchboard.sanitize.sanitize_headers`),
+    exactly as persisted. Every projection key of ``projections`` is present, null when no
+    projection applies to ``source`` or its builder returns None.
+    """
+    payload = parse_payload(body)
+    envelope: dict[str, Any] = {
+        "source": source,
+        "kind": kind,
+        "webhook_id": webhook_id,
+        "trust_mode": trust_mode,
+        "verified": verified,
+        "content_type": content_type,
+        "size": len(body),
+        "headers": dict(headers),
+        "payload": payload,
+    }
+    for name in projections.envelope_keys():
+        if name in envelope:
+            # A projection never overrides a switchboard fact (.verified, .source ...).
+            continue
+        projection = projections.get(f"{name}:{source}")
+        envelope[name] = None if projection is None else _project(projection, source, kind, payload)
+    return envelope

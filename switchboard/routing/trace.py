@@ -1,0 +1,38 @@
+"""Validate routing traces against ``schemas/trace.schema.json``."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+from switchboard.resources import load_schema, schema_store
+
+
+@cache
+def registry() -> Registry[Any]:
+    """A referencing registry of every shipped schema, keyed by ``$id``."""
+    resources = [(uri, Resource.from_contents(doc)) for uri, doc in schema_store().items()]
+    return Registry().with_resources(resources)
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """A cached validator for ``schemas/<name>.schema.json`` that resolves ``$ref`` by ``$id``."""
+    schema = load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=registry())
+
+
+def validate_trace(doc: Any) -> None:
+    """Raise ``ValueError`` naming the first problem when ``doc`` is not a valid trace."""
+    error = next(iter(sorted(validator("trace").iter_errors(doc), key=_depth)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ValueError(f"invalid routing trace at {where}: {error.message}")
+
+
+def _depth(error: Any) -> int:
+    return len(error.absolute_path)

@@ -1,0 +1,114 @@
+"""The runtime: config, plugin manager, registries, store and secrets of one process."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import pluggy
+
+from .config import Config
+from .errors import PluginError
+from .plugins import apply_config, build_registries, call_each, make_plugin_manager
+from .registry import Registries
+from .secrets_box import SecretBox, load_or_create_secret_key
+from .store import Database, Store
+from .store import migrate as migrations
+from .store.embedded import EmbeddedPostgres
+
+log = logging.getLogger("switchboard")
+
+
+class Runtime:
+    """Everything a request handler, CLI command or MCP tool needs, built once."""
+
+    def __init__(self, config: Config, pm: pluggy.PluginManager | None = None) -> None:
+        self.config = config
+        self.pm = pm or make_plugin_manager(config.disabled_plugins)
+        apply_config(self.pm, config)
+        self.registries: Registries = build_registries(self.pm)
+        self._check_stages()
+        self._store: Store | None = None
+        self._embedded: EmbeddedPostgres | None = None
+        self._secrets: SecretBox | None = None
+        self.dsn: str | None = config.database_url
+        #: Plugins keep per-process state here under their own name.
+        self.state: dict[str, Any] = {}
+
+    def _check_stages(self) -> None:
+        # Stages named in config but not installed are skipped, so an operator can list
+        # "llm" before that plugin is installed; a typo shows in `switchboard plugins`.
+        self.stages = [
+            self.registries.stages.get(n)
+            for n in self.config.routing_stages
+            if n in self.registries.stages
+        ]
+
+    # -- storage ---------------------------------------------------------------------
+
+    def ensure_database(self, *, quiet: bool = False) -> str:
+        """The DSN to use: the configured one, else the embedded server (started now)."""
+        if self.dsn is None:
+            self._embedded = EmbeddedPostgres(self.config.data_dir, quiet=quiet)
+            self.dsn = self._embedded.start()
+        return self.dsn
+
+    async def migrate(self) -> list[str]:
+        dsn = self.ensure_database()
+        return await migrations.apply(
+            dsn, migrations.collect(self.registries.migrations.directories)
+        )
+
+    async def open_store(self, *, migrate: bool = True) -> Store:
+        if self._store is None:
+            if migrate:
+                await self.migrate()
+            server = self.config.section("server")
+            db = Database(
+                self.ensure_database(),
+                min_size=int(server.get("pool_min_size", 2)),
+                max_size=int(server.get("pool_max_size", 20)),
+            )
+            await db.open()
+            self._store = Store(db)
+        return self._store
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the store is not open")
+        return self._store
+
+    @property
+    def secrets(self) -> SecretBox:
+        if self._secrets is None:
+            key = load_or_create_secret_key(self.config.raw["secret_key"], self.config.data_dir)
+            self._secrets = SecretBox(key)
+        return self._secrets
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        for plugin, result in call_each(self.pm, "switchboard_startup", app=self):
+            if inspect.isawaitable(result):
+                try:
+                    await result
+                except Exception as exc:
+                    raise PluginError(f"plugin {plugin!r} failed to start: {exc}") from exc
+
+    async def shutdown(self) -> None:
+        for plugin, result in call_each(self.pm, "switchboard_shutdown", app=self):
+            try:
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("plugin %r failed to shut down", plugin)
+        if self._store is not None:
+            await self._store.db.close()
+            self._store = None
+
+    def stop_embedded(self) -> None:
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None

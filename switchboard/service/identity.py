@@ -1,0 +1,112 @@
+"""Humans, friendships and endpoints: the operator's identity verbs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..errors import Forbidden, InvalidArgument
+from ..runtime import Runtime
+from ..secrets_box import hash_token, mint_token
+from .common import check_name, check_queues, jsonable
+
+TOKEN_PREFIX = "sbe_"
+
+
+async def add_human(rt: Runtime, name: str) -> dict[str, Any]:
+    row = await rt.store.create_human(check_name(name, "name"))
+    return {"human_id": row["id"], "name": row["name"]}
+
+
+async def add_friend(rt: Runtime, from_name: str, to_name: str, state: str = "approved") -> dict[str, Any]:
+    """Record a directed friendship: ``from`` lets its webhooks route to ``to``'s endpoints."""
+    if state not in ("pending", "approved", "revoked"):
+        raise InvalidArgument("state: must be pending, approved or revoked")
+    a = await rt.store.get_human(from_name)
+    b = await rt.store.get_human(to_name)
+    if a["id"] == b["id"]:
+        raise InvalidArgument("to: a human cannot befriend itself")
+    row = await rt.store.set_friendship(a["id"], b["id"], state)
+    return {"from": a["name"], "to": b["name"], "state": row["state"]}
+
+
+def known_verbs(rt: Runtime) -> list[str]:
+    return sorted({tool.verb for tool in rt.registries.mcp_tools})
+
+
+async def vend_endpoint(
+    rt: Runtime,
+    *,
+    owner: str,
+    name: str,
+    queues: list[str] | None = None,
+    webhook_queues: list[str] | None = None,
+    source_types: list[str] | None = None,
+    webhook_max: int = 0,
+    verbs: list[str] | None = None,
+    expires_in_seconds: int | None = None,
+) -> dict[str, Any]:
+    """Create an endpoint; the token is returned here once and stored only as a hash."""
+    human = await rt.store.get_human(owner)
+    sources = list(dict.fromkeys(source_types or []))
+    unknown = [s for s in sources if s not in rt.registries.sources]
+    if unknown:
+        raise InvalidArgument(
+            f"source_types: unknown source {unknown[0]!r} "
+            f"(registered: {', '.join(rt.registries.sources.names())})"
+        )
+    if not isinstance(webhook_max, int) or not 0 <= webhook_max <= 1000:
+        raise InvalidArgument("webhook_max: must be an integer from 0 to 1000")
+    all_verbs = known_verbs(rt)
+    chosen = list(dict.fromkeys(verbs)) if verbs is not None else all_verbs
+    bad = [v for v in chosen if v not in all_verbs]
+    if bad:
+        raise InvalidArgument(f"verbs: unknown verb {bad[0]!r}")
+    expires_at = None
+    if expires_in_seconds is not None:
+        if expires_in_seconds <= 0:
+            raise InvalidArgument("expires_in: must be a positive number of seconds")
+        expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires_in_seconds)
+    token = mint_token(TOKEN_PREFIX)
+    row = await rt.store.create_endpoint(
+        owner_human=human["id"],
+        name=check_name(name, "name"),
+        token_hash=hash_token(token),
+        scope_queues=check_queues(queues or [], "queues"),
+        verbs=chosen,
+        webhook_queues=check_queues(webhook_queues or [], "webhook_queues"),
+        webhook_source_types=sources,
+        webhook_max=webhook_max,
+        expires_at=expires_at,
+    )
+    return {"endpoint_id": row["id"], "token": token, "mcp_url": rt.config.base_url + "/mcp"}
+
+
+def endpoint_view(row: dict[str, Any]) -> dict[str, Any]:
+    """An endpoint as shown to operators and agents: never the token or its hash."""
+    keys = (
+        "id", "name", "owner_name", "scope_queues", "verbs", "webhook_queues",
+        "webhook_source_types", "webhook_max", "state", "expires_at", "created_at", "revoked_at",
+    )
+    view = {k: row.get(k) for k in keys if k in row}
+    view["endpoint_id"] = view.pop("id")
+    return dict(jsonable(view))
+
+
+async def list_endpoints(rt: Runtime) -> list[dict[str, Any]]:
+    return [endpoint_view(r) for r in await rt.store.list_endpoints()]
+
+
+async def revoke_endpoint(rt: Runtime, endpoint_id: str) -> dict[str, Any]:
+    row = await rt.store.revoke_endpoint(endpoint_id)
+    return {"endpoint_id": row["id"], "state": row["state"]}
+
+
+async def authenticate(rt: Runtime, token: str | None) -> dict[str, Any]:
+    """The live endpoint for a bearer token; revoked, expired or unknown are all refused."""
+    if not token:
+        raise Forbidden("missing bearer token")
+    row = await rt.store.endpoint_by_token_hash(hash_token(token))
+    if row is None:
+        raise Forbidden("invalid, revoked or expired token")
+    return row

@@ -1,0 +1,97 @@
+"""The connection pool and the helpers every query module shares."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Sequence
+
+import psycopg
+from psycopg.rows import RowMaker, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import StoreUnavailable
+
+Row = dict[str, Any]
+
+
+def _row_factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Row]:
+    make = dict_row(cursor)
+
+    def convert(values: Sequence[Any]) -> Row:
+        row = make(values)
+        for key, value in row.items():
+            if isinstance(value, uuid.UUID):
+                row[key] = str(value)
+        return row
+
+    return convert
+
+
+def is_uuid(value: object) -> bool:
+    """True when ``value`` is a UUID string (ids from callers are checked before SQL)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+class Database:
+    """Owns the async pool; query mixins use :meth:`conn` and :meth:`tx`."""
+
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20) -> None:
+        self.dsn = dsn
+        self.pool = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"row_factory": _row_factory, "autocommit": True},
+            timeout=10.0,
+        )
+
+    async def open(self) -> None:
+        try:
+            await self.pool.open(wait=True, timeout=15.0)
+        except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged
+            raise StoreUnavailable(f"cannot connect to the database: {exc}") from exc
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def conn(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
+        """A pooled autocommit connection; connection failures become StoreUnavailable."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__name__ == "PoolTimeout":
+                raise StoreUnavailable("database unavailable: pool timeout") from exc
+            raise
+
+    @asynccontextmanager
+    async def tx(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
+        """A pooled connection inside one transaction (rolled back on any error)."""
+        async with self.conn() as conn:
+            async with conn.transaction():
+                yield conn
+
+    async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Row | None:
+        async with self.conn() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Row]:
+        async with self.conn() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
+    async def ping(self) -> bool:
+        row = await self.fetchone("SELECT 1 AS ok")
+        return bool(row and row["ok"] == 1)

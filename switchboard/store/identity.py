@@ -1,0 +1,114 @@
+"""SQL for humans, friendships and endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..errors import Conflict, NotFound
+from .db import Database, Row, is_uuid
+
+_ENDPOINT_COLS = (
+    "id, owner_human, name, scope_queues, verbs, webhook_queues, webhook_source_types, "
+    "webhook_max, state, expires_at, created_at, revoked_at"
+)
+
+#: SQL fragment: an endpoint row aliased ``e`` is live.
+LIVE_ENDPOINT = "e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())"
+
+
+class IdentityQueries:
+    db: Database
+
+    async def create_human(self, name: str) -> Row:
+        try:
+            row = await self.db.fetchone(
+                "INSERT INTO humans (name) VALUES (%s) RETURNING id, name, created_at", (name,)
+            )
+        except psycopg.errors.UniqueViolation:
+            raise Conflict(f"human {name!r} already exists") from None
+        assert row is not None
+        return row
+
+    async def get_human(self, name_or_id: str) -> Row:
+        if is_uuid(name_or_id):
+            row = await self.db.fetchone(
+                "SELECT * FROM humans WHERE id = %s OR name = %s", (name_or_id, name_or_id)
+            )
+        else:
+            row = await self.db.fetchone("SELECT * FROM humans WHERE name = %s", (name_or_id,))
+        if row is None:
+            raise NotFound(f"human {name_or_id!r} not found")
+        return row
+
+    async def set_friendship(self, from_human: str, to_human: str, state: str) -> Row:
+        row = await self.db.fetchone(
+            "INSERT INTO friendships (from_human, to_human, state) VALUES (%s, %s, %s) "
+            "ON CONFLICT (from_human, to_human) DO UPDATE "
+            "SET state = EXCLUDED.state, updated_at = now() RETURNING *",
+            (from_human, to_human, state),
+        )
+        assert row is not None
+        return row
+
+    async def create_endpoint(self, **fields: Any) -> Row:
+        row = await self.db.fetchone(
+            "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs, "
+            "webhook_queues, webhook_source_types, webhook_max, expires_at) "
+            "VALUES (%(owner_human)s, %(name)s, %(token_hash)s, %(scope_queues)s, %(verbs)s, "
+            "%(webhook_queues)s, %(webhook_source_types)s, %(webhook_max)s, %(expires_at)s) "
+            f"RETURNING {_ENDPOINT_COLS}",
+            fields,
+        )
+        assert row is not None
+        return row
+
+    async def list_endpoints(self, owner_human: str | None = None) -> list[Row]:
+        sql = (
+            f"SELECT e.{_ENDPOINT_COLS.replace(', ', ', e.')}, h.name AS owner_name "
+            "FROM endpoints e JOIN humans h ON h.id = e.owner_human"
+        )
+        if owner_human is None:
+            return await self.db.fetchall(sql + " ORDER BY e.created_at, e.id")
+        return await self.db.fetchall(
+            sql + " WHERE e.owner_human = %s ORDER BY e.created_at, e.id", (owner_human,)
+        )
+
+    async def get_endpoint(self, endpoint_id: str) -> Row:
+        row = None
+        if is_uuid(endpoint_id):
+            row = await self.db.fetchone(
+                f"SELECT {_ENDPOINT_COLS} FROM endpoints WHERE id = %s", (endpoint_id,)
+            )
+        if row is None:
+            raise NotFound(f"endpoint {endpoint_id} not found")
+        return row
+
+    async def endpoint_by_token_hash(self, token_hash: str) -> Row | None:
+        """The live endpoint holding this token, or None (revoked/expired/unknown)."""
+        return await self.db.fetchone(
+            f"SELECT {_ENDPOINT_COLS} FROM endpoints e WHERE token_hash = %s AND {LIVE_ENDPOINT}",
+            (token_hash,),
+        )
+
+    async def revoke_endpoint(self, endpoint_id: str) -> Row:
+        await self.get_endpoint(endpoint_id)
+        row = await self.db.fetchone(
+            "UPDATE endpoints SET state = 'revoked', revoked_at = coalesce(revoked_at, now()) "
+            f"WHERE id = %s RETURNING {_ENDPOINT_COLS}",
+            (endpoint_id,),
+        )
+        assert row is not None
+        return row
+
+    async def may_route(self, owner_human: str, target_human: str) -> bool:
+        """Same human, or an approved friendship from the owner to the target's human."""
+        if owner_human == target_human:
+            return True
+        row = await self.db.fetchone(
+            "SELECT 1 AS ok FROM friendships WHERE from_human = %s AND to_human = %s "
+            "AND state = 'approved'",
+            (owner_human, target_human),
+        )
+        return row is not None
