@@ -12,7 +12,7 @@ import pluggy
 
 from . import hookspecs
 from .config import Config
-from .errors import ConfigError, PluginError
+from .errors import ConfigError
 from .registry import Registries
 
 log = logging.getLogger("switchboard.plugins")

@@ -138,7 +138,8 @@ class MCPToolRegistry(NamedRegistry[MCPTool]):
 class Command:
     name: str
     configure: Callable[[Any], None]
-    run: Callable[..., Awaitable[int]]
+    #: async for most commands; a plain function for those that run their own loop.
+    run: Callable[..., Any]
     help: str = ""
     needs_store: bool = True
 
@@ -150,7 +151,7 @@ class CommandRegistry(NamedRegistry[Command]):
         self,
         name: str,
         configure: Callable[[Any], None],
-        run: Callable[..., Awaitable[int]],
+        run: Callable[..., Any],
         help: str = "",
         needs_store: bool = True,
     ) -> Command:

@@ -1,1 +1,24 @@
-"""First-party plugin: gitea."""
+"""First-party plugin: the ``gitea`` source and its ``.issue`` projection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from switchboard import hookimpl
+from switchboard.forge import GITEA_ISSUE_KINDS, issue_projection
+
+from .source import GiteaSource
+
+__all__ = ["GiteaSource"]
+
+
+@hookimpl
+def switchboard_register_sources(register: Any) -> None:
+    """Register the ``gitea`` source."""
+    register.add(GiteaSource())
+
+
+@hookimpl
+def switchboard_register_projections(register: Any) -> None:
+    """Fill ``.issue`` for Gitea issue events."""
+    register.add(issue_projection("gitea", GITEA_ISSUE_KINDS))

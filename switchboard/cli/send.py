@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,7 +44,7 @@ class UsageError(Exception):
 
 
 def _rfc3339_now(now: float) -> str:
-    return datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def stamp_cairn_body(body: bytes, *, force: bool, now: float | None = None) -> bytes:

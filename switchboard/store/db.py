@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Sequence, cast
 
 import psycopg
 from psycopg.rows import RowMaker, dict_row
@@ -67,7 +67,7 @@ class Database:
         """A pooled autocommit connection; connection failures become StoreUnavailable."""
         try:
             async with self.pool.connection() as conn:
-                yield conn
+                yield cast("psycopg.AsyncConnection[Row]", conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
         except Exception as exc:

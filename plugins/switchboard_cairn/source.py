@@ -1,0 +1,136 @@
+"""The ``cairn`` source: ``X-Cairn-Signature``, then the signed body's id and clock."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from switchboard.forge import (
+    prefixed_signature,
+    prefixed_signature_matches,
+    refuse,
+    usable_delivery_id,
+)
+from switchboard.sources import (
+    TRUST_SIGNED,
+    Delivery,
+    Verification,
+    body_key,
+    constant_time_equal,
+)
+
+SIGNATURE_HEADER = "X-Cairn-Signature"
+EVENT_ID_HEADER = "X-Cairn-Event-Id"
+EVENT_HEADER = "X-Cairn-Event"
+USER_AGENT = "cairn-outboundhook/1"
+#: Cairn's documented replay window: events older (or newer) than this are refused.
+DEFAULT_WINDOW_SECONDS = 300.0
+
+# RFC 3339 date-time only: ``fromisoformat`` alone also takes dates without a time and
+# times without an offset, which would make "when" depend on the receiver's clock zone.
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})\Z"
+)
+
+
+def parse_rfc3339(value: str) -> datetime | None:
+    """The instant an RFC 3339 timestamp names (``Z`` and any fraction digits), else None."""
+    match = _RFC3339.match(value)
+    if match is None:
+        return None
+    date, time, fraction, offset = match.groups()
+    # datetime keeps microseconds; Cairn's clock may emit nanoseconds.
+    fraction = f".{fraction[:6]}" if fraction else ""
+    offset = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        return datetime.fromisoformat(f"{date}T{time}{fraction}{offset}")
+    except ValueError:
+        return None
+
+
+def _body_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class CairnSource:
+    """Verifies Cairn outbound-subscription deliveries (``artifact.created`` and friends)."""
+
+    name = "cairn"
+    trust_mode = TRUST_SIGNED
+
+    def __init__(self, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> None:
+        self.window_seconds = window_seconds
+
+    def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
+        """Check the HMAC over the raw bytes first; only a signed body is parsed and trusted."""
+        if not secret:
+            return refuse("webhook has no signing secret")
+        given = delivery.headers.get(SIGNATURE_HEADER)
+        if not given:
+            return refuse(f"missing {SIGNATURE_HEADER} header")
+        if not prefixed_signature_matches(given, secret, delivery.body):
+            return refuse(f"{SIGNATURE_HEADER} does not match the body")
+
+        doc = _body_object(delivery.body)
+        if doc is None:
+            return refuse("signed body is not a JSON object")
+        event_id = doc.get("event_id")
+        if not isinstance(event_id, str) or not event_id:
+            return refuse("signed body has no event_id")
+        created_at = doc.get("created_at")
+        if not isinstance(created_at, str) or not created_at:
+            return refuse("signed body has no created_at")
+        header_id = delivery.headers.get(EVENT_ID_HEADER)
+        if header_id is not None and not constant_time_equal(event_id, header_id):
+            return refuse(f"{EVENT_ID_HEADER} does not match the body's event_id")
+        when = parse_rfc3339(created_at)
+        if when is None:
+            return refuse("created_at is not an RFC 3339 timestamp")
+        skew = now - when.timestamp()
+        if abs(skew) > self.window_seconds:
+            direction = "old" if skew > 0 else "in the future"
+            return refuse(
+                f"created_at is {abs(skew):.0f} s {direction} "
+                f"(window {self.window_seconds:.0f} s)"
+            )
+        kind = doc.get("kind")
+        return Verification(
+            ok=True,
+            verified=True,
+            # An over-long event_id cannot be a key; the body hash still dedups retries.
+            delivery_id=usable_delivery_id(event_id) or body_key(delivery.body),
+            # The body's kind is signed; X-Cairn-Event is not, so it never decides.
+            kind=kind if isinstance(kind, str) and kind else None,
+        )
+
+    def sign(
+        self,
+        body: bytes,
+        secret: bytes | None,
+        kind: str | None,
+        *,
+        delivery_id: str | None = None,
+    ) -> dict[str, str]:
+        """The headers Cairn sends with ``body``; unsigned when ``secret`` is empty.
+
+        ``X-Cairn-Event`` is ``kind`` when given, else the body's ``kind``;
+        ``X-Cairn-Event-Id`` is always the body's ``event_id`` (``delivery_id`` is ignored:
+        Cairn's id lives in the signed body).
+        """
+        doc = _body_object(body) or {}
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+        event = kind or doc.get("kind")
+        if isinstance(event, str) and event:
+            headers[EVENT_HEADER] = event
+        event_id = doc.get("event_id")
+        if isinstance(event_id, str) and event_id:
+            headers[EVENT_ID_HEADER] = event_id
+        if secret:
+            headers[SIGNATURE_HEADER] = prefixed_signature(secret, body)
+        return headers

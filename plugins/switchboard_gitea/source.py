@@ -1,0 +1,105 @@
+"""The ``gitea`` source: ``X-Gitea-Signature`` (bare hex), else ``X-Hub-Signature-256``."""
+
+from __future__ import annotations
+
+import uuid
+
+from switchboard.forge import (
+    SIGNATURE_PREFIX,
+    bare_signature_matches,
+    delivery_key,
+    kind_from_headers,
+    prefixed_signature_matches,
+    refuse,
+)
+from switchboard.sources import TRUST_SIGNED, Delivery, Verification, hmac_sha256_hex
+
+GITEA_SIGNATURE = "X-Gitea-Signature"
+HUB_SIGNATURE = "X-Hub-Signature-256"
+#: Gitea sends both; its own header wins so a proxy that strips X-GitHub-* keeps ids stable.
+DELIVERY_HEADERS = ("X-Gitea-Delivery", "X-GitHub-Delivery")
+USER_AGENT = "Go-http-client/1.1"
+
+#: Gitea's detailed event types (``X-Gitea-Event-Type``) and the coarse event it announces
+#: for each in ``X-Gitea-Event`` / ``X-GitHub-Event``; unlisted types announce themselves.
+_COARSE_EVENT = {
+    "issue_label": "issues",
+    "issue_assign": "issues",
+    "issue_milestone": "issues",
+    "pull_request_label": "pull_request",
+    "pull_request_assign": "pull_request",
+    "pull_request_milestone": "pull_request",
+    "pull_request_sync": "pull_request",
+    "pull_request_review_request": "pull_request",
+    "pull_request_comment": "issue_comment",
+}
+
+
+class GiteaSource:
+    """Verifies Gitea (and Forgejo) webhook deliveries signed with the webhook's secret."""
+
+    name = "gitea"
+    trust_mode = TRUST_SIGNED
+
+    def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
+        """Check the HMAC before anything reads the body; ``now`` is unused (Gitea has no clock)."""
+        if not secret:
+            return refuse("webhook has no signing secret")
+        headers = delivery.headers
+        bare = headers.get(GITEA_SIGNATURE)
+        if bare:
+            # When Gitea's own header is present it is the one checked: a wrong bare
+            # signature never falls through to a second chance on the hub header.
+            checked = GITEA_SIGNATURE
+            ok = bare_signature_matches(bare, secret, delivery.body)
+        else:
+            prefixed = headers.get(HUB_SIGNATURE)
+            if not prefixed:
+                return refuse(f"missing {GITEA_SIGNATURE} and {HUB_SIGNATURE} headers")
+            checked = HUB_SIGNATURE
+            ok = prefixed_signature_matches(prefixed, secret, delivery.body)
+        if not ok:
+            return refuse(f"{checked} does not match the body")
+        return Verification(
+            ok=True,
+            verified=True,
+            delivery_id=delivery_key(headers, DELIVERY_HEADERS, delivery.body),
+            kind=kind_from_headers(headers),
+            extra={"signature_header": checked.lower()},
+        )
+
+    def sign(
+        self,
+        body: bytes,
+        secret: bytes | None,
+        kind: str | None,
+        *,
+        delivery_id: str | None = None,
+    ) -> dict[str, str]:
+        """The headers Gitea sends with ``body``; unsigned when ``secret`` is empty.
+
+        ``kind`` may be a coarse event (``issues``) or a detailed type (``issue_label``);
+        like Gitea, the coarse one goes in the ``*-Event`` headers, the detail in ``*-Event-Type``.
+        """
+        delivery = delivery_id or str(uuid.uuid4())
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "X-Gitea-Delivery": delivery,
+            "X-GitHub-Delivery": delivery,
+        }
+        if kind:
+            event = _COARSE_EVENT.get(kind, kind)
+            headers.update(
+                {
+                    "X-Gitea-Event": event,
+                    "X-Gitea-Event-Type": kind,
+                    "X-GitHub-Event": event,
+                    "X-GitHub-Event-Type": kind,
+                }
+            )
+        if secret:
+            mac = hmac_sha256_hex(secret, body)
+            headers[GITEA_SIGNATURE] = mac
+            headers[HUB_SIGNATURE] = SIGNATURE_PREFIX + mac
+        return headers

@@ -1,0 +1,111 @@
+"""Shared fixtures: one embedded PostgreSQL per session, a fresh database per test."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sbtest import CLI, Server, free_port, make_env
+
+from switchboard.config import load_config
+from switchboard.runtime import Runtime
+from switchboard.store import migrate
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The embedded PostgreSQL the whole session shares (stopped at the end)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: Any) -> str:
+    """A database with every migration applied, cloned per test."""
+    admin = pg_server.get_uri()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE sb_template")
+    dsn = pg_server.get_uri("sb_template")
+    from switchboard.plugins import build_registries, make_plugin_manager
+
+    regs = build_registries(make_plugin_manager())
+    asyncio.run(migrate.apply(dsn, migrate.collect(regs.migrations.directories)))
+    return "sb_template"
+
+
+@pytest.fixture
+def dsn(pg_server: Any, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"sb_t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    yield pg_server.get_uri(name)
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def empty_dsn(pg_server: Any) -> Iterator[str]:
+    """A fresh database with no migrations applied."""
+    name = f"sb_e{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield pg_server.get_uri(name)
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def cli(dsn: str, tmp_path: Path) -> CLI:
+    return CLI(make_env(dsn, tmp_path / "data"))
+
+
+@pytest.fixture
+async def runtime(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
+    """An in-process runtime on a fresh database (service-layer tests)."""
+    config = load_config(env=make_env(dsn, tmp_path / "data"))
+    rt = Runtime(config)
+    await rt.open_store(migrate=False)
+    try:
+        yield rt
+    finally:
+        await rt.shutdown()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Any]:
+    servers: list[Server] = []
+
+    def make(dsn: str | None, *extra: str, env_extra: dict[str, str] | None = None,
+             data_dir: Path | None = None, config: Path | None = None) -> Server:
+        env = make_env(dsn, data_dir or tmp_path / "data", **(env_extra or {}))
+        port = free_port()
+        env["SWITCHBOARD_BASE_URL"] = f"http://127.0.0.1:{port}"
+        if config is not None:
+            env["SWITCHBOARD_CONFIG"] = str(config)
+        srv = Server(env, port, tmp_path / f"server-{port}.log")
+        servers.append(srv)
+        return srv.start(*extra)
+
+    yield make
+    for srv in servers:
+        srv.stop()

@@ -1,0 +1,65 @@
+"""The generic source: token trust, delivery-id precedence and the body-key fallback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from switchboard_generic.source import GenericSource
+
+from switchboard.sources import TRUST_TOKEN, Delivery, Headers, body_key
+
+
+def deliver(body: bytes, headers: dict[str, str]) -> Delivery:
+    return Delivery(Headers(headers), body)
+
+
+BODY = b'{"alert":"disk"}'
+LONG = "x" * 257
+
+CASES = [
+    # (id, headers, expected id; None = the body key)
+    (
+        "X-Delivery-Id first",
+        {"X-Delivery-Id": "a", "Webhook-Id": "b", "X-GitHub-Delivery": "c"},
+        "a",
+    ),
+    (
+        "Webhook-Id second",
+        {"Webhook-Id": "b", "X-GitHub-Delivery": "c", "X-Gitea-Delivery": "d"},
+        "b",
+    ),
+    ("X-GitHub-Delivery third", {"X-GitHub-Delivery": "c", "X-Gitea-Delivery": "d"}, "c"),
+    ("X-Gitea-Delivery last", {"X-Gitea-Delivery": "d"}, "d"),
+    ("over-long X-Delivery-Id ignored", {"X-Delivery-Id": LONG, "Webhook-Id": "b"}, "b"),
+    ("every id over-long", {"X-Delivery-Id": LONG, "Webhook-Id": LONG}, None),
+    ("empty X-Delivery-Id ignored", {"X-Delivery-Id": "", "Webhook-Id": "b"}, "b"),
+    ("case-insensitive", {"x-delivery-id": "a"}, "a"),
+    ("no id at all", {}, None),
+]
+
+
+@pytest.mark.parametrize("headers,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_delivery_id_precedence(headers: dict[str, str], expected: str | None) -> None:
+    result = GenericSource().verify(deliver(BODY, headers), None, 0.0)
+    assert result.delivery_id == (expected if expected is not None else body_key(BODY))
+
+
+@pytest.mark.parametrize("secret", [None, b"", b"ignored"])
+def test_token_trust_is_ok_but_never_verified(secret: bytes | None) -> None:
+    source = GenericSource()
+    result = source.verify(deliver(b"not even json", {}), secret, 0.0)
+    assert source.trust_mode == TRUST_TOKEN
+    assert result.ok and not result.verified
+
+
+def test_kind_comes_from_the_shared_header_order() -> None:
+    headers = {"X-Gitea-Event": "push", "X-Cairn-Event": "artifact.created"}
+    assert GenericSource().verify(deliver(BODY, headers), None, 0.0).kind == "push"
+    assert GenericSource().verify(deliver(BODY, {}), None, 0.0).kind is None
+
+
+def test_recorded_fixture(recorded: Any) -> None:
+    fixture = recorded("generic_alert")
+    result = GenericSource().verify(fixture.delivery(), None, 0.0)
+    assert result.ok and result.delivery_id == "alert-7731-db-3" and result.kind is None

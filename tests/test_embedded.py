@@ -1,0 +1,89 @@
+"""The embedded default: serve with no DSN starts a private PostgreSQL and reuses it."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sbtest import CLI, make_env
+
+
+def _postgres_for(pgdata: Path) -> list[psutil.Process]:
+    out = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if proc.info.get("name") == "postgres" and str(pgdata) in " ".join(cmd):
+            out.append(proc)
+    return out
+
+
+def test_serve_on_the_embedded_database_and_reuse_it(server_factory: Any, tmp_path: Path) -> None:
+    data = tmp_path / "embedded"
+    srv = server_factory(None, data_dir=data)
+    with urllib.request.urlopen(srv.base_url + "/healthz", timeout=5) as resp:
+        assert resp.status == 200
+        assert json.loads(resp.read()) == {"status": "ok", "database": "ok"}
+    log = srv.log.read_text()
+    assert "embedded PostgreSQL" in log and str(data / "pg") in log
+
+    # A CLI command run beside the server uses the same embedded database.
+    cli = CLI(make_env(None, data))
+    cli.json("human", "add", "carol")
+    srv.stop()
+    # The last handle is gone: the private server stopped with the service.
+    assert _postgres_for(data / "pg") == []
+
+    # Starting again reuses the data: carol is still there, nothing re-initialized.
+    srv2 = server_factory(None, data_dir=data)
+    proc = cli.run("human", "add", "carol", check=False)
+    assert proc.returncode == 1 and "already exists" in proc.stderr
+    assert "reusing embedded PostgreSQL" in srv2.log.read_text()
+    srv2.stop()
+    assert _postgres_for(data / "pg") == []
+
+
+def test_with_a_dsn_nothing_is_started(server_factory: Any, dsn: str, tmp_path: Path) -> None:
+    data = tmp_path / "nodb"
+    srv = server_factory(dsn, data_dir=data)
+    assert not (data / "pg").exists()
+    assert "embedded" not in srv.log.read_text()
+
+
+def test_healthz_answers_503_when_the_database_goes_away(
+    server_factory: Any, pg_server: Any, dsn: str
+) -> None:
+    srv = server_factory(dsn)
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = conninfo_to_dict(dsn)["dbname"]
+    # Terminate the server's connections and forbid new ones: the check must say so.
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                     (name,))
+    try:
+        urllib.request.urlopen(srv.base_url + "/healthz", timeout=15)
+    except urllib.error.HTTPError as err:
+        assert err.code == 503
+    else:
+        raise AssertionError("healthz should fail without a database")
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    # And it recovers once the database is back.
+    import time
+
+    for _ in range(50):
+        try:
+            with urllib.request.urlopen(srv.base_url + "/healthz", timeout=5) as resp:
+                if resp.status == 200:
+                    break
+        except urllib.error.HTTPError:
+            time.sleep(0.2)
+    else:
+        raise AssertionError("healthz did not recover")
