@@ -1,1 +1,0 @@
-"""Routing: the envelope, rule validation, the sandbox, decide and the trace."""

@@ -1,1 +1,0 @@
-"""First-party plugin: gitea."""
