@@ -58,6 +58,11 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     async def _sanic_error(request: Request, exc: SanicException) -> HTTPResponse:
         return json({"error": str(exc) or "error"}, status=getattr(exc, "status_code", 500))
 
+    @app.exception(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> HTTPResponse:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return json({"error": "internal error"}, status=500)
+
     from .receiver import add_receiver_routes
 
     add_receiver_routes(app, rt)

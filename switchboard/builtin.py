@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import hookimpl
-from .cli import admin, serve
+from .cli import admin, send, serve, webhook
 from .registry import CommandRegistry
 
 
@@ -13,4 +13,12 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
     register.add_command(
         "serve", serve.configure, serve.run, needs_store=False,
         help="run the service (receiver, MCP, health) on the configured address",
+    )
+    register.add_command(
+        "webhook", webhook.configure, webhook.run,
+        help="create, rotate and delete webhooks; add and remove routes",
+    )
+    register.add_command(
+        "send", send.configure, send.run, needs_store=False,
+        help="sign and POST a file exactly as a producer would",
     )

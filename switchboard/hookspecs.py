@@ -168,8 +168,9 @@ def switchboard_register_sinks(register: Any) -> None:
 
     :param register: a :class:`switchboard.registry.SinkRegistry`; call
         ``register.add(sink)`` with an object that has a ``name`` and
-        ``async deliver(event, todos)``.  Sinks see newly created todos only (never a
-        redelivery's, never a drop's).  A failing sink is logged with its plugin's
+        ``async deliver(runtime, event, todos)`` (``event`` is the stored event row
+        with its ``routing_trace``; ``todos`` are ``{id, endpoint_id, queue}``).  Sinks
+        see newly created todos only (never a redelivery's, never a drop's).  A failing sink is logged with its plugin's
         name and never fails the delivery.
     """
 

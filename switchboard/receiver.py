@@ -1,13 +1,29 @@
-"""The webhook receiver: ``POST /webhooks/w/<token>`` (filled in by the ingest issue)."""
+"""The webhook receiver: ``POST /webhooks/w/<token>``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sanic import Sanic
+from sanic import Request, Sanic, json
+from sanic.response import HTTPResponse
 
 from .runtime import Runtime
+from .service.ingest import drain_sinks, ingest
+from .sources import Headers
 
 
 def add_receiver_routes(app: Sanic[Any, Any], rt: Runtime) -> None:
     """Register the ingest route on ``app``."""
+
+    @app.post("/webhooks/w/<token:str>", name="ingest")
+    async def receive(request: Request, token: str) -> HTTPResponse:
+        # Sanic already refused bodies over REQUEST_MAX_SIZE with 413 before routing.
+        headers = Headers(list(request.headers.items()))
+        reply = await ingest(
+            rt, token, headers, request.body or b"", request.headers.get("content-type")
+        )
+        return json(reply.body, status=reply.status)
+
+    @app.before_server_stop
+    async def _drain(app: Sanic[Any, Any]) -> None:
+        await drain_sinks()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Union
 
 from .sources import Headers
 
 REDACTED = "«redacted»"
 
-HeadersLike = Union[Headers, Mapping[str, str], list[tuple[str, str]]]
+HeadersLike = Headers | Mapping[str, str] | list[tuple[str, str]]
 
 #: Header names whose whole value is a credential.
 _SECRET_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
@@ -40,7 +39,9 @@ _SECRET_PARAM_FRAGMENTS = ("token", "secret", "signature", "password", "passwd",
 # A ``name=value`` pair at the start of a value or after a URL/parameter separator. The
 # value stops at the next separator or at characters that end a URL inside a header
 # (``<https://…?token=x>; rel="next"``).
-_PARAM = re.compile(r"(?P<lead>^|[?&;,\s])(?P<name>[A-Za-z0-9_.\-\[\]]+)=(?P<value>[^&;,\s#<>\"']*)")
+_PARAM = re.compile(
+    r"(?P<lead>^|[?&;,\s])(?P<name>[A-Za-z0-9_.\-\[\]]+)=(?P<value>[^&;,\s#<>\"']*)"
+)
 
 
 def _secret_name(name: str) -> bool:

@@ -26,6 +26,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every ``async def`` test runs on anyio's asyncio backend, no marker needed."""
+    for item in items:
+        if asyncio.iscoroutinefunction(getattr(item, "function", None)):
+            item.add_marker(pytest.mark.anyio)
+
+
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The embedded PostgreSQL the whole session shares (stopped at the end)."""

@@ -96,8 +96,7 @@ class CairnSource:
         if abs(skew) > self.window_seconds:
             direction = "old" if skew > 0 else "in the future"
             return refuse(
-                f"created_at is {abs(skew):.0f} s {direction} "
-                f"(window {self.window_seconds:.0f} s)"
+                f"created_at is {abs(skew):.0f} s {direction} (window {self.window_seconds:.0f} s)"
             )
         kind = doc.get("kind")
         return Verification(

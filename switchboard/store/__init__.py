@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from .db import Database, Row
+from .events import DeliveryOutcome, EventQueries
 from .identity import IdentityQueries
+from .todos import TodoQueries
+from .webhooks import WebhookCeiling, WebhookQueries
 
 
-class Store(IdentityQueries):
+class Store(IdentityQueries, WebhookQueries, WebhookCeiling, EventQueries, TodoQueries):
     """Every query the service layer may run, over one pool."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
 
-__all__ = ["Database", "Row", "Store"]
+__all__ = ["Database", "DeliveryOutcome", "Row", "Store"]

@@ -27,15 +27,16 @@ FIXTURES = [
     "github_pull_request_opened",
     "generic_alert",
 ]
-SOURCES = [CairnSource(), GiteaSource(), GithubSource(), GenericSource()]
+SOURCES: list[Any] = [CairnSource(), GiteaSource(), GithubSource(), GenericSource()]
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[s.name for s in SOURCES])
-@pytest.mark.parametrize("fixture", FIXTURES)
+# Cairn only signs its own event shape (its verify needs event_id and created_at).
+PAIRS = [(s, f) for s in SOURCES for f in FIXTURES if s.name != "cairn" or f.startswith("cairn")]
+
+
+@pytest.mark.parametrize("source,fixture", PAIRS, ids=[f"{s.name}-{f}" for s, f in PAIRS])
 def test_sign_then_verify(recorded: Any, source: Any, fixture: str) -> None:
     body = recorded(fixture).body
-    if source.name == "cairn" and not fixture.startswith("cairn"):
-        pytest.skip("cairn only signs its own event shape")
     headers = source.sign(body, SECRET, "issues")
     result = source.verify(deliver(body, headers), SECRET, CAIRN_NOW)
     assert result.ok, result.detail

@@ -1,0 +1,88 @@
+"""Benchmark the routing sandbox: latency and CPU per evaluation, compile-once vs per-call."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from typing import Any
+
+import psutil
+
+from switchboard.routing.sandbox import Sandbox
+
+N = 300
+
+
+def envelope() -> dict[str, Any]:
+    body = {f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]} for i in range(55)}
+    env = {
+        "source": "gitea", "kind": "pull_request", "webhook_id": "wh", "trust_mode": "signed",
+        "verified": True, "content_type": "application/json", "size": 5000,
+        "headers": {"x-gitea-event": "pull_request", "content-type": "application/json"},
+        "payload": {"action": "opened", "number": 42, "body": body},
+    }  # fmt: skip
+    return env
+
+
+def rules() -> list[tuple[str | None, str]]:
+    return [
+        (f"r{i}", f'.kind == "kind_{i}" and .payload.number == {i} and (.headers["x-a"] // "") != "z"')
+        for i in range(32)
+    ]
+
+
+def tree_cpu(root: psutil.Process) -> float:
+    """CPU seconds of the fork server, zygotes and everything they reaped."""
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
+def own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+async def run(label: str, sb: Sandbox, per_call_params: bool) -> None:
+    env, rs = envelope(), rules()
+    assert sb.pid is not None
+    server = psutil.Process(sb.pid)
+    await sb.evaluate(rs, {"n": -1}, env)  # warm the zygote
+    lat = []
+    cpu0, tree0 = own_cpu(), tree_cpu(server)
+    for i in range(N):
+        params = {"n": i} if per_call_params else {"n": -1}  # new params = new rule set
+        t = time.perf_counter()
+        res = await sb.evaluate(rs, params, env)
+        lat.append((time.perf_counter() - t) * 1000)
+        assert res.rule_index is None and not res.faults, res
+    parent = (own_cpu() - cpu0) / N * 1000
+    children = (tree_cpu(server) - tree0) / N * 1000
+    lat.sort()
+    print(
+        f"{label:32s} p50 {statistics.median(lat):6.2f} ms  p99 {lat[int(N * 0.99) - 1]:6.2f} ms"
+        f"  CPU/eval parent {parent:5.2f} ms + children {children:5.2f} ms"
+        f" = {parent + children:5.2f} ms"
+    )
+
+
+async def main() -> None:
+    print(f"32 rules, envelope {len(str(envelope()))} bytes, {N} sequential evaluations")
+    sb = Sandbox(cache_size=64)
+    await sb.start()
+    try:
+        await run("warm zygote (compile once)", sb, per_call_params=False)
+        await run("compile per call (new zygote)", sb, per_call_params=True)
+    finally:
+        await sb.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,388 @@
+"""The sandbox's fork server and zygotes: the only processes that ever run tenant jq.
+
+Process tree (one process group, the fork server is a child subreaper)::
+
+    fork server   imports jq, forks one zygote per rule set (LRU), never runs jq itself
+    └── zygote    RLIMIT_AS, compiles its rule set once (after proving it safe in a forked trial)
+        └── evaluator, one per evaluation: SIGALRM hard stop per rule, writes one line per rule
+
+The parent sends every request as a control message on a SEQPACKET socket carrying a fresh
+socket; the request's frames go over that socket and the evaluator answers on it directly:
+``p PID``, ``c I MSG`` (compile error), ``a I t|b`` (armed rule I: rule or budget limit),
+``r I m|n`` / ``r I e MSG`` (verdict), ``b I`` (budget spent before I), ``g MSG`` (garbage),
+``d`` (done); the zygote appends ``x STATUS`` when the evaluator exits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from collections import OrderedDict
+from typing import Any
+
+import jq
+
+from switchboard.routing.jqscan import balanced
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+LIMIT_MSG = "compilation exceeded the sandbox's memory or time limit"
+
+
+def _prctl(option: int, arg: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux
+        pass
+
+
+def build_program(exprs: list[str], indices: list[int]) -> str:
+    """One program over ``[start, envelope]`` streaming one short verdict string per rule."""
+    parts = []
+    for i in indices:
+        # newlines (twice: a comment's backslash continuation eats one) keep a trailing
+        # comment from swallowing the wrapper; brackets are checked balanced beforehand
+        parts.append(
+            f"(if $__s <= {i} then (try ([$__e | first((\n{exprs[i]}\n\n))] | "
+            'if length == 0 then "n" elif (.[0] == null or .[0] == false) then "n" '
+            'else "m" end) catch ("e" + tostring)) else empty end)'
+        )
+    body = ",\n".join(parts)
+    return (
+        f".[0] as $__s | .[1] as $__e | ({body}) | "
+        'if type == "string" then .[:600] else "g" end'
+    )
+
+
+def _compile(program: str, params: dict[str, Any]) -> Any:
+    return jq.compile(program, args={"params": params})
+
+
+def _clean(msg: str) -> str:
+    lines = [ln for ln in msg.splitlines() if ln.strip()]
+    return " ".join(lines[:2])[:500] if lines else "compile error"
+
+
+def trial(program: str, params: dict[str, Any], compile_ms: int) -> str | None:
+    """Compile ``program`` in a forked child under the limits: None when it compiles."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(r)
+        signal.setitimer(signal.ITIMER_REAL, compile_ms / 1000)
+        try:
+            _compile(program, params)
+            out = b"K"
+        except Exception as exc:  # noqa: BLE001 - any compile failure is reported
+            out = b"E" + _clean(str(exc)).encode("utf-8", "replace")
+        os.write(w, out)
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 4096):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    if data == b"K":
+        return None
+    if data.startswith(b"E"):
+        return data[1:].decode("utf-8", "replace")
+    code = os.waitstatus_to_exitcode(status)
+    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+    return f"{LIMIT_MSG} ({how})"
+
+
+class RuleSet:
+    """A compiled rule set: the program over the rules that compile, and the others' errors."""
+
+    def __init__(self, exprs: list[str], params: dict[str, Any], compile_ms: int) -> None:
+        self.errors: dict[int, str] = {}
+        for i, expr in enumerate(exprs):
+            if not balanced(expr):
+                self.errors[i] = "syntax error: unbalanced brackets"
+        good = [i for i in range(len(exprs)) if i not in self.errors]
+        if good and trial(build_program(exprs, good), params, compile_ms) is not None:
+            for i in good:
+                err = trial(build_program(exprs, [i]), params, compile_ms)
+                if err is not None:
+                    self.errors[i] = err
+            rest = [i for i in good if i not in self.errors]
+            if rest and trial(build_program(exprs, rest), params, compile_ms) is not None:
+                for i in rest:
+                    self.errors[i] = f"{LIMIT_MSG} (the rule set as a whole)"
+            good = [i for i in good if i not in self.errors]
+        self.good = good
+        # proven safe by a trial under identical limits, so this cannot take the zygote down
+        self.program = _compile(build_program(exprs, good), params) if good else None
+
+    def error_lines(self) -> list[str]:
+        return [f"c {i} {json.dumps(m)}\n" for i, m in sorted(self.errors.items())]
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("request socket closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    (n,) = struct.unpack(">I", _read_exact(sock, 4))
+    return _read_exact(sock, n)
+
+
+def _send(fd: int, text: str) -> None:
+    data = text.encode("utf-8", "replace")
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any]) -> None:  # pragma: no cover - child
+    """Evaluate one envelope (in a fresh process) and exit."""
+    sock = socket.socket(fileno=fd)
+    sock.settimeout(2.0)
+    head, _, env = read_frame(sock).partition(b"\n")
+    hdr = json.loads(head)
+    start, budget = int(hdr["start"]), hdr["budget_ms"] / 1000
+    rule_ms = int(cfg["rule_ms"])
+    out = [f"p {os.getpid()}\n", *rules.error_lines()]
+    todo = [i for i in rules.good if i >= start]
+    t0 = time.monotonic()
+    parse = len(env) * float(cfg["parse_s_per_byte"])
+    budget += parse
+
+    def arm(i: int, extra: float) -> str | None:
+        left = budget - (time.monotonic() - t0)
+        if left <= 0.001:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return f"b {i}\nd\n"
+        limit = rule_ms / 1000 + extra
+        signal.setitimer(signal.ITIMER_REAL, min(limit, left))
+        return f"a {i} {'t' if limit <= left else 'b'}\n"
+
+    if not todo or rules.program is None:
+        _send(fd, "".join(out) + "d\n")
+        os._exit(0)
+    line = arm(todo[0], parse)
+    _send(fd, "".join(out) + (line or ""))
+    if line is None or line.startswith("b"):
+        os._exit(0)
+    text = b"[%d,%s]" % (start, env)
+    try:
+        results = iter(rules.program.input_text(text.decode("utf-8")))
+        for k, i in enumerate(todo):
+            verdict = next(results)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if verdict == "m":
+                _send(fd, f"r {i} m\nd\n")
+                os._exit(0)
+            if verdict == "n":
+                line = f"r {i} n\n"
+            elif isinstance(verdict, str) and verdict.startswith("e"):
+                line = f"r {i} e {json.dumps(verdict[1:])}\n"
+            else:
+                _send(fd, f"g {json.dumps('unexpected output from rule %d' % i)}\n")
+                os._exit(3)
+            if k + 1 < len(todo):
+                nxt = arm(todo[k + 1], 0.0)
+                line += nxt or ""
+                if nxt and nxt.startswith("b"):
+                    _send(fd, line)
+                    os._exit(0)
+            _send(fd, line)
+        _send(fd, "d\n")
+    except StopIteration:
+        _send(fd, f"g {json.dumps('evaluation ended early')}\n")
+        os._exit(3)
+    except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
+        _send(fd, f"g {json.dumps(str(exc)[:300])}\n")
+        os._exit(3)
+    os._exit(0)
+
+
+class Zygote:
+    """Holds one compiled rule set and forks an evaluator per request."""
+
+    def __init__(self, ctrl: socket.socket, cfg: dict[str, Any]) -> None:
+        self.ctrl = ctrl
+        self.cfg = cfg
+        self.rules: RuleSet | None = None
+        self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, socket)
+
+    def handle(self, data: bytes, fd: int) -> None:
+        req = json.loads(data)
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.settimeout(2.0)
+            frame = read_frame(sock)
+            if self.rules is None:
+                spec = json.loads(frame)
+                self.rules = RuleSet(spec["exprs"], spec["params"], self.cfg["compile_ms"])
+                gc.collect()
+                gc.freeze()  # keep the collector off the pages every evaluator shares
+            if req["op"] == "compile" or self.rules.program is None:
+                if req["op"] != "compile":
+                    # nothing compiles: answer like an evaluator would, without forking
+                    sock.sendall(f"p {os.getpid()}\n".encode())
+                sock.sendall(("".join(self.rules.error_lines()) + "d\n").encode())
+                sock.close()
+                return
+        except (OSError, EOFError, ValueError, KeyError):
+            sock.close()
+            return
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            gc.disable()  # short-lived: never touch (and so copy) the zygote's heap pages
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            self.ctrl.close()
+            for pidfd, (_, other) in self.children.items():
+                os.close(pidfd)
+                other.close()
+            evaluator(sock.detach(), self.rules, self.cfg)
+            os._exit(0)
+        self.children[os.pidfd_open(pid)] = (pid, sock)
+
+    def reap(self, pidfd: int) -> None:
+        pid, sock = self.children.pop(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        try:
+            sock.setblocking(False)
+            sock.send(f"x {os.waitstatus_to_exitcode(status)}\n".encode())
+        except OSError:
+            pass
+        sock.close()
+
+    def run(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.ctrl, *self.children], [], [])
+            for item in ready:
+                if item is self.ctrl:
+                    data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
+                    if not data:
+                        return self.finish()
+                    if fds:
+                        self.handle(data, fds[0])
+                else:
+                    self.reap(item)  # type: ignore[arg-type]
+
+    def finish(self) -> None:
+        for pidfd in list(self.children):
+            self.reap(pidfd)
+        os._exit(0)
+
+
+def _zygote_main(ctrl: socket.socket, cfg: dict[str, Any]) -> None:  # pragma: no cover
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    mem = int(cfg["memory_bytes"])
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    Zygote(ctrl, cfg).run()
+
+
+class ForkServer:
+    """Forks zygotes (one per rule set, LRU-bounded) and hands them requests."""
+
+    def __init__(self, ctrl: socket.socket, cfg: dict[str, Any]) -> None:
+        self.ctrl = ctrl
+        self.cfg = cfg
+        self.zygotes: OrderedDict[str, tuple[int, socket.socket]] = OrderedDict()
+
+    def spawn(self, key: str) -> socket.socket:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            mine.close()
+            self.ctrl.close()
+            for _, other in self.zygotes.values():
+                other.close()
+            _zygote_main(theirs, self.cfg)
+            os._exit(0)
+        theirs.close()
+        self.zygotes[key] = (pid, mine)
+        while len(self.zygotes) > int(self.cfg["cache_size"]):
+            _, (_, old) = self.zygotes.popitem(last=False)
+            old.close()  # the zygote sees EOF, waits for its evaluators and exits
+        return mine
+
+    def dispatch(self, data: bytes, fd: int) -> None:
+        key = str(json.loads(data)["key"])
+        try:
+            for _ in range(2):
+                if key in self.zygotes:
+                    self.zygotes.move_to_end(key)
+                    zsock = self.zygotes[key][1]
+                else:
+                    zsock = self.spawn(key)
+                try:
+                    socket.send_fds(zsock, [data], [fd])
+                    return
+                except OSError:
+                    self.drop(key)
+        finally:
+            os.close(fd)
+
+    def drop(self, key: str) -> None:
+        entry = self.zygotes.pop(key, None)
+        if entry is not None:
+            entry[1].close()
+
+    def run(self) -> None:
+        self.ctrl.send(b"ready")
+        while True:
+            socks = {s: k for k, (_, s) in self.zygotes.items()}
+            ready, _, _ = select.select([self.ctrl, *socks], [], [], 0.5)
+            for sock in ready:
+                if sock is self.ctrl:
+                    data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
+                    if not data:
+                        return self.shutdown()
+                    if fds:
+                        self.dispatch(data, fds[0])
+                elif sock in socks and not sock.recv(16):
+                    self.drop(socks[sock])  # a zygote died or exited
+            self.reap()
+
+    @staticmethod
+    def reap() -> None:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+    def shutdown(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if os.getpgid(0) == os.getpid():  # only ever our own group (started as a session)
+            os.killpg(0, signal.SIGTERM)  # every zygote and evaluator (all SIG_DFL), not us
+        try:
+            while True:
+                os.waitpid(-1, 0)  # as subreaper this also collects orphaned evaluators
+        except ChildProcessError:
+            pass
+        os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    """Entry point: ``python -m switchboard.routing.sandbox_child CTRL_FD CONFIG_JSON``."""
+    os.environ.clear()  # the interpreter's locale coercion sets LC_CTYPE; jq must see none
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctrl = socket.socket(fileno=int(argv[1]))
+    ForkServer(ctrl, json.loads(argv[2])).run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv)

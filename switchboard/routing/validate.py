@@ -1,0 +1,225 @@
+"""Save-time validation of a webhook's routing configuration (rules, default, params)."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from typing import Any, Protocol
+
+from switchboard.errors import InvalidArgument
+from switchboard.routing.jqscan import forbidden_names
+from switchboard.routing.model import Grant
+from switchboard.routing.trace import validator
+
+MAX_RULES = 32
+MAX_EXPR_BYTES = 4096
+MAX_NAME_BYTES = 128
+MAX_ENDPOINTS = 16
+MAX_PARAMS_BYTES = 16 * 1024
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NOT_TARGET = "endpoint is not a delivery target of this webhook"
+
+
+class RuleValidationError(InvalidArgument):
+    """A routing configuration was refused; ``message`` names the rule by index, id and name."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        index: int | None = None,
+        rule_id: str | None = None,
+        rule_name: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code, index=index, rule_id=rule_id, rule_name=rule_name)
+        self.index = index
+        self.rule_id = rule_id
+        self.rule_name = rule_name
+
+
+class Compiler(Protocol):
+    """What ``validate_config`` needs from the sandbox."""
+
+    async def compile(self, exprs: list[str], params: dict[str, Any]) -> list[tuple[int, str]]:
+        """Compile errors by index."""
+        ...
+
+
+def mint_rule_id() -> str:
+    """A fresh rule id: ``rule_`` and 24 hex characters."""
+    return "rule_" + secrets.token_hex(12)
+
+
+class _Where:
+    def __init__(self, index: int | None, rule_id: str | None, name: str | None) -> None:
+        self.index, self.rule_id, self.name = index, rule_id, name
+
+    def label(self) -> str:
+        if self.index is None:
+            return "default_action"
+        parts = [f"id {self.rule_id}" if self.rule_id else None, f"name {self.name}" if self.name else None]
+        inner = ", ".join(p for p in parts if p)
+        return f"rule {self.index} ({inner})" if inner else f"rule {self.index}"
+
+    def fail(self, code: str, problem: str) -> RuleValidationError:
+        return RuleValidationError(
+            code, f"{self.label()}: {problem}", index=self.index, rule_id=self.rule_id,
+            rule_name=self.name,
+        )  # fmt: skip
+
+
+def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, Any]:
+    if not isinstance(action, dict):
+        raise where.fail("invalid_rule", "action must be an object")
+    if ("queue" in action) == ("drop" in action):
+        raise where.fail("invalid_rule", "action must have exactly one of queue or drop")
+    if "drop" in action:
+        if "endpoints" in action:
+            raise where.fail("invalid_rule", "a drop action cannot list endpoints")
+        if action["drop"] is not True:
+            raise where.fail("invalid_rule", "drop must be true")
+    endpoints = action.get("endpoints")
+    if endpoints is not None:
+        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
+            raise where.fail("invalid_rule", "endpoints must be a list of endpoint ids")
+        if len(endpoints) > MAX_ENDPOINTS:
+            raise where.fail("invalid_rule", f"at most {MAX_ENDPOINTS} endpoints per action")
+        if len(set(endpoints)) != len(endpoints):
+            raise where.fail("invalid_rule", "endpoints must not repeat")
+    errors = sorted(validator("action").iter_errors(action), key=lambda e: len(e.absolute_path))
+    if errors:
+        raise where.fail("invalid_rule", f"invalid action: {_schema_message(action, errors[0])}")
+    if grant is not None and "queue" in action:
+        queue = action["queue"]
+        if queue != grant.target_queue and queue not in grant.queues:
+            raise where.fail("not_granted", f"queue {queue!r} is not granted to this webhook")
+        targets = set(grant.endpoint_ids)
+        if endpoints is not None and any(e not in targets for e in endpoints):
+            raise where.fail("not_granted", _NOT_TARGET)  # one message: no existence oracle
+    return dict(action)
+
+
+def _schema_message(action: dict[str, Any], error: Any) -> str:
+    if error.validator == "oneOf" and not error.absolute_path:
+        extra = sorted(set(action) - {"queue", "endpoints", "exclusive", "once", "work_order"})
+        if extra:
+            return f"unknown field {extra[0]!r}"
+    path = "/".join(str(p) for p in error.absolute_path)
+    return f"{path}: {error.message}" if path else str(error.message)
+
+
+def _check_params(params: Any) -> dict[str, Any]:
+    def fail(problem: str) -> RuleValidationError:
+        return RuleValidationError("invalid_params", f"params: {problem}")
+
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise fail("must be an object")
+    try:
+        size = len(json.dumps(params, separators=(",", ":"), allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise fail(f"not serializable as JSON ({exc})") from None
+    if size > MAX_PARAMS_BYTES:
+        raise fail(f"over {MAX_PARAMS_BYTES} bytes serialized")
+    for key, value in params.items():
+        if not _scalar(value) and not _homogeneous_list(value):
+            raise fail(
+                f"{key!r} must be a string, number, boolean or a list of only strings "
+                "or only numbers"
+            )
+    return dict(params)
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool)
+
+
+def _homogeneous_list(value: Any) -> bool:
+    if not isinstance(value, list):
+        return False
+    if all(isinstance(v, str) for v in value):
+        return True
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+
+
+def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> dict[str, Any]:
+    if not isinstance(rule, dict):
+        raise _Where(index, None, None).fail("invalid_rule", "a rule must be an object")
+    rid = rule.get("id")
+    name = rule.get("name")
+    where = _Where(index, rid if isinstance(rid, str) else None, name if isinstance(name, str) else None)
+    unknown = sorted(set(rule) - {"id", "name", "expr", "action"})
+    if unknown:
+        raise where.fail("invalid_rule", f"unknown field {unknown[0]!r}")
+    if rid is None:
+        rid = mint_rule_id()
+        where.rule_id = rid
+    elif not isinstance(rid, str) or not _ID_RE.match(rid):
+        raise where.fail("invalid_rule", "id must be 1-64 characters of A-Z, a-z, 0-9, _ or -")
+    if rid in seen:
+        raise where.fail("invalid_rule", f"duplicate rule id {rid!r}")
+    seen.add(rid)
+    if name is not None and not isinstance(name, str):
+        raise where.fail("invalid_rule", "name must be a string")
+    if name is not None and len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise where.fail("invalid_rule", f"name is over {MAX_NAME_BYTES} bytes")
+    expr = rule.get("expr")
+    if not isinstance(expr, str) or not expr.strip():
+        raise where.fail("invalid_expression", "expression is empty")
+    if len(expr.encode("utf-8")) > MAX_EXPR_BYTES:
+        raise where.fail("invalid_expression", f"expression is over {MAX_EXPR_BYTES} bytes")
+    bad = forbidden_names(expr)
+    if bad:
+        raise where.fail("forbidden_function", f"expression uses forbidden {', '.join(bad)}")
+    if "action" not in rule:
+        raise where.fail("invalid_rule", "action is required")
+    action = _check_action(rule["action"], where, grant)
+    out: dict[str, Any] = {"id": rid, "expr": expr, "action": action}
+    if name is not None:
+        out["name"] = name
+    return out
+
+
+def check_structure(config: dict[str, Any], grant: Grant | None) -> dict[str, Any]:
+    """Validate everything but compilation; return the normalized config (ids minted).
+
+    ``grant`` None skips the grant checks (queues and endpoints).
+    """
+    if not isinstance(config, dict):
+        raise RuleValidationError("invalid_rule", "routing configuration must be an object")
+    unknown = sorted(set(config) - {"rules", "default_action", "params"})
+    if unknown:
+        raise RuleValidationError("invalid_rule", f"unknown field {unknown[0]!r}")
+    rules = config.get("rules")
+    if rules is None:
+        rules = []
+    if not isinstance(rules, list):
+        raise RuleValidationError("invalid_rule", "rules must be a list")
+    if len(rules) > MAX_RULES:
+        raise RuleValidationError("too_many_rules", f"at most {MAX_RULES} rules (got {len(rules)})")
+    seen: set[str] = set()
+    normalized = [_check_rule(rule, i, grant, seen) for i, rule in enumerate(rules)]
+    default = config.get("default_action")
+    if default is not None:
+        default = _check_action(default, _Where(None, None, None), grant)
+    params = _check_params(config.get("params"))
+    return {"rules": normalized, "default_action": default, "params": params}
+
+
+async def validate_config(
+    config: dict[str, Any], grant: Grant | None, sandbox: Compiler
+) -> dict[str, Any]:
+    """``check_structure`` and then compile every expression in the sandbox."""
+    normalized = check_structure(config, grant)
+    rules = normalized["rules"]
+    if rules:
+        errors = await sandbox.compile([r["expr"] for r in rules], normalized["params"])
+        if errors:
+            index, message = min(errors)
+            rule = rules[index]
+            where = _Where(index, rule["id"], rule.get("name"))
+            raise where.fail("invalid_expression", f"expression does not compile: {message}")
+    return normalized

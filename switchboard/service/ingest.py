@@ -1,0 +1,153 @@
+"""One delivery end to end: verify, key, sanitize, resolve, envelope, route, persist, sinks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..routing.envelope import build_envelope
+from ..routing.route import grant_for, route
+from ..routing.trace import validate_trace
+from ..runtime import Runtime
+from ..sanitize import sanitize_headers
+from ..sources import Delivery, Headers, body_key
+
+log = logging.getLogger("switchboard.ingest")
+
+_background: set[asyncio.Task[None]] = set()
+
+
+@dataclass(frozen=True)
+class IngestReply:
+    status: int
+    body: dict[str, Any]
+
+
+UNKNOWN = IngestReply(404, {"error": "unknown webhook"})
+UNVERIFIED = IngestReply(401, {"error": "signature verification failed"})
+UNCONFIGURED = IngestReply(503, {"error": "webhook not configured"})
+
+
+def todo_title(envelope: dict[str, Any]) -> str:
+    for key in ("artifact", "issue"):
+        sub = envelope.get(key)
+        if isinstance(sub, dict) and sub.get("title"):
+            return str(sub["title"])[:200]
+    return f"{envelope['source']} {envelope.get('kind') or 'delivery'}"
+
+
+def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[str, Any]:
+    """What a worker claims: the delivery's facts, projections and payload (no headers)."""
+    doc = {k: v for k, v in envelope.items() if k != "headers"}
+    doc.update(event_ref)
+    return doc
+
+
+async def ingest(
+    rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None
+) -> IngestReply:
+    webhook = await rt.store.resolve_webhook(token)
+    if webhook is None:
+        return UNKNOWN
+    source = rt.registries.sources.get(webhook["source_type"])
+    if source is None:  # its plugin was disabled after the webhook was created
+        return UNCONFIGURED
+    sealed = webhook["signing_secret_enc"]
+    secret = rt.secrets.open(sealed).encode() if sealed else None
+    verdict = source.verify(Delivery(headers, body, content_type), secret, time.time())
+    if not verdict.ok:
+        log.info("webhook %s: verification failed: %s", webhook["id"], verdict.detail)
+        return UNVERIFIED
+    external_id = f"{webhook['id']}:{verdict.delivery_id or body_key(body)}"
+    clean = sanitize_headers(headers)
+    grant = grant_for(webhook)
+    if not grant.targets:
+        return UNCONFIGURED
+    envelope = build_envelope(
+        source=webhook["source_type"],
+        kind=verdict.kind,
+        webhook_id=webhook["id"],
+        trust_mode=webhook["trust_mode"],
+        verified=verdict.verified,
+        content_type=content_type,
+        headers=clean,
+        body=body,
+        projections=rt.registries.projections,
+    )
+    decision = await route(rt.stages, webhook, envelope, grant)
+    validate_trace(decision.trace)
+    event = {
+        "source": webhook["source_type"],
+        "kind": verdict.kind,
+        "external_id": external_id,
+        "headers": clean,
+        "body": body,
+        "content_type": content_type,
+        "size": len(body),
+        "verified": verdict.verified,
+        "trust_mode": webhook["trust_mode"],
+        "verify_detail": verdict.detail or None,
+        "webhook_id": webhook["id"],
+        "routing_trace": decision.trace,
+    }
+    payload = todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id})
+    title = todo_title(envelope)
+    todos = [
+        {
+            "endpoint_id": endpoint_id,
+            "queue": decision.queue,
+            "idempotency_key": external_id,
+            "title": title,
+            "payload": payload,
+            "routing_trace": decision.trace,
+            "work_order": None,
+        }
+        for endpoint_id in decision.endpoints
+    ]
+    outcome = await rt.store.record_delivery(event, todos, drop=decision.drop)
+    base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
+    if outcome.dropped:
+        return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})
+    created = [t for t in outcome.todos if t["created"]]
+    if created:
+        _run_sinks(rt, {"id": outcome.event_id, **event}, created)
+    return IngestReply(
+        202,
+        {
+            "todos": [
+                {"id": t["id"], "endpoint_id": t["endpoint_id"], "queue": t["queue"],
+                 "created": t["created"]}
+                for t in outcome.todos
+            ],
+            "created": len(created),
+            **base,
+        },
+    )
+
+
+def _run_sinks(rt: Runtime, event: dict[str, Any], todos: list[dict[str, Any]]) -> None:
+    """Sinks run after commit, off the response path; a failure is logged, never raised."""
+    sinks = list(rt.registries.sinks)
+    if not sinks:
+        return
+
+    async def run() -> None:
+        for sink in sinks:
+            try:
+                await sink.deliver(rt, event, todos)
+            except Exception:
+                log.exception("sink %r (plugin %r) failed", sink.name,
+                              rt.registries.sinks.owner(sink.name))
+
+    task = asyncio.get_running_loop().create_task(run())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def drain_sinks() -> None:
+    """Wait for in-flight sink calls (used at shutdown so no doorbell is cut short)."""
+    if _background:
+        await asyncio.gather(*list(_background), return_exceptions=True)

@@ -1,0 +1,186 @@
+"""SQL for webhooks, their routes, and the per-delivery target and grant resolution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from .db import Database, Row, is_uuid
+from .identity import LIVE_ENDPOINT
+
+_WEBHOOK_COLS = (
+    "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, w.ingest_token, "
+    "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing_rules, w.default_action, "
+    "w.routing_params, e.owner_human, e.webhook_queues AS owner_webhook_queues"
+)
+
+# Live, authorized targets in delivery order: the owner endpoint first, then routes by
+# granted_at then target id. Authorization is re-checked here on every delivery.
+_TARGETS = f"""
+    SELECT coalesce(json_agg(json_build_object('id', t.id, 'queues', t.scope_queues)
+                             ORDER BY t.ord, t.granted_at, t.id), '[]'::json)
+    FROM (
+        SELECT e.id, e.scope_queues, 0 AS ord, NULL::timestamptz AS granted_at
+        FROM endpoints e WHERE e.id = w.endpoint_id AND {LIVE_ENDPOINT}
+        UNION ALL
+        SELECT e.id, e.scope_queues, 1, r.granted_at
+        FROM webhook_routes r JOIN endpoints e ON e.id = r.target_endpoint_id
+        WHERE r.webhook_id = w.id AND e.id <> w.endpoint_id AND {LIVE_ENDPOINT}
+          AND (e.owner_human = o.owner_human OR EXISTS (
+                SELECT 1 FROM friendships f WHERE f.from_human = o.owner_human
+                AND f.to_human = e.owner_human AND f.state = 'approved'))
+    ) t
+"""
+
+# Queues the owner may use for webhooks: the owner endpoint's webhook_queues plus the
+# scopes of the same human's other live endpoints.
+_HUMAN_QUEUES = f"""
+    SELECT coalesce(array_agg(DISTINCT q ORDER BY q), '{{}}')
+    FROM endpoints e, unnest(e.scope_queues) q
+    WHERE e.owner_human = o.owner_human AND e.id <> w.endpoint_id AND {LIVE_ENDPOINT}
+"""
+
+_RESOLVED = f"""
+    SELECT w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode,
+           w.signing_secret_enc, w.routing_rules, w.default_action, w.routing_params,
+           o.owner_human, o.webhook_queues AS owner_webhook_queues,
+           ({_TARGETS}) AS targets, ({_HUMAN_QUEUES}) AS human_queues
+    FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
+"""
+
+
+class WebhookQueries:
+    db: Database
+
+    async def count_webhooks(self, endpoint_id: str) -> int:
+        row = await self.db.fetchone(
+            "SELECT count(*) AS n FROM endpoint_webhooks WHERE endpoint_id = %s", (endpoint_id,)
+        )
+        return int(row["n"]) if row else 0
+
+    async def get_webhook(self, webhook_id: str) -> Row | None:
+        if not is_uuid(webhook_id):
+            return None
+        return await self.db.fetchone(
+            f"SELECT {_WEBHOOK_COLS} FROM endpoint_webhooks w "
+            "JOIN endpoints e ON e.id = w.endpoint_id WHERE w.id = %s",
+            (webhook_id,),
+        )
+
+    async def list_webhooks_of_human(self, human_id: str) -> list[Row]:
+        return await self.db.fetchall(
+            f"SELECT {_WEBHOOK_COLS} FROM endpoint_webhooks w "
+            "JOIN endpoints e ON e.id = w.endpoint_id WHERE e.owner_human = %s "
+            "ORDER BY w.created_at, w.id",
+            (human_id,),
+        )
+
+    async def rotate_webhook(self, webhook_id: str, token: str, secret_enc: bytes | None) -> Row:
+        row = await self.db.fetchone(
+            "UPDATE endpoint_webhooks SET ingest_token = %s, signing_secret_enc = %s,"
+            " rotated_at = now() WHERE id = %s RETURNING id, rotated_at",
+            (token, secret_enc, webhook_id),
+        )
+        assert row is not None
+        return row
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        row = await self.db.fetchone(
+            "DELETE FROM endpoint_webhooks WHERE id = %s RETURNING id", (webhook_id,)
+        )
+        return row is not None
+
+    async def resolve_webhook(self, ingest_token: str) -> Row | None:
+        """The webhook behind an ingest token with its live targets and grant queues."""
+        return await self.db.fetchone(_RESOLVED + " WHERE w.ingest_token = %s", (ingest_token,))
+
+    async def resolve_webhook_by_id(self, webhook_id: str) -> Row | None:
+        if not is_uuid(webhook_id):
+            return None
+        return await self.db.fetchone(_RESOLVED + " WHERE w.id = %s", (webhook_id,))
+
+    # -- routes ------------------------------------------------------------------------
+
+    async def add_route(self, webhook_id: str, target_endpoint_id: str,
+                        granted_by: str | None) -> Row:
+        row = await self.db.fetchone(
+            "INSERT INTO webhook_routes (webhook_id, target_endpoint_id, granted_by)"
+            " VALUES (%s, %s, %s) ON CONFLICT (webhook_id, target_endpoint_id)"
+            " DO UPDATE SET webhook_id = EXCLUDED.webhook_id"
+            " RETURNING webhook_id, target_endpoint_id, granted_by, granted_at",
+            (webhook_id, target_endpoint_id, granted_by),
+        )
+        assert row is not None
+        return row
+
+    async def remove_route(self, webhook_id: str, target_endpoint_id: str) -> bool:
+        if not is_uuid(target_endpoint_id):
+            return False
+        row = await self.db.fetchone(
+            "DELETE FROM webhook_routes WHERE webhook_id = %s AND target_endpoint_id = %s"
+            " RETURNING webhook_id",
+            (webhook_id, target_endpoint_id),
+        )
+        return row is not None
+
+    async def list_routes(self, webhook_id: str) -> list[Row]:
+        return await self.db.fetchall(
+            "SELECT r.webhook_id, r.target_endpoint_id, r.granted_by, r.granted_at,"
+            " e.name AS target_name, e.state AS target_state"
+            " FROM webhook_routes r JOIN endpoints e ON e.id = r.target_endpoint_id"
+            " WHERE r.webhook_id = %s ORDER BY r.granted_at, r.target_endpoint_id",
+            (webhook_id,),
+        )
+
+    # -- routing config ----------------------------------------------------------------
+
+    async def save_routing(self, conn: Any, webhook_id: str, config: dict[str, Any]) -> None:
+        await conn.execute(
+            "UPDATE endpoint_webhooks SET routing_rules = %s, default_action = %s,"
+            " routing_params = %s WHERE id = %s",
+            (
+                Jsonb(config.get("rules") or []),
+                Jsonb(config["default_action"]) if config.get("default_action") else None,
+                Jsonb(config.get("params") or {}),
+                webhook_id,
+            ),
+        )
+
+    async def lock_webhook(self, conn: Any, webhook_id: str) -> Row | None:
+        """``SELECT … FOR UPDATE``: mutations of one webhook's routing serialize here."""
+        cur = await conn.execute(
+            f"SELECT {_WEBHOOK_COLS} FROM endpoint_webhooks w "
+            "JOIN endpoints e ON e.id = w.endpoint_id WHERE w.id = %s FOR UPDATE OF w",
+            (webhook_id,),
+        )
+        row: Row | None = await cur.fetchone()
+        return row
+
+
+class WebhookCeiling:
+    """Creation under the owner endpoint's row lock, so webhook_max holds under races."""
+
+    db: Database
+
+    async def create_webhook_within(self, endpoint_id: str, webhook_max: int,
+                                    **fields: Any) -> Row | None:
+        """Insert unless the endpoint already owns ``webhook_max`` webhooks (then None)."""
+        async with self.db.tx() as conn:
+            await conn.execute("SELECT 1 FROM endpoints WHERE id = %s FOR UPDATE", (endpoint_id,))
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM endpoint_webhooks WHERE endpoint_id = %s",
+                (endpoint_id,),
+            )
+            count = await cur.fetchone()
+            if count is not None and int(count["n"]) >= webhook_max:
+                return None
+            cur = await conn.execute(
+                "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue,"
+                " trust_mode, ingest_token, signing_secret_enc) VALUES (%(endpoint_id)s,"
+                " %(source_type)s, %(target_queue)s, %(trust_mode)s, %(ingest_token)s,"
+                " %(signing_secret_enc)s) RETURNING id, created_at",
+                {"endpoint_id": endpoint_id, **fields},
+            )
+            row: Row | None = await cur.fetchone()
+            return row

@@ -1,0 +1,211 @@
+"""The sandbox: match semantics, every fault cause, isolation, limits and clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psutil
+import pytest
+
+from switchboard.routing.model import MatchResult
+from switchboard.routing.sandbox import Attempt, Sandbox, parse_line
+
+pytestmark = pytest.mark.anyio
+
+ENV: dict[str, Any] = {
+    "source": "gitea",
+    "kind": "pull_request",
+    "headers": {"x-gitea-event": "pull_request"},
+    "payload": {"action": "review_requested", "number": 7, "labels": ["a", "b"]},
+    "size": 2048,
+}
+
+
+@asynccontextmanager
+async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
+    sb = Sandbox(**kw)
+    await sb.start()
+    try:
+        yield sb
+    finally:
+        await sb.close()
+
+
+def causes(result: MatchResult) -> list[tuple[int, str]]:
+    return [(f.rule_index, f.cause) for f in result.faults]
+
+
+TRUTH = [
+    ("false", None), ("null", None), ("empty", None), (".missing", None), ("true", 0),
+    ("0", 0), ('""', 0), ("[]", 0), ("{}", 0), ("false, true", None), ("true, false", 0),
+    ("empty, true", 0), ('.kind == "pull_request"', 0), ('.payload.labels | index("b")', 0),
+    ('select(.size > 4096)', None), (".payload.number > 5 and .source == \"gitea\"", 0),
+]  # fmt: skip
+
+
+async def test_truthiness_table() -> None:
+    async with sandbox() as sb:
+        for expr, expected in TRUTH:
+            result = await sb.evaluate([("r", expr)], {}, ENV)
+            assert result == MatchResult(expected), expr
+
+
+async def test_first_match_wins_and_params() -> None:
+    rules: list[tuple[str | None, str]] = [
+        ("a", '.kind == "push"'),
+        ("b", ".payload.number == $params.n"),
+        ("c", "true"),
+    ]
+    async with sandbox() as sb:
+        assert await sb.evaluate(rules, {"n": 7}, ENV) == MatchResult(1)
+        assert await sb.evaluate(rules, {"n": 8}, ENV) == MatchResult(2)
+        assert await sb.evaluate(rules[:2], {}, ENV) == MatchResult(None)  # $params is {}
+        assert await sb.evaluate([("p", "$params == {}")], {}, ENV) == MatchResult(0)
+        assert await sb.evaluate([], {}, ENV) == MatchResult(None)
+
+
+async def test_runtime_error_is_a_fault_and_evaluation_continues() -> None:
+    async with sandbox() as sb:
+        result = await sb.evaluate([("e", 'error("boom")'), ("x", ".a.b.c"), ("t", "true")], {}, ENV)
+        assert result.rule_index == 2
+        assert causes(result) == [(0, "error")]
+        assert result.faults[0].detail == "boom" and result.faults[0].rule_id == "e"
+        result = await sb.evaluate([(None, '.kind | ltrimstr(1) | .[0]')], {}, ENV)
+        assert causes(result) == [(0, "error")]
+
+
+async def test_timeout_then_next_rule_in_fresh_process() -> None:
+    async with sandbox() as sb:
+        result = await sb.evaluate([("slow", "last(range(1e12)) > 0"), ("ok", "true")], {}, ENV)
+        assert result.rule_index == 1
+        assert causes(result) == [(0, "timeout")]
+        result = await sb.evaluate([("rec", "def f: f; f"), ("ok", "false")], {}, ENV)
+        assert result.rule_index is None
+        assert causes(result)[0][1] in ("timeout", "error")
+
+
+async def test_budget_exhausted() -> None:
+    slow = "last(range(1e12)) > 0"
+    rules = [(f"s{i}", slow) for i in range(6)] + [("t", "true")]
+    async with sandbox() as sb:
+        result = await sb.evaluate(rules, {}, ENV)
+    assert result.rule_index is None
+    assert [c for _, c in causes(result)].count("timeout") in (4, 5)
+    assert causes(result)[-1][1] == "budget_exhausted"
+    assert [f for f in result.faults if f.cause == "budget_exhausted"][0].rule_index <= 5
+
+
+async def test_compile_errors_at_evaluation_time() -> None:
+    async with sandbox() as sb:
+        result = await sb.evaluate(
+            [("a", ".a["), ("b", '"x" * 1e9'), ("c", "1)), ((2"), ("d", ".kind == $params.k")],
+            {"k": "pull_request"},
+            ENV,
+        )
+        assert result.rule_index == 3
+        assert causes(result) == [(0, "compile_error"), (1, "compile_error"), (2, "compile_error")]
+        # the abort-at-compile import never reaches libjq's module loader inside a rule
+        result = await sb.evaluate(
+            [("i", 'import "a" as $x {search: "$ORIGIN/.."}; 1'), ("t", "true")], {}, ENV
+        )
+        assert result.rule_index == 1 and causes(result) == [(0, "compile_error")]
+        assert await sb.compile([".a", ".a[", '"x" * 1e9', "env"], {}) == [
+            (1, "syntax error: unbalanced brackets"),
+            (2, await_limit := (await sb.compile(['"x" * 1e9'], {}))[0][1]),
+        ]
+        assert "limit" in await_limit
+
+
+async def test_libjq_abort_at_compile_does_not_take_down_the_trial() -> None:
+    # A top-level $ORIGIN import aborts inside libjq; the forked trial absorbs it.
+    code = (
+        "from switchboard.routing.sandbox_child import trial;"
+        "print(trial('import \"a\" as $x {search: \"$ORIGIN/..\"}; 1', {}, 1000))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    assert "limit" in out.stdout or "error" in out.stdout
+
+
+FAILURES = [
+    'reduce range(40) as $i ("x"; . + .) | length > 0',
+    "[limit(100000000; repeat(1))] | length > 0",
+    "def f: [f]; f",
+    "reduce range(200000) as $i (0; [.]) | tojson | length > 0",
+    "halt",
+]
+
+
+async def test_resource_faults_are_sandbox_failures() -> None:
+    async with sandbox() as sb:
+        for expr in FAILURES:
+            result = await sb.evaluate([("bad", expr), ("t", "true")], {}, ENV)
+            assert result.rule_index in (None, 1), expr
+            assert any(c in ("sandbox_failure", "timeout", "error") for _, c in causes(result)), expr
+        # memory doubling hits the cap (abort) or the rule deadline, whichever comes first;
+        # the sandbox keeps working afterwards
+        result = await sb.evaluate([("bad", FAILURES[0])], {}, ENV)
+        assert causes(result) in ([(-1, "sandbox_failure")], [(0, "timeout")])
+        assert await sb.evaluate([("t", "true")], {}, ENV) == MatchResult(0)
+
+
+def test_garbage_output_is_refused() -> None:
+    att = Attempt()
+    parse_line("p 12", att, 0.0)
+    parse_line("r 0 maybe", att, 0.0)
+    assert att.garbage is not None
+    att = Attempt()
+    parse_line("hello there", att, 0.0)
+    assert att.garbage is not None
+    att = Attempt()
+    parse_line('g "evaluation ended early"', att, 0.0)
+    assert att.garbage == "evaluation ended early"
+
+
+async def test_environment_is_empty_and_filesystem_unreachable() -> None:
+    async with sandbox() as sb:
+        assert await sb.evaluate([("e", "$ENV == {}")], {}, ENV) == MatchResult(0)
+        assert await sb.evaluate([("e", "env | length == 0")], {}, ENV) == MatchResult(0)
+        assert await sb.evaluate([("f", "input_filename == null")], {}, ENV) == MatchResult(0)
+
+
+async def test_busy_under_flood() -> None:
+    slow = [("s", "[limit(40; repeat(1) | select(now < 0))] | length > 0")]
+    async with sandbox(max_concurrency=1, slot_wait_s=0.05) as sb:
+        results = await asyncio.gather(*(sb.evaluate(slow, {}, ENV) for _ in range(4)))
+    busy = [r for r in results if causes(r) == [(-1, "sandbox_busy")]]
+    assert 1 <= len(busy) <= 3
+
+
+async def test_fork_server_killed_is_restarted() -> None:
+    async with sandbox() as sb:
+        assert await sb.evaluate([("t", "true")], {}, ENV) == MatchResult(0)
+        assert sb.pid is not None
+        first = sb.pid
+        os.kill(first, signal.SIGKILL)
+        await asyncio.sleep(0.05)
+        result = await sb.evaluate([("t", "true")], {}, ENV)
+        if result.rule_index is None:  # the dying server may fail one request
+            assert causes(result) == [(-1, "sandbox_failure")]
+            result = await sb.evaluate([("t", "true")], {}, ENV)
+        assert result == MatchResult(0)
+        assert sb.pid != first
+
+
+async def test_no_processes_or_memory_left_behind() -> None:
+    me = psutil.Process()
+    rss = me.memory_info().rss
+    async with sandbox(cache_size=4) as sb:
+        for i in range(12):
+            await sb.evaluate([("r", f".size > {i}"), ("bad", FAILURES[0])], {}, ENV)
+        await sb.evaluate([("slow", "last(range(1e12)) > 0")], {}, ENV)
+        assert me.children(recursive=True)
+    assert me.children(recursive=True) == []
+    assert me.memory_info().rss - rss < 20 * 2**20

@@ -1,0 +1,159 @@
+"""Save-time validation: every error code, normalization, and sandbox compilation."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from switchboard.errors import InvalidArgument
+from switchboard.routing.model import Grant
+from switchboard.routing.validate import RuleValidationError, check_structure, validate_config
+
+
+def rule(expr: str = ".kind == \"push\"", **kw: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": "r1", "name": "push", "expr": expr, "action": {"queue": "forge"}}
+    doc.update(kw)
+    return doc
+
+
+def cfg(*rules: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {"rules": list(rules), **kw}
+
+
+CASES: list[tuple[str, dict[str, Any], str, int | None]] = [
+    ("too many", cfg(*[rule(id=f"r{i}") for i in range(33)]), "too_many_rules", None),
+    ("bad id", cfg(rule(id="has space")), "invalid_rule", 0),
+    ("long id", cfg(rule(id="x" * 65)), "invalid_rule", 0),
+    ("dup id", cfg(rule(), rule()), "invalid_rule", 1),
+    ("long name", cfg(rule(name="é" * 65)), "invalid_rule", 0),
+    ("name type", cfg(rule(name=5)), "invalid_rule", 0),
+    ("unknown field", cfg(rule(extra=1)), "invalid_rule", 0),
+    ("empty expr", cfg(rule("  ")), "invalid_expression", 0),
+    ("long expr", cfg(rule("." + " " * 4096)), "invalid_expression", 0),
+    ("forbidden", cfg(rule("env.HOME == 1")), "forbidden_function", 0),
+    ("forbidden var", cfg(rule("$ENV | length > 0")), "forbidden_function", 0),
+    ("no action", cfg({"id": "a", "expr": "true"}), "invalid_rule", 0),
+    ("both", cfg(rule(action={"queue": "forge", "drop": True})), "invalid_rule", 0),
+    ("neither", cfg(rule(action={})), "invalid_rule", 0),
+    ("drop endpoints", cfg(rule(action={"drop": True, "endpoints": ["ep-a"]})), "invalid_rule", 0),
+    ("drop false", cfg(rule(action={"drop": False})), "invalid_rule", 0),
+    ("too many eps", cfg(rule(action={"queue": "forge", "endpoints": [f"e{i}" for i in range(17)]})),
+     "invalid_rule", 0),
+    ("dup eps", cfg(rule(action={"queue": "forge", "endpoints": ["ep-a", "ep-a"]})), "invalid_rule", 0),
+    ("queue type", cfg(rule(action={"queue": 5})), "invalid_rule", 0),
+    ("eps type", cfg(rule(action={"queue": "forge", "endpoints": "ep-a"})), "invalid_rule", 0),
+    ("action extra", cfg(rule(action={"queue": "forge", "colour": "red"})), "invalid_rule", 0),
+    ("queue not granted", cfg(rule(action={"queue": "secret"})), "not_granted", 0),
+    ("endpoint not target", cfg(rule(action={"queue": "forge", "endpoints": ["ep-x"]})),
+     "not_granted", 0),
+    ("default not granted", cfg(default_action={"queue": "secret"}), "not_granted", None),
+    ("default malformed", cfg(default_action={"drop": True, "queue": "x"}), "invalid_rule", None),
+    ("params type", cfg(params=[1]), "invalid_params", None),
+    ("params nested", cfg(params={"a": {"b": 1}}), "invalid_params", None),
+    ("params mixed list", cfg(params={"a": [1, "x"]}), "invalid_params", None),
+    ("params list of lists", cfg(params={"a": [[1]]}), "invalid_params", None),
+    ("params null", cfg(params={"a": None}), "invalid_params", None),
+    ("params too big", cfg(params={"a": "x" * 16400}), "invalid_params", None),
+    ("rules type", {"rules": {}}, "invalid_rule", None),
+    ("config extra", {"rules": [], "bogus": 1}, "invalid_rule", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "config", "code", "index"), CASES, ids=[c[0] for c in CASES])
+def test_rejections(label: str, config: dict[str, Any], code: str, index: int | None,
+                    grant: Grant) -> None:  # fmt: skip
+    with pytest.raises(RuleValidationError) as info:
+        check_structure(config, grant)
+    err = info.value
+    assert isinstance(err, InvalidArgument)
+    assert err.code == code, err.message
+    assert err.index == index
+    if index is not None:
+        assert err.message.startswith(f"rule {index} (")
+    elif code in ("not_granted", "invalid_rule") and "default_action" in config:
+        assert err.message.startswith("default_action")
+
+
+def test_message_names_rule_by_index_id_and_name(grant: Grant) -> None:
+    with pytest.raises(RuleValidationError) as info:
+        check_structure(cfg(rule(id="x", name="y", action={"queue": "nope"})), grant)
+    assert info.value.message.startswith("rule 0 (id x, name y): ")
+    assert (info.value.rule_id, info.value.rule_name) == ("x", "y")
+
+
+def test_endpoint_miss_message_is_identical(grant: Grant) -> None:
+    messages = set()
+    for ep in ("ep-unknown", "ep-of-someone-else", "x"):
+        with pytest.raises(RuleValidationError) as info:
+            check_structure(cfg(rule(action={"queue": "forge", "endpoints": ["ep-a", ep]})), grant)
+        messages.add(info.value.message)
+    assert messages == {"rule 0 (id r1, name push): endpoint is not a delivery target of this webhook"}
+
+
+def test_normalizes_and_mints_ids(grant: Grant) -> None:
+    out = check_structure(
+        {"rules": [{"expr": "true", "action": {"drop": True}}, rule()],
+         "params": {"s": "x", "n": 1.5, "b": True, "l": ["a"], "m": [1, 2]}},
+        grant,
+    )  # fmt: skip
+    assert re.fullmatch(r"rule_[0-9a-f]{24}", out["rules"][0]["id"])
+    assert "name" not in out["rules"][0]
+    assert out["rules"][1] == rule()
+    assert out["default_action"] is None
+    assert out["params"]["m"] == [1, 2]
+
+
+def test_target_queue_and_granted_queues_pass(grant: Grant) -> None:
+    config = cfg(rule(action={"queue": "inbox", "endpoints": ["ep-b"]}), rule(id="r2", action={"queue": "lane-s"}),
+                 default_action={"queue": "forge"})  # fmt: skip
+    assert check_structure(config, grant)["default_action"] == {"queue": "forge"}
+
+
+def test_grant_none_skips_grant_checks() -> None:
+    check_structure(cfg(rule(action={"queue": "anything", "endpoints": ["who"]})), None)
+
+
+def test_empty_config() -> None:
+    assert check_structure({"rules": []}, None) == {"rules": [], "default_action": None, "params": {}}
+
+
+class FakeCompiler:
+    def __init__(self, errors: list[tuple[int, str]]) -> None:
+        self.errors = errors
+        self.calls: list[list[str]] = []
+
+    async def compile(self, exprs: list[str], params: dict[str, Any]) -> list[tuple[int, str]]:
+        self.calls.append(exprs)
+        return self.errors
+
+
+@pytest.mark.anyio
+async def test_validate_config_reports_first_compile_error(grant: Grant) -> None:
+    fake = FakeCompiler([(2, "bad"), (1, "syntax error")])
+    config = cfg(rule(), rule(".a[", id="r2", name="two"), rule(".b[", id="r3"))
+    with pytest.raises(RuleValidationError) as info:
+        await validate_config(config, grant, fake)
+    assert info.value.code == "invalid_expression"
+    assert info.value.index == 1
+    assert info.value.message.startswith("rule 1 (id r2, name two): expression does not compile")
+
+
+@pytest.mark.anyio
+async def test_validate_config_with_real_sandbox(grant: Grant) -> None:
+    from switchboard.routing.sandbox import Sandbox
+
+    sandbox = Sandbox()
+    await sandbox.start()
+    try:
+        ok = await validate_config(cfg(rule(), rule(".a == $params.x", id="r2")), grant, sandbox)
+        assert len(ok["rules"]) == 2
+        with pytest.raises(RuleValidationError) as info:
+            await validate_config(cfg(rule(), rule('"x" * 1e9', id="r2")), grant, sandbox)
+        assert (info.value.code, info.value.index) == ("invalid_expression", 1)
+        with pytest.raises(RuleValidationError) as info:
+            await validate_config(cfg(rule(".a | ")), grant, sandbox)
+        assert (info.value.code, info.value.index) == ("invalid_expression", 0)
+    finally:
+        await sandbox.close()

@@ -1,0 +1,188 @@
+"""``switchboard send``: requests built exactly as each producer builds them, and one real POST."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from switchboard_cairn.source import CairnSource, parse_rfc3339
+from switchboard_generic.source import GenericSource
+from switchboard_gitea.source import GiteaSource
+from switchboard_github.source import GithubSource
+
+from switchboard.cli.send import UsageError, build_request, configure, run
+from switchboard.sources import Delivery, Headers
+
+SECRET = b"send-secret-0123456789abcdef0123456789"
+NOW = datetime(2026, 9, 11, 17, 4, 5, tzinfo=UTC).timestamp()
+SOURCES = {s.name: s for s in (CairnSource(), GiteaSource(), GithubSource(), GenericSource())}
+
+
+def verify(source: str, body: bytes, headers: dict[str, str], now: float = NOW) -> Any:
+    return SOURCES[source].verify(Delivery(Headers(headers), body), SECRET, now)
+
+
+@pytest.mark.parametrize(
+    "source,fixture,event,expected",
+    [
+        ("github", "github_issues_opened", "issues", {"X-GitHub-Event": "issues"}),
+        ("gitea", "gitea_issues_label_updated", "issue_label", {"X-Gitea-Event": "issues"}),
+        ("generic", "generic_alert", "ignored", {"Content-Type": "application/json"}),
+    ],
+)
+def test_build_request_verifies(
+    recorded: Any, source: str, fixture: str, event: str, expected: dict[str, str]
+) -> None:
+    original = recorded(fixture).body
+    body, headers = build_request(source, original, SECRET, event, {}, stamp=True)
+    assert body == original  # only cairn bodies are ever rewritten
+    assert expected.items() <= headers.items()
+    assert verify(source, body, headers).ok
+
+
+def test_cairn_body_with_stamps_is_sent_byte_for_byte(recorded: Any) -> None:
+    original = recorded("cairn_artifact_created").body
+    body, headers = build_request("cairn", original, SECRET, None, [], stamp=False)
+    assert body == original
+    assert headers["X-Cairn-Event-Id"] == "6f1c1f0e-7f5b-4b8e-9a51-3f7f2c1d9b20"
+    assert verify("cairn", body, headers).ok
+
+
+def test_cairn_stamp_replaces_id_and_clock(recorded: Any) -> None:
+    original = recorded("cairn_artifact_created").body
+    later = NOW + 86_400
+    body, headers = build_request("cairn", original, SECRET, None, [], stamp=True, now=later)
+    doc = json.loads(body)
+    assert doc["event_id"] != "6f1c1f0e-7f5b-4b8e-9a51-3f7f2c1d9b20"
+    assert doc["created_at"] == "2026-09-12T17:04:05Z"
+    assert headers["X-Cairn-Event-Id"] == doc["event_id"]
+    assert headers["X-Cairn-Event"] == "artifact.created"
+    assert headers["User-Agent"] == "cairn-outboundhook/1"
+    assert verify("cairn", body, headers, now=later).ok
+    assert doc["data"] == json.loads(original)["data"]
+
+
+def test_cairn_missing_stamps_are_added_without_stamp() -> None:
+    original = b'{"kind": "artifact.created", "data": {"n": 12345678901234567890123}}'
+    body, headers = build_request("cairn", original, SECRET, None, [], stamp=False, now=NOW)
+    doc = json.loads(body)
+    assert parse_rfc3339(doc["created_at"]) is not None
+    assert doc["data"]["n"] == 12345678901234567890123
+    assert verify("cairn", body, headers).ok
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1]"])
+def test_cairn_body_that_cannot_be_stamped(body: bytes) -> None:
+    with pytest.raises(UsageError):
+        build_request("cairn", body, SECRET, None, [], stamp=False)
+
+
+def test_extra_headers_replace_the_producers_in_any_case() -> None:
+    body, headers = build_request(
+        "cairn",
+        b'{"kind":"k","event_id":"e1","created_at":"2026-09-11T17:04:05Z"}',
+        SECRET,
+        None,
+        [("x-cairn-event-id", "forged")],
+        stamp=False,
+    )
+    assert headers["x-cairn-event-id"] == "forged" and "X-Cairn-Event-Id" not in headers
+    assert not verify("cairn", body, headers).ok
+
+
+def test_unknown_source() -> None:
+    with pytest.raises(UsageError):
+        build_request("gitlab", b"{}", SECRET, None, [], stamp=False)
+
+
+# --------------------------------------------------------------------------------------
+# The command end to end, against a local HTTP server
+# --------------------------------------------------------------------------------------
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.received.append((dict(self.headers.items()), body))
+        ok = self.path == "/ok"
+        payload = json.dumps({"accepted": ok}).encode() if ok else b"nope"
+        self.send_response(202 if ok else 401)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[str]:
+    _Receiver.received = []
+    server = HTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def send(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_send_posts_signed_body(
+    receiver: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body_file = tmp_path / "issue.json"
+    body_file.write_bytes(b'{"action":"opened"}')
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET.decode() + "\n")
+    args = send(
+        "--url", f"{receiver}/ok", "--source", "github", "--secret", f"@{secret_file}",
+        "--event", "issues", "--header", "X-Trace: a:b", str(body_file),
+    )  # fmt: skip
+    assert asyncio.run(run(args, None)) == 0
+    assert json.loads(capsys.readouterr().out) == {"status": 202, "response": {"accepted": True}}
+    ((headers, body),) = _Receiver.received
+    assert body == b'{"action":"opened"}'
+    assert headers["X-Trace"] == "a:b"
+    assert verify("github", body, headers).ok
+
+
+def test_send_non_2xx_exits_1(
+    receiver: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body_file = tmp_path / "alert.json"
+    body_file.write_bytes(b"{}")
+    args = send("--url", f"{receiver}/no", "--source", "generic", str(body_file))
+    assert asyncio.run(run(args, None)) == 1
+    assert json.loads(capsys.readouterr().out) == {"status": 401, "response": "nope"}
+
+
+@pytest.mark.parametrize("problem", ["missing file", "unreadable secret", "bad header"])
+def test_send_usage_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
+) -> None:
+    body_file = tmp_path / "body.json"
+    body_file.write_bytes(b"{}")
+    argv = ["--url", "http://127.0.0.1:9/", "--source", "github", str(body_file)]
+    if problem == "missing file":
+        argv[-1] = str(tmp_path / "absent.json")
+    elif problem == "unreadable secret":
+        argv[-1:-1] = ["--secret", f"@{tmp_path / 'no-secret'}"]
+    else:
+        argv[-1:-1] = ["--header", "no-colon"]
+    assert asyncio.run(run(send(*argv), None)) == 2
+    assert "error" in json.loads(capsys.readouterr().out)

@@ -1,0 +1,242 @@
+"""The receiver end to end: real HTTP into `switchboard serve`, real PostgreSQL out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from sbtest import CLI
+from sbworld import World
+
+from switchboard.cli.send import build_request
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def world(server_factory: Any, dsn: str) -> tuple[Any, World]:
+    srv = server_factory(dsn)
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.human("bob")
+    w.endpoint("alice", "owner", queues="inbox,handoff", webhook_queues="inbox")
+    return srv, w
+
+
+def _post(url: str, source: str, body: bytes, secret: str | None, **kw: Any) -> httpx.Response:
+    data, headers = build_request(source, body, secret.encode() if secret else None,
+                                  kw.get("event"), kw.get("headers", []), kw.get("stamp", False))
+    return httpx.post(url, content=data, headers=headers, timeout=30)
+
+
+def _count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, dsn: str) -> None:
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    assert "signing_secret" not in hook
+    body = json.dumps({"hello": "world", "big": 12345678901234567890123}).encode()
+    resp = httpx.post(hook["ingest_url"], content=body, timeout=30, headers={
+        "Content-Type": "application/json", "X-Delivery-Id": "d-1",
+        "Authorization": "Bearer abc", "X-Callback": "https://x.test/cb?token=s3cret&x=1"})
+    assert resp.status_code == 202, resp.text
+    doc = resp.json()
+    assert doc["created"] == 1 and doc["verified"] is False and doc["trust_mode"] == "token"
+    [todo] = doc["todos"]
+    assert todo["endpoint_id"] == w.endpoints["owner"]["endpoint_id"]
+    assert todo["queue"] == "inbox" and todo["created"] is True
+    assert "trace" not in resp.text and "routing_trace" not in resp.text
+    with psycopg.connect(dsn) as conn:
+        ev = conn.execute("SELECT external_id, headers, routing_trace, webhook_id, verified,"
+                          " body FROM events").fetchone()
+        assert ev is not None
+        assert ev[0] == f"{hook['webhook_id']}:d-1"
+        assert ev[1]["authorization"] == "«redacted»"
+        assert "s3cret" not in json.dumps(ev[1])
+        expected = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
+        assert ev[2] == expected and str(ev[3]) == hook["webhook_id"] and ev[4] is False
+        assert bytes(ev[5]) == body
+        t = conn.execute("SELECT idempotency_key, routing_trace, payload FROM todos").fetchone()
+        assert t is not None
+        assert t[0] == ev[0] and t[1] == expected
+        assert t[2]["payload"]["big"] == 12345678901234567890123
+
+
+def test_unknown_token_and_oversize_body(world: Any, dsn: str) -> None:
+    srv, w = world
+    resp = httpx.post(srv.base_url + "/webhooks/w/" + "0" * 48, content=b"{}", timeout=30)
+    assert resp.status_code == 404 and resp.json() == {"error": "unknown webhook"}
+    hook = w.webhook("owner", "generic")
+    big = b"x" * (5 * 1024 * 1024 + 1)
+    resp = httpx.post(hook["ingest_url"], content=big, timeout=60)
+    assert resp.status_code == 413 and resp.json() == {"error": "payload too large"}
+    # Size is checked before the token: an unknown token with a huge body is still 413.
+    resp = httpx.post(srv.base_url + "/webhooks/w/nope", content=big, timeout=60)
+    assert resp.status_code == 413
+    assert _count(dsn, "events") == 0
+
+
+@pytest.mark.parametrize("source", ["cairn", "gitea", "github"])
+def test_signed_sources_accept_right_and_refuse_wrong(world: Any, dsn: str, source: str) -> None:
+    srv, w = world
+    hook = w.webhook("owner", source)
+    secret = hook["signing_secret"]
+    assert secret.startswith("whsec_") and len(secret) == 6 + 64
+    body = (FIXTURES / f"{source}_issue_opened.json" if source != "cairn"
+            else FIXTURES / "cairn_artifact_created.json")
+    if not body.exists():
+        body = next(FIXTURES.glob(f"{source}*.json"))
+    raw = body.read_bytes()
+    bad = _post(hook["ingest_url"], source, raw, "whsec_" + "0" * 64, event="issues", stamp=True)
+    assert bad.status_code == 401 and bad.json() == {"error": "signature verification failed"}
+    assert _count(dsn, "events") == 0 and _count(dsn, "todos") == 0
+    ok = _post(hook["ingest_url"], source, raw, secret, event="issues", stamp=True)
+    assert ok.status_code == 202, ok.text
+    assert ok.json()["verified"] is True and ok.json()["trust_mode"] == "signed"
+    assert _count(dsn, "events") == 1
+
+
+def test_fan_out_order_and_route_removal(world: Any, dsn: str) -> None:
+    srv, w = world
+    w.endpoint("alice", "pool-a")
+    w.endpoint("bob", "pool-b")
+    w.cli.json("friend", "add", "alice", "bob")
+    hook = w.webhook("owner", "generic")
+    w.route(hook["webhook_id"], "pool-b")
+    w.route(hook["webhook_id"], "pool-a")
+    resp = httpx.post(hook["ingest_url"], content=b'{"n":1}',
+                      headers={"X-Delivery-Id": "one"}, timeout=30)
+    ids = [t["endpoint_id"] for t in resp.json()["todos"]]
+    order = [w.endpoints[n]["endpoint_id"] for n in ("owner", "pool-b", "pool-a")]
+    assert ids == order and resp.json()["created"] == 3
+
+    w.cli.json("webhook", "route", "remove", hook["webhook_id"],
+               w.endpoints["pool-b"]["endpoint_id"])
+    resp = httpx.post(hook["ingest_url"], content=b'{"n":2}',
+                      headers={"X-Delivery-Id": "two"}, timeout=30)
+    assert [t["endpoint_id"] for t in resp.json()["todos"]] == [order[0], order[2]]
+
+    # An un-approved friendship is re-checked on every delivery.
+    w.route(hook["webhook_id"], "pool-b")
+    w.cli.json("friend", "add", "alice", "bob", "--state", "revoked")
+    resp = httpx.post(hook["ingest_url"], content=b'{"n":3}',
+                      headers={"X-Delivery-Id": "three"}, timeout=30)
+    assert [t["endpoint_id"] for t in resp.json()["todos"]] == [order[0], order[2]]
+
+
+def test_route_to_a_stranger_is_forbidden(world: Any) -> None:
+    srv, w = world
+    w.endpoint("bob", "pool-b")
+    hook = w.webhook("owner", "generic")
+    proc = w.cli.run("webhook", "route", "add", hook["webhook_id"],
+                     w.endpoints["pool-b"]["endpoint_id"], check=False)
+    assert proc.returncode == 1 and "forbidden" in proc.stderr
+    proc2 = w.cli.run("webhook", "route", "add", hook["webhook_id"], str(uuid.uuid4()),
+                      check=False)
+    # No existence oracle: a missing endpoint reads exactly like a stranger's.
+    assert proc2.stderr == proc.stderr
+
+
+def test_no_live_target_is_503(world: Any, dsn: str) -> None:
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    w.cli.json("endpoint", "revoke", w.endpoints["owner"]["endpoint_id"])
+    resp = httpx.post(hook["ingest_url"], content=b"{}", timeout=30)
+    assert resp.status_code == 503 and resp.json() == {"error": "webhook not configured"}
+    assert _count(dsn, "events") == 0
+
+
+async def test_fifty_concurrent_redeliveries_make_one_event(world: Any, dsn: str) -> None:
+    srv, w = world
+    w.endpoint("alice", "pool-a")
+    w.endpoint("alice", "pool-c")
+    hook = w.webhook("owner", "github")
+    w.route(hook["webhook_id"], "pool-a")
+    w.route(hook["webhook_id"], "pool-c")
+    raw = (FIXTURES / "github_issues_opened.json").read_bytes() \
+        if (FIXTURES / "github_issues_opened.json").exists() else b'{"action":"opened"}'
+    data, headers = build_request("github", raw, hook["signing_secret"].encode(), "issues",
+                                  [], False)
+    async with httpx.AsyncClient(timeout=60) as client:
+        resps = await asyncio.gather(*[
+            client.post(hook["ingest_url"], content=data, headers=headers) for _ in range(50)
+        ])
+    assert [r.status_code for r in resps] == [202] * 50
+    assert sum(r.json()["created"] for r in resps) == 3
+    todo_sets = {tuple(sorted(t["id"] for t in r.json()["todos"])) for r in resps}
+    assert len(todo_sets) == 1 and len(next(iter(todo_sets))) == 3
+    assert _count(dsn, "events") == 1 and _count(dsn, "todos") == 3
+
+
+def test_doorbell_rings_for_new_todos_only(world: Any, dsn: str) -> None:
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LISTEN todo_ready")
+        for _ in range(2):  # the second is a redelivery: no ring
+            resp = httpx.post(hook["ingest_url"], content=b"{}",
+                              headers={"X-Delivery-Id": "bell"}, timeout=30)
+            assert resp.status_code == 202
+        rings = []
+        deadline = 5.0
+        while select.select([conn.fileno()], [], [], deadline) != ([], [], []):
+            deadline = 1.0
+            rings += [n.payload for n in conn.notifies(timeout=0.1, stop_after=10)]
+        assert rings == [f"{w.endpoints['owner']['endpoint_id']}:inbox"]
+
+
+def test_database_failure_mid_delivery_leaves_nothing(world: Any, dsn: str) -> None:
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # The event insert succeeds, then the todo insert fails inside the same transaction.
+        conn.execute("ALTER TABLE todos ADD CONSTRAINT no_todos CHECK (queue <> 'inbox')")
+    resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
+                      timeout=30)
+    assert resp.status_code >= 500
+    assert _count(dsn, "events") == 0 and _count(dsn, "todos") == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE todos DROP CONSTRAINT no_todos")
+    # The producer's retry then lands once.
+    resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
+                      timeout=30)
+    assert resp.status_code == 202 and resp.json()["created"] == 1
+
+
+def test_webhook_ceilings(world: Any) -> None:
+    srv, w = world
+    w.endpoint("alice", "tight", sources="generic", webhook_queues="inbox", webhook_max=1)
+    proc = w.cli.run("webhook", "create", "--endpoint", w.endpoints["tight"]["endpoint_id"],
+                     "--source", "cairn", "--target-queue", "inbox", check=False)
+    assert proc.returncode == 1 and "forbidden_source_type" in proc.stderr
+    proc = w.cli.run("webhook", "create", "--endpoint", w.endpoints["tight"]["endpoint_id"],
+                     "--source", "generic", "--target-queue", "other", check=False)
+    assert proc.returncode == 1 and "ceiling_exceeded" in proc.stderr
+    w.webhook("tight", "generic")
+    proc = w.cli.run("webhook", "create", "--endpoint", w.endpoints["tight"]["endpoint_id"],
+                     "--source", "generic", "--target-queue", "inbox", check=False)
+    assert proc.returncode == 1 and "webhook_max" in proc.stderr
+
+
+def test_send_command_posts_like_the_producer(world: Any, tmp_path: Path) -> None:
+    srv, w = world
+    hook = w.webhook("owner", "cairn")
+    src = FIXTURES / "cairn_artifact_created.json"
+    out = w.cli.json("send", "--url", hook["ingest_url"], "--source", "cairn",
+                     "--secret", hook["signing_secret"], "--stamp", str(src))
+    assert out["status"] == 202 and out["response"]["created"] == 1
+    proc = w.cli.run("send", "--url", hook["ingest_url"], "--source", "cairn",
+                     "--secret", "whsec_wrong", "--stamp", str(src), check=False)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == 401
