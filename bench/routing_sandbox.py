@@ -28,7 +28,10 @@ def envelope() -> dict[str, Any]:
 
 def rules() -> list[tuple[str | None, str]]:
     return [
-        (f"r{i}", f'.kind == "kind_{i}" and .payload.number == {i} and (.headers["x-a"] // "") != "z"')
+        (
+            f"r{i}",
+            f'.kind == "kind_{i}" and .payload.number == {i} and (.headers["x-a"] // "") != "z"',
+        )
         for i in range(32)
     ]
 

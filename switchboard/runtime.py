@@ -12,6 +12,7 @@ from .config import Config
 from .errors import PluginError
 from .plugins import apply_config, build_registries, call_each, make_plugin_manager
 from .registry import Registries
+from .routing.model import RoutingStage
 from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
@@ -39,11 +40,8 @@ class Runtime:
     def _check_stages(self) -> None:
         # Stages named in config but not installed are skipped, so an operator can list
         # "llm" before that plugin is installed; a typo shows in `switchboard plugins`.
-        self.stages = [
-            self.registries.stages.get(n)
-            for n in self.config.routing_stages
-            if n in self.registries.stages
-        ]
+        stages = (self.registries.stages.get(n) for n in self.config.routing_stages)
+        self.stages: list[RoutingStage] = [s for s in stages if s is not None]
 
     # -- storage ---------------------------------------------------------------------
 

@@ -147,7 +147,9 @@ class _Lexer:
                 self.pos += 1
                 while self.pos < len(src) and src[self.pos] in " \t\r\n":
                     self.pos += 1  # older jq allowed "$ name"; be conservative
-                name = self._ident() if self.pos < len(src) and src[self.pos] in _IDENT_START else ""
+                name = (
+                    self._ident() if self.pos < len(src) and src[self.pos] in _IDENT_START else ""
+                )
                 yield Token("var", "$" + name)
             elif ch == "@":
                 self.pos += 1

@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +145,14 @@ class Sandbox:
                 "cache_size": self.cache_size,
                 "parse_s_per_byte": PARSE_S_PER_BYTE,
             }
-            argv = [sys.executable, "-I", "-m", _CHILD_MODULE, str(theirs.fileno()), json.dumps(cfg)]
+            argv = [
+                sys.executable,
+                "-I",
+                "-m",
+                _CHILD_MODULE,
+                str(theirs.fileno()),
+                json.dumps(cfg),
+            ]
             try:
                 self._proc = subprocess.Popen(
                     argv,
@@ -215,7 +223,9 @@ class Sandbox:
             for retry in (True, False):
                 ctrl = await self._ctrl_socket()
                 try:
-                    socket.send_fds(ctrl, [json.dumps({"op": op, "key": key}).encode()], [theirs.fileno()])
+                    socket.send_fds(
+                        ctrl, [json.dumps({"op": op, "key": key}).encode()], [theirs.fileno()]
+                    )
                     break
                 except OSError:
                     async with self._lock:
@@ -250,7 +260,10 @@ class Sandbox:
         return att
 
     async def evaluate(
-        self, rules: list[tuple[str | None, str]], params: dict[str, Any], envelope: dict[str, Any]
+        self,
+        rules: Sequence[tuple[str | None, str]],
+        params: dict[str, Any],
+        envelope: dict[str, Any],
     ) -> MatchResult:
         """The index of the first rule matching ``envelope`` (or None), plus faults."""
         if not rules:
@@ -266,7 +279,10 @@ class Sandbox:
             self._slots.release()
 
     async def _evaluate(
-        self, rules: list[tuple[str | None, str]], params: dict[str, Any], envelope: dict[str, Any]
+        self,
+        rules: Sequence[tuple[str | None, str]],
+        params: dict[str, Any],
+        envelope: dict[str, Any],
     ) -> MatchResult:
         loop = asyncio.get_running_loop()
         ids = [rid for rid, _ in rules]

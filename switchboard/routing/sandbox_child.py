@@ -57,10 +57,7 @@ def build_program(exprs: list[str], indices: list[int]) -> str:
             'else "m" end) catch ("e" + tostring)) else empty end)'
         )
     body = ",\n".join(parts)
-    return (
-        f".[0] as $__s | .[1] as $__e | ({body}) | "
-        'if type == "string" then .[:600] else "g" end'
-    )
+    return f'.[0] as $__s | .[1] as $__e | ({body}) | if type == "string" then .[:600] else "g" end'
 
 
 def _compile(program: str, params: dict[str, Any]) -> Any:
@@ -194,7 +191,7 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any]) -> None:  # pragma: 
             elif isinstance(verdict, str) and verdict.startswith("e"):
                 line = f"r {i} e {json.dumps(verdict[1:])}\n"
             else:
-                _send(fd, f"g {json.dumps('unexpected output from rule %d' % i)}\n")
+                _send(fd, f"g {json.dumps(f'unexpected output from rule {i}')}\n")
                 os._exit(3)
             if k + 1 < len(todo):
                 nxt = arm(todo[k + 1], 0.0)
@@ -268,16 +265,17 @@ class Zygote:
 
     def run(self) -> None:
         while True:
-            ready, _, _ = select.select([self.ctrl, *self.children], [], [])
+            watched: list[int] = [self.ctrl.fileno(), *self.children]
+            ready, _, _ = select.select(watched, [], [])
             for item in ready:
-                if item is self.ctrl:
+                if item == self.ctrl.fileno():
                     data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
                     if not data:
                         return self.finish()
                     if fds:
                         self.handle(data, fds[0])
                 else:
-                    self.reap(item)  # type: ignore[arg-type]
+                    self.reap(item)
 
     def finish(self) -> None:
         for pidfd in list(self.children):
@@ -343,7 +341,8 @@ class ForkServer:
         self.ctrl.send(b"ready")
         while True:
             socks = {s: k for k, (_, s) in self.zygotes.items()}
-            ready, _, _ = select.select([self.ctrl, *socks], [], [], 0.5)
+            watched: list[socket.socket] = [self.ctrl, *socks]
+            ready, _, _ = select.select(watched, [], [], 0.5)
             for sock in ready:
                 if sock is self.ctrl:
                     data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)

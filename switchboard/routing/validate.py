@@ -59,7 +59,10 @@ class _Where:
     def label(self) -> str:
         if self.index is None:
             return "default_action"
-        parts = [f"id {self.rule_id}" if self.rule_id else None, f"name {self.name}" if self.name else None]
+        parts = [
+            f"id {self.rule_id}" if self.rule_id else None,
+            f"name {self.name}" if self.name else None,
+        ]
         inner = ", ".join(p for p in parts if p)
         return f"rule {self.index} ({inner})" if inner else f"rule {self.index}"
 
@@ -150,7 +153,9 @@ def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> d
         raise _Where(index, None, None).fail("invalid_rule", "a rule must be an object")
     rid = rule.get("id")
     name = rule.get("name")
-    where = _Where(index, rid if isinstance(rid, str) else None, name if isinstance(name, str) else None)
+    where = _Where(
+        index, rid if isinstance(rid, str) else None, name if isinstance(name, str) else None
+    )
     unknown = sorted(set(rule) - {"id", "name", "expr", "action"})
     if unknown:
         raise where.fail("invalid_rule", f"unknown field {unknown[0]!r}")

@@ -50,7 +50,9 @@ CASES: list[tuple[str, dict[str, Any], int | None, tuple[bool, str | None, tuple
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("label", "cfg", "index", "expected", "trace"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("label", "cfg", "index", "expected", "trace"), CASES, ids=[c[0] for c in CASES]
+)
 def test_decide(label: str, cfg: dict[str, Any], index: int | None,
                 expected: tuple[bool, str | None, tuple[str, ...]], trace: dict[str, Any],
                 grant: Grant) -> None:  # fmt: skip
@@ -86,7 +88,10 @@ def test_default_decision_helper(grant: Grant) -> None:
 
 
 def test_out_of_range_index_takes_default(grant: Grant) -> None:
-    assert decide(config({"queue": "forge"}), MatchResult(7), grant).trace["cause"] == "no_match_default"
+    assert (
+        decide(config({"queue": "forge"}), MatchResult(7), grant).trace["cause"]
+        == "no_match_default"
+    )
 
 
 @pytest.mark.parametrize(
@@ -97,7 +102,11 @@ def test_out_of_range_index_takes_default(grant: Grant) -> None:
         {"stage": "rule", "action": {"drop": False}},
         {"stage": "rule", "action": {"queue": "q"}, "extra": 1},
         {"stage": "default", "cause": "why", "action": {"queue": "q"}},
-        {"stage": "rule", "action": {"queue": "q"}, "faults": [{"rule_index": -2, "cause": "timeout"}]},
+        {
+            "stage": "rule",
+            "action": {"queue": "q"},
+            "faults": [{"rule_index": -2, "cause": "timeout"}],
+        },
         {"stage": "rule", "action": {"queue": "q"}, "faults": [{"rule_index": 0, "cause": "oops"}]},
         {"stage": "rule", "rule_index": -1, "action": {"queue": "q"}},
     ],

@@ -12,7 +12,7 @@ from switchboard.routing.model import Grant
 from switchboard.routing.validate import RuleValidationError, check_structure, validate_config
 
 
-def rule(expr: str = ".kind == \"push\"", **kw: Any) -> dict[str, Any]:
+def rule(expr: str = '.kind == "push"', **kw: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {"id": "r1", "name": "push", "expr": expr, "action": {"queue": "forge"}}
     doc.update(kw)
     return doc
@@ -89,7 +89,9 @@ def test_endpoint_miss_message_is_identical(grant: Grant) -> None:
         with pytest.raises(RuleValidationError) as info:
             check_structure(cfg(rule(action={"queue": "forge", "endpoints": ["ep-a", ep]})), grant)
         messages.add(info.value.message)
-    assert messages == {"rule 0 (id r1, name push): endpoint is not a delivery target of this webhook"}
+    assert messages == {
+        "rule 0 (id r1, name push): endpoint is not a delivery target of this webhook"
+    }
 
 
 def test_normalizes_and_mints_ids(grant: Grant) -> None:
@@ -116,7 +118,11 @@ def test_grant_none_skips_grant_checks() -> None:
 
 
 def test_empty_config() -> None:
-    assert check_structure({"rules": []}, None) == {"rules": [], "default_action": None, "params": {}}
+    assert check_structure({"rules": []}, None) == {
+        "rules": [],
+        "default_action": None,
+        "params": {},
+    }
 
 
 class FakeCompiler:

@@ -1,0 +1,72 @@
+"""Envelopes for dry runs: rebuilt from a stored event, or from a sample body and headers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..forge import kind_from_headers
+from ..registry import ProjectionRegistry
+from ..sanitize import sanitize_headers
+from ..sources import TRUST_SIGNED, Headers
+from .envelope import build_envelope, parse_payload
+
+
+def stored_envelope(projections: ProjectionRegistry, event: dict[str, Any],
+                    webhook_id: str) -> dict[str, Any]:
+    """The envelope a stored delivery saw: its sanitized headers and raw body, as persisted."""
+    return build_envelope(
+        source=event["source"],
+        kind=event["kind"],
+        webhook_id=webhook_id,
+        trust_mode=event["trust_mode"],
+        verified=bool(event["verified"]),
+        content_type=event["content_type"],
+        headers=dict(event["headers"] or {}),
+        body=bytes(event["body"]),
+        projections=projections,
+    )
+
+
+def raw_body(payload: Any) -> bytes:
+    """A sample payload as raw bytes: a string is the body itself, anything else is JSON."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode()
+    return json.dumps(payload).encode()
+
+
+def sample_envelope(
+    projections: ProjectionRegistry,
+    *,
+    source: str,
+    trust_mode: str,
+    webhook_id: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    verified: bool | None = None,
+) -> dict[str, Any]:
+    """The envelope the receiver would build for ``body`` and the producer's ``headers``.
+
+    The kind follows the receiver: cairn's comes from the body, the others' from the
+    forge headers. ``verified`` defaults to what a correctly signed delivery would show.
+    """
+    raw_headers = Headers(dict(headers or {}))
+    if source == "cairn":
+        parsed = parse_payload(body)
+        kind = parsed.get("kind") if isinstance(parsed, dict) else None
+        kind = kind if isinstance(kind, str) else None
+    else:
+        kind = kind_from_headers(raw_headers)
+    return build_envelope(
+        source=source,
+        kind=kind,
+        webhook_id=webhook_id,
+        trust_mode=trust_mode,
+        verified=(trust_mode == TRUST_SIGNED) if verified is None else verified,
+        content_type=raw_headers.get("content-type") or "application/json",
+        headers=sanitize_headers(raw_headers),
+        body=body,
+        projections=projections,
+    )
