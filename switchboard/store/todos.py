@@ -2,8 +2,144 @@
 
 from __future__ import annotations
 
-from .db import Database
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from .db import Database, Row, is_uuid
+
+_COLS = (
+    "id, endpoint_id, queue, state, title, payload, event_id, owner, lease_expires_at,"
+    " attempts, available_at, result, created_at, updated_at, completed_at, routing_trace,"
+    " work_order"
+)
+
+#: SQL fragment: a todo row is claimable now (a fresh pending one, or an expired lease).
+_CLAIMABLE = (
+    "((state = 'pending' AND available_at <= now())"
+    " OR (state = 'claimed' AND lease_expires_at < now()))"
+)
+
+# An expired lease that has used every attempt is dead, not claimable again.
+_BURY_EXPIRED = """
+    UPDATE todos SET state = 'dead', owner = NULL, lease_expires_at = NULL,
+                     completed_at = now(), updated_at = now()
+    WHERE endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s) AND state = 'claimed'
+      AND lease_expires_at < now() AND attempts >= %(max_attempts)s
+"""
+
+_CLAIM_NEXT = f"""
+    UPDATE todos t SET state = 'claimed', owner = %(owner)s, attempts = t.attempts + 1,
+                       lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                       updated_at = now()
+    WHERE t.id = (
+        SELECT id FROM todos
+        WHERE endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s) AND {_CLAIMABLE}
+        ORDER BY available_at, created_at, id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING {_COLS}
+"""
+
+_CLAIM_ONE = f"""
+    UPDATE todos SET state = 'claimed', owner = %(owner)s, attempts = attempts + 1,
+                     lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                     updated_at = now()
+    WHERE id = %(id)s AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)
+      AND {_CLAIMABLE} AND attempts < %(max_attempts)s
+    RETURNING {_COLS}
+"""
+
+_HELD = (
+    "id = %(id)s AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)"
+    " AND state = 'claimed' AND owner = %(owner)s"
+)
 
 
 class TodoQueries:
     db: Database
+
+    async def get_todo(self, endpoint_id: str, queues: list[str], todo_id: str) -> Row | None:
+        """The endpoint's todo in one of ``queues``, or None (another's reads the same)."""
+        if not is_uuid(todo_id):
+            return None
+        return await self.db.fetchone(
+            f"SELECT {_COLS} FROM todos WHERE id = %s AND endpoint_id = %s AND queue = ANY(%s)",
+            (todo_id, endpoint_id, queues),
+        )
+
+    async def list_todos(
+        self, endpoint_id: str, queues: list[str], states: list[str], limit: int
+    ) -> list[Row]:
+        return await self.db.fetchall(
+            f"SELECT {_COLS} FROM todos WHERE endpoint_id = %s AND queue = ANY(%s)"
+            " AND state = ANY(%s) ORDER BY available_at, created_at, id LIMIT %s",
+            (endpoint_id, queues, states, limit),
+        )
+
+    async def claim_next(
+        self, endpoint_id: str, queues: list[str], owner: str, ttl: float, max_attempts: int
+    ) -> Row | None:
+        """Claim the oldest claimable todo; competing claimers skip each other's rows."""
+        params = {"endpoint": endpoint_id, "queues": queues, "owner": owner, "ttl": ttl,
+                  "max_attempts": max_attempts}
+        async with self.db.tx() as conn:
+            await conn.execute(_BURY_EXPIRED, params)
+            cur = await conn.execute(_CLAIM_NEXT, params)
+            row: Row | None = await cur.fetchone()
+            return row
+
+    async def claim_todo(
+        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, ttl: float,
+        max_attempts: int,
+    ) -> Row | None:
+        """Claim one named todo if it is claimable now (else None)."""
+        if not is_uuid(todo_id):
+            return None
+        return await self.db.fetchone(_CLAIM_ONE, {
+            "id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner, "ttl": ttl,
+            "max_attempts": max_attempts,
+        })
+
+    async def complete_todo(
+        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, result: Any
+    ) -> Row | None:
+        """Mark a todo the caller holds done (None when it does not hold it)."""
+        return await self.db.fetchone(
+            "UPDATE todos SET state = 'done', result = %(result)s, owner = NULL,"
+            " lease_expires_at = NULL, completed_at = now(), updated_at = now()"
+            f" WHERE {_HELD} RETURNING {_COLS}",
+            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
+             "result": Jsonb(result) if result is not None else None},
+        )
+
+    async def fail_todo(
+        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, result: Any, *,
+        max_attempts: int, backoff_base: float, backoff_max: float,
+    ) -> Row | None:
+        """Back to pending after an exponential backoff, or dead once attempts are spent."""
+        return await self.db.fetchone(
+            "UPDATE todos SET result = %(result)s, owner = NULL, lease_expires_at = NULL,"
+            " updated_at = now(),"
+            " state = CASE WHEN attempts >= %(max)s THEN 'dead' ELSE 'pending' END,"
+            " completed_at = CASE WHEN attempts >= %(max)s THEN now() END,"
+            " available_at = CASE WHEN attempts >= %(max)s THEN available_at ELSE now()"
+            "   + make_interval(secs => least(%(cap)s::float8,"
+            "       %(base)s::float8 * power(2, greatest(attempts - 1, 0)))) END"
+            f" WHERE {_HELD} RETURNING {_COLS}",
+            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
+             "result": Jsonb(result) if result is not None else None, "max": max_attempts,
+             "base": backoff_base, "cap": backoff_max},
+        )
+
+    async def heartbeat_todo(
+        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, ttl: float
+    ) -> Row | None:
+        """Extend the lease of a todo the caller holds (None when it does not hold it)."""
+        return await self.db.fetchone(
+            "UPDATE todos SET lease_expires_at = now() + make_interval(secs => %(ttl)s),"
+            f" updated_at = now() WHERE {_HELD} RETURNING {_COLS}",
+            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
+             "ttl": ttl},
+        )

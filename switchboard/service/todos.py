@@ -1,0 +1,149 @@
+"""The drain verbs: list, claim, claim_next, complete, fail and heartbeat an endpoint's todos."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
+from ..runtime import Runtime
+from ..store import Row
+from .common import jsonable
+
+STATES = ("pending", "claimed", "done", "dead")
+LIVE_STATES = ["pending", "claimed"]
+LIMIT_DEFAULT, LIMIT_MAX = 20, 100
+TTL_MAX = 86400
+
+#: What a listed todo shows; a claimed one (or ``get``) adds the work itself.
+_LISTED = (
+    "id", "queue", "state", "title", "attempts", "available_at", "lease_expires_at",
+    "event_id", "created_at", "updated_at", "completed_at",
+)
+_WORK = ("payload", "routing_trace", "work_order", "result")
+
+
+def todo_view(row: Row, *, full: bool = True) -> dict[str, Any]:
+    keys = _LISTED + _WORK if full else _LISTED
+    view = {k: row.get(k) for k in keys}
+    view["todo_id"] = view.pop("id")
+    return dict(jsonable(view))
+
+
+def _settings(rt: Runtime) -> dict[str, Any]:
+    return rt.config.section("todos")
+
+
+def _scope(caller: Row, queue: str | None) -> list[str]:
+    """The queues this call may touch: the caller's scope, or one queue inside it."""
+    scope = list(caller["scope_queues"])
+    if queue is None:
+        return scope
+    if not isinstance(queue, str) or queue not in scope:
+        raise Forbidden(f"queue: {queue!r} is not in this endpoint's scope")
+    return [queue]
+
+
+def _limit(value: int | None) -> int:
+    if value is None:
+        return LIMIT_DEFAULT
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= LIMIT_MAX:
+        raise InvalidArgument(f"limit: must be an integer from 1 to {LIMIT_MAX}")
+    return value
+
+
+def _ttl(rt: Runtime, value: float | None) -> float:
+    if value is None:
+        return float(_settings(rt)["lease_ttl_seconds"])
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= TTL_MAX:
+        raise InvalidArgument(f"lease_ttl_seconds: must be a number from 0 (exclusive) to {TTL_MAX}")
+    return float(value)
+
+
+async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFound | Conflict:
+    """Why a todo could not be acted on: absent (or not the caller's) versus wrong state."""
+    row = await rt.store.get_todo(caller["id"], list(caller["scope_queues"]), todo_id)
+    if row is None:
+        return NotFound(f"todo {todo_id} not found")
+    return Conflict(f"todo {todo_id} is {row['state']}; it cannot be {verb} by this caller")
+
+
+async def list_todos(
+    rt: Runtime, caller: Row, *, queue: str | None = None, state: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """The caller's todos in its scope, oldest available first (pending and claimed by default)."""
+    queues = _scope(caller, queue)
+    if state is not None and state not in STATES:
+        raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
+    states = [state] if state else LIVE_STATES
+    rows = await rt.store.list_todos(caller["id"], queues, states, _limit(limit))
+    return {"todos": [todo_view(r, full=False) for r in rows]}
+
+
+async def claim(
+    rt: Runtime, caller: Row, todo_id: str, *, owner: str, lease_ttl_seconds: float | None = None
+) -> dict[str, Any]:
+    """Claim one named todo: pending and due, or claimed with an expired lease."""
+    cfg = _settings(rt)
+    row = await rt.store.claim_todo(
+        caller["id"], list(caller["scope_queues"]), todo_id, owner,
+        _ttl(rt, lease_ttl_seconds), int(cfg["max_attempts"]),
+    )
+    if row is None:
+        raise await _explain(rt, caller, todo_id, "claimed")
+    return {"todo": todo_view(row)}
+
+
+async def claim_next(
+    rt: Runtime, caller: Row, *, owner: str, queue: str | None = None,
+    lease_ttl_seconds: float | None = None,
+) -> dict[str, Any]:
+    """Claim the oldest claimable todo in scope (``{empty: true}`` when there is none)."""
+    queues = _scope(caller, queue)
+    ttl = _ttl(rt, lease_ttl_seconds)
+    row = await rt.store.claim_next(
+        caller["id"], queues, owner, ttl, int(_settings(rt)["max_attempts"])
+    )
+    if row is None:
+        return {"empty": True}
+    return {"todo": todo_view(row), "empty": False}
+
+
+async def complete(
+    rt: Runtime, caller: Row, todo_id: str, *, owner: str, result: Any = None
+) -> dict[str, Any]:
+    """Mark a todo the caller holds done, with an optional JSON result."""
+    row = await rt.store.complete_todo(
+        caller["id"], list(caller["scope_queues"]), todo_id, owner, result
+    )
+    if row is None:
+        raise await _explain(rt, caller, todo_id, "completed")
+    return {"todo": todo_view(row)}
+
+
+async def fail(
+    rt: Runtime, caller: Row, todo_id: str, *, owner: str, result: Any = None
+) -> dict[str, Any]:
+    """Give a held todo back: pending again after a backoff, or dead after max_attempts."""
+    cfg = _settings(rt)
+    row = await rt.store.fail_todo(
+        caller["id"], list(caller["scope_queues"]), todo_id, owner, result,
+        max_attempts=int(cfg["max_attempts"]),
+        backoff_base=float(cfg["backoff_base_seconds"]),
+        backoff_max=float(cfg["backoff_max_seconds"]),
+    )
+    if row is None:
+        raise await _explain(rt, caller, todo_id, "failed")
+    return {"todo": todo_view(row)}
+
+
+async def heartbeat(
+    rt: Runtime, caller: Row, todo_id: str, *, owner: str, lease_ttl_seconds: float | None = None
+) -> dict[str, Any]:
+    """Extend the lease on a todo; only its current claimant may."""
+    row = await rt.store.heartbeat_todo(
+        caller["id"], list(caller["scope_queues"]), todo_id, owner, _ttl(rt, lease_ttl_seconds)
+    )
+    if row is None:
+        raise await _explain(rt, caller, todo_id, "heartbeat")
+    return {"todo_id": row["id"], "lease_expires_at": jsonable(row["lease_expires_at"])}
