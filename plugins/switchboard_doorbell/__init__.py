@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from switchboard import hookimpl
@@ -10,14 +11,30 @@ CHANNEL = "todo_ready"
 
 
 class Doorbell:
-    """``NOTIFY todo_ready, '<endpoint_id>:<queue>'`` once per endpoint and queue."""
+    """``NOTIFY todo_ready, '<endpoint_id>:<queue>'`` for every endpoint and queue with new work.
+
+    Rings that arrive while a NOTIFY is in flight are coalesced into the next one: a
+    doorbell says "there is work", so ringing twice for the same queue adds nothing, and
+    under load one statement serves many deliveries.
+    """
 
     name = "doorbell"
 
+    def __init__(self) -> None:
+        self._pending: dict[str, None] = {}
+        self._flushing: asyncio.Task[None] | None = None
+
     async def deliver(self, runtime: Any, event: dict[str, Any], todos: list[dict[str, Any]]) -> None:
-        rings = dict.fromkeys(f"{t['endpoint_id']}:{t['queue']}" for t in todos)
-        for ring in rings:
-            await runtime.store.notify(CHANNEL, ring)
+        for t in todos:
+            self._pending[f"{t['endpoint_id']}:{t['queue']}"] = None
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush(runtime))
+        await asyncio.shield(self._flushing)
+
+    async def _flush(self, runtime: Any) -> None:
+        while self._pending:
+            rings, self._pending = list(self._pending), {}
+            await runtime.store.notify_many(CHANNEL, rings)
 
 
 @hookimpl

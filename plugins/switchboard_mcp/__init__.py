@@ -1,1 +1,74 @@
-"""First-party plugin: mcp."""
+"""First-party plugin: the MCP agent surface (streamable HTTP at /mcp, and stdio)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from switchboard import hookimpl
+from switchboard.registry import CommandRegistry, MCPToolRegistry
+from switchboard.runtime import Runtime
+
+# Only what registration needs is imported here: every CLI command loads this plugin, and
+# the MCP SDK (server, bridge, transports) is imported when a surface actually starts.
+from . import stdio, tools_events, tools_rules, tools_todos, tools_webhooks
+from .context import ToolContext
+
+__all__ = ["ToolContext"]
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "dns_rebinding_protection": {"type": "boolean"},
+        "allowed_hosts": {"type": "array", "items": {"type": "string"}},
+        "allowed_origins": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+@hookimpl
+def switchboard_config_schema() -> dict[str, Any]:
+    """``[plugins.mcp]``: DNS-rebinding protection and extra allowed hosts and origins."""
+    return CONFIG_SCHEMA
+
+
+@hookimpl
+def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
+    """The built-in verbs: webhooks, routes, rules, events and the drain verbs."""
+    for module in (tools_webhooks, tools_rules, tools_events, tools_todos):
+        for fn in module.TOOLS:
+            register.add_tool(fn.__name__, fn, description=inspect.cleandoc(fn.__doc__ or ""))
+
+
+@hookimpl
+def switchboard_register_commands(register: CommandRegistry) -> None:
+    """``switchboard mcp --token TOKEN``: serve the tools over stdio."""
+    register.add_command(
+        "mcp", stdio.configure, stdio.run,
+        help="serve the MCP tools over stdio as the endpoint holding --token",
+    )
+
+
+@hookimpl
+def switchboard_register_routes(app: Any) -> None:
+    """``GET/POST/DELETE /mcp``: streamable HTTP, bridged into Sanic."""
+    from . import streamable
+
+    streamable.add_route(app)
+
+
+@hookimpl
+async def switchboard_startup(app: Runtime) -> None:
+    """Build the MCP server from the tool registry and start its session manager."""
+    from . import streamable
+
+    await streamable.start(app)
+
+
+@hookimpl
+async def switchboard_shutdown(app: Runtime) -> None:
+    """Stop the session manager (in-flight requests are cancelled)."""
+    from . import streamable
+
+    await streamable.stop(app)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from functools import cache
 from typing import Any
 
@@ -26,12 +28,29 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(schema, registry=registry())
 
 
+#: Traces already proven valid, by canonical JSON. Deliveries of one webhook produce a
+#: handful of distinct traces, so the hot path validates each shape once, not per event.
+_VALID: OrderedDict[str, None] = OrderedDict()
+_VALID_MAX = 4096
+
+
 def validate_trace(doc: Any) -> None:
     """Raise ``ValueError`` naming the first problem when ``doc`` is not a valid trace."""
+    try:
+        key = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and key in _VALID:
+        _VALID.move_to_end(key)
+        return
     error = next(iter(sorted(validator("trace").iter_errors(doc), key=_depth)), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ValueError(f"invalid routing trace at {where}: {error.message}")
+    if key is not None:
+        _VALID[key] = None
+        if len(_VALID) > _VALID_MAX:
+            _VALID.popitem(last=False)
 
 
 def _depth(error: Any) -> int:

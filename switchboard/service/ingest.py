@@ -93,21 +93,15 @@ async def ingest(
         "webhook_id": webhook["id"],
         "routing_trace": decision.trace,
     }
-    payload = todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id})
-    title = todo_title(envelope)
-    todos = [
-        {
-            "endpoint_id": endpoint_id,
-            "queue": decision.queue,
-            "idempotency_key": external_id,
-            "title": title,
-            "payload": payload,
-            "routing_trace": decision.trace,
-            "work_order": None,
-        }
-        for endpoint_id in decision.endpoints
-    ]
-    outcome = await rt.store.record_delivery(event, todos, drop=decision.drop)
+    todo = {
+        "queue": decision.queue,
+        "title": todo_title(envelope),
+        "payload": todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id}),
+        "work_order": None,
+    }
+    outcome = await rt.store.record_delivery(
+        event, todo, list(decision.endpoints), drop=decision.drop
+    )
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
     if outcome.dropped:
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})

@@ -20,24 +20,33 @@ class DeliveryOutcome:
     todos: list[Row] = field(default_factory=list)  # id, endpoint_id, queue, created
 
 
-_INSERT_EVENT = """
-    INSERT INTO events (source, kind, external_id, headers, body, content_type, size,
-                        verified, trust_mode, verify_detail, webhook_id, routing_trace)
-    VALUES (%(source)s, %(kind)s, %(external_id)s, %(headers)s, %(body)s, %(content_type)s,
-            %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s, %(webhook_id)s,
-            %(routing_trace)s)
-    ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
-    RETURNING id
-"""
-
-_INSERT_TODO = """
-    INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
-                       routing_trace, work_order)
-    VALUES (%(endpoint_id)s, %(queue)s, %(idempotency_key)s, %(title)s, %(payload)s,
-            %(event_id)s, %(routing_trace)s, %(work_order)s)
-    ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
-    DO NOTHING
-    RETURNING id, endpoint_id, queue
+# One statement, one round trip, atomic: the event, then one todo per target (in target
+# order) unless the decision is a drop. A conflicting event (a redelivery) inserts nothing.
+_RECORD = """
+    WITH ev AS (
+        INSERT INTO events (source, kind, external_id, headers, body, content_type, size,
+                            verified, trust_mode, verify_detail, webhook_id, routing_trace)
+        VALUES (%(source)s, %(kind)s, %(external_id)s, %(headers)s, %(body)s,
+                %(content_type)s, %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s,
+                %(webhook_id)s, %(routing_trace)s)
+        ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
+        RETURNING id
+    ), td AS (
+        INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
+                           routing_trace, work_order)
+        SELECT t.endpoint_id, %(queue)s, %(external_id)s, %(title)s, %(payload)s, ev.id,
+               %(routing_trace)s, %(work_order)s
+        FROM ev, unnest(%(endpoints)s::uuid[]) WITH ORDINALITY AS t(endpoint_id, ord)
+        ORDER BY t.ord
+        ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
+        DO NOTHING
+        RETURNING id, endpoint_id, queue
+    )
+    SELECT (SELECT id FROM ev) AS event_id,
+           coalesce((SELECT json_agg(json_build_object(
+                        'id', id, 'endpoint_id', endpoint_id, 'queue', queue)
+                        ORDER BY array_position(%(endpoints)s::uuid[], endpoint_id))
+                     FROM td), '[]'::json) AS todos
 """
 
 
@@ -47,47 +56,53 @@ class EventQueries:
     async def record_delivery(
         self,
         event: dict[str, Any],
-        todos: list[dict[str, Any]],
+        todo: dict[str, Any],
+        endpoints: list[str],
         *,
         drop: bool,
     ) -> DeliveryOutcome:
-        """Write the event and its todos in one transaction; redeliveries collapse.
+        """Write the event and one todo per endpoint atomically; redeliveries collapse.
 
-        A redelivery (same source and external id) writes nothing: it reports the first
-        delivery's todos, and stays dropped if the first delivery was dropped.
+        ``todo`` holds the fields every todo of this delivery shares (queue, title,
+        payload, work_order); the idempotency key and trace are the event's. A redelivery
+        (same source and external id) writes nothing: it reports the first delivery's
+        todos, and stays dropped if the first delivery was dropped.
         """
         params = dict(event)
-        params["headers"] = Jsonb(event["headers"])
-        params["routing_trace"] = Jsonb(event["routing_trace"])
-        async with self.db.tx() as conn:
-            cur = await conn.execute(_INSERT_EVENT, params)
+        params.update(
+            headers=Jsonb(event["headers"]),
+            routing_trace=Jsonb(event["routing_trace"]),
+            queue=todo.get("queue"),
+            title=todo.get("title", ""),
+            payload=Jsonb(todo.get("payload") or {}),
+            work_order=Jsonb(todo["work_order"]) if todo.get("work_order") else None,
+            endpoints=[] if drop else list(endpoints),
+        )
+        async with self.db.conn() as conn:
+            cur = await conn.execute(_RECORD, params)
             row = await cur.fetchone()
-            if row is None:
+            assert row is not None
+            if row["event_id"] is None:
                 return await self._redelivery(conn, event["source"], event["external_id"])
-            event_id = row["id"]
+            made = [{**t, "created": True} for t in row["todos"]]
             if drop:
-                return DeliveryOutcome(event_id, True, True)
-            out = []
-            for todo in todos:
-                tparams = dict(todo, event_id=event_id)
-                tparams["payload"] = Jsonb(todo["payload"])
-                tparams["routing_trace"] = Jsonb(todo["routing_trace"])
-                tparams["work_order"] = Jsonb(todo["work_order"]) if todo.get("work_order") else None
-                cur = await conn.execute(_INSERT_TODO, tparams)
-                made = await cur.fetchone()
-                if made is not None:
-                    out.append({**made, "created": True})
-                    continue
-                # A live todo with this key already exists for the endpoint: collapse.
-                cur = await conn.execute(
-                    "SELECT id, endpoint_id, queue FROM todos WHERE endpoint_id = %s"
-                    " AND idempotency_key = %s AND state IN ('pending', 'claimed')",
-                    (todo["endpoint_id"], todo["idempotency_key"]),
-                )
-                live = await cur.fetchone()
-                if live is not None:
-                    out.append({**live, "created": False})
-            return DeliveryOutcome(event_id, True, False, out)
+                return DeliveryOutcome(str(row["event_id"]), True, True)
+            if len(made) < len(endpoints):
+                made = await self._collapse(conn, made, endpoints, event["external_id"])
+            return DeliveryOutcome(str(row["event_id"]), True, False, made)
+
+    async def _collapse(self, conn: Any, made: list[Row], endpoints: list[str],
+                        key: str) -> list[Row]:
+        """A live todo with this key already existed for some endpoint: report it instead."""
+        have = {t["endpoint_id"] for t in made}
+        cur = await conn.execute(
+            "SELECT id, endpoint_id, queue FROM todos WHERE endpoint_id = ANY(%s::uuid[])"
+            " AND idempotency_key = %s AND state IN ('pending', 'claimed')",
+            ([e for e in endpoints if e not in have], key),
+        )
+        live = {r["endpoint_id"]: {**r, "created": False} for r in await cur.fetchall()}
+        by_endpoint = {t["endpoint_id"]: t for t in made} | live
+        return [by_endpoint[e] for e in endpoints if e in by_endpoint]
 
     async def _redelivery(self, conn: Any, source: str, external_id: str) -> DeliveryOutcome:
         cur = await conn.execute(
@@ -138,6 +153,9 @@ class EventQueries:
             params,
         )
 
-    async def notify(self, channel: str, payload: str) -> None:
+    async def notify_many(self, channel: str, payloads: list[str]) -> None:
+        """``NOTIFY channel, payload`` for each payload, in one statement."""
         async with self.db.conn() as conn:
-            await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+            await conn.execute(
+                "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (channel, payloads)
+            )

@@ -1,0 +1,182 @@
+"""Build the MCP server from the tool registry: verb scope, caller injection, error mapping."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, InputRequiredResult, TextContent
+from pydantic import AnyHttpUrl, ValidationError
+
+from switchboard import __version__
+from switchboard.errors import PluginError, SwitchboardError, mcp_code
+from switchboard.registry import MCPTool, MCPToolRegistry
+from switchboard.runtime import Runtime
+
+from .context import CALLER, TOOL_CONTEXT, ToolContext
+
+log = logging.getLogger("switchboard.mcp")
+
+#: Finds the endpoint behind one inbound request (None: not authenticated).
+CallerResolver = Callable[[ServerRequestContext[Any, Any]], Awaitable[dict[str, Any] | None]]
+
+INSTRUCTIONS = (
+    "Switchboard turns verified webhook deliveries into routed todos. Manage your webhooks, "
+    "their routes and routing rules, inspect stored events, and drain your queues with "
+    "claim_next / complete / fail / heartbeat. Errors read '<code>: <message>'."
+)
+
+
+def tool_error(code: str, message: str) -> CallToolResult:
+    """The one shape of a refused call: an isError result whose text is ``code: message``."""
+    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")],
+                          is_error=True)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def error_result(tool: str, exc: BaseException) -> CallToolResult:
+    """Map what a tool raised to its MCP error code: the only place that does."""
+    cause = exc.__cause__ if isinstance(exc, ToolError) and exc.__cause__ is not None else exc
+    if isinstance(cause, ValidationError):
+        return tool_error("invalid_argument", _validation_message(cause))
+    if isinstance(cause, SwitchboardError):
+        code = mcp_code(cause)
+        if code == "internal":
+            log.error("tool %r failed: %s", tool, cause)
+        return tool_error(code, str(cause))
+    log.error("tool %r raised an unexpected error", tool, exc_info=cause)
+    return tool_error("internal", "internal error")
+
+
+def adapt(tool: MCPTool) -> Callable[..., Awaitable[Any]]:
+    """The registered ``fn(ctx, **arguments)`` as an SDK tool function of ``**arguments``.
+
+    The SDK derives the input and output schemas from the signature, so the wrapper
+    carries ``fn``'s signature minus its first (ToolContext) parameter.
+    """
+    fn = tool.fn
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except (NameError, TypeError) as exc:
+        raise PluginError(f"MCP tool {tool.name!r}: cannot read its signature: {exc}") from exc
+    params = list(sig.parameters.values())
+    if not params:
+        raise PluginError(f"MCP tool {tool.name!r}: fn must take the ToolContext first")
+
+    async def call(**arguments: Any) -> Any:
+        ctx = TOOL_CONTEXT.get()
+        if ctx is None:
+            raise RuntimeError("tool called outside a Switchboard MCP request")
+        return await fn(ctx, **arguments)
+
+    call.__signature__ = sig.replace(parameters=params[1:])  # type: ignore[attr-defined]
+    call.__name__ = tool.name
+    call.__doc__ = tool.description
+    return call
+
+
+class SwitchboardMCP(MCPServer[Any]):
+    """An MCPServer whose tools come from the registry and run as an authenticated endpoint."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        registry: MCPToolRegistry,
+        resolve_caller: CallerResolver,
+        *,
+        token_verifier: TokenVerifier | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self._resolve_caller = resolve_caller
+        self._registered = {t.name: t for t in registry}
+        self._sdk_tools = {
+            t.name: Tool.from_function(adapt(t), name=t.name, description=t.description)
+            for t in registry
+        }
+        auth = None
+        if token_verifier is not None:
+            # The SDK applies a verifier only with AuthSettings; switchboard itself vends
+            # the tokens, so there is no separate authorization server to advertise.
+            auth = AuthSettings(issuer_url=AnyHttpUrl(runtime.config.base_url), resource_server_url=None)
+        super().__init__(
+            "switchboard",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            tools=list(self._sdk_tools.values()),
+            token_verifier=token_verifier,
+            auth=auth,
+            middleware=[self._with_caller],
+            log_level="WARNING",
+        )
+
+    def verbs_of(self, caller: dict[str, Any]) -> set[str]:
+        return set(caller.get("verbs") or ())
+
+    async def _with_caller(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Resolve the caller for tools/list and tools/call; filter the list by verb scope."""
+        if ctx.request_id is None or ctx.method not in ("tools/list", "tools/call"):
+            return await call_next(ctx)
+        caller = await self._resolve_caller(ctx)
+        token = CALLER.set(caller)
+        try:
+            result = await call_next(ctx)
+        finally:
+            CALLER.reset(token)
+        if ctx.method == "tools/list":
+            allowed = self.verbs_of(caller) if caller else set()
+            visible = {n for n, t in self._registered.items() if t.verb in allowed}
+            if isinstance(result, dict) and isinstance(result.get("tools"), list):
+                result = dict(result, tools=[t for t in result["tools"] if t.get("name") in visible])
+        return result
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Check verb scope, hand the tool its ToolContext, and map every failure once."""
+        tool = self._registered.get(name)
+        sdk_tool = self._sdk_tools.get(name)
+        if tool is None or sdk_tool is None:
+            return tool_error("not_found", f"unknown tool {name!r}")
+        caller = CALLER.get()
+        if caller is None:
+            return tool_error("forbidden", "invalid, revoked or expired token")
+        if tool.verb not in self.verbs_of(caller):
+            return tool_error("forbidden", f"verb {tool.verb!r} is not in this endpoint's scope")
+        if context is None:
+            context = Context(mcp_server=self)
+        token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller))
+        try:
+            result = await sdk_tool.run(arguments, context, convert_result=True)
+        except ToolError as exc:
+            return error_result(name, exc)
+        finally:
+            TOOL_CONTEXT.reset(token)
+        if not isinstance(result, CallToolResult | InputRequiredResult):
+            return tool_error("internal", "tool returned an unexpected result")
+        return result
+
+
+def build_server(
+    rt: Runtime, resolve_caller: CallerResolver, *, token_verifier: TokenVerifier | None = None
+) -> SwitchboardMCP:
+    """A fresh server over every tool registered through ``switchboard_register_mcp_tools``."""
+    return SwitchboardMCP(rt, rt.registries.mcp_tools, resolve_caller,
+                          token_verifier=token_verifier)

@@ -1,0 +1,94 @@
+"""Streamable HTTP at ``/mcp``: the SDK app's lifecycle and the Sanic route that bridges to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse, json
+
+from switchboard.runtime import Runtime
+
+from .auth import EndpointTokenVerifier, http_caller, transport_security
+from .bridge import ASGIApp, serve_asgi
+from .server import SwitchboardMCP, build_server
+
+PATH = "/mcp"
+STATE_KEY = "mcp"
+
+
+@dataclass
+class MCPHTTP:
+    """What ``startup`` keeps in ``runtime.state["mcp"]`` for the route and ``shutdown``."""
+
+    server: SwitchboardMCP
+    asgi: ASGIApp
+    task: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def build_http(rt: Runtime) -> MCPHTTP:
+    server = build_server(rt, http_caller, token_verifier=EndpointTokenVerifier(rt))
+    asgi = server.streamable_http_app(
+        streamable_http_path=PATH,
+        # Sessions live in one process's memory; Sanic may run several workers.
+        stateless_http=True,
+        transport_security=transport_security(rt),
+        max_request_body_size=int(rt.config.section("ingest")["max_body_bytes"]),
+    )
+    return MCPHTTP(server, asgi)
+
+
+async def start(rt: Runtime) -> None:
+    """Build the server from the registry and enter the session manager's run context."""
+    state = build_http(rt)
+    ready = asyncio.Event()
+
+    async def run() -> None:
+        # anyio task groups must be entered and left by the same task: this one.
+        async with state.server.session_manager.run():
+            ready.set()
+            await state.stop.wait()
+
+    state.task = asyncio.get_running_loop().create_task(run(), name="switchboard-mcp")
+    waiter = asyncio.ensure_future(ready.wait())
+    await asyncio.wait({waiter, state.task}, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.is_set():
+        waiter.cancel()
+        state.task.result()  # raises what stopped it
+        raise RuntimeError("the MCP session manager stopped during start-up")
+    rt.state[STATE_KEY] = state
+
+
+async def stop(rt: Runtime) -> None:
+    state: MCPHTTP | None = rt.state.pop(STATE_KEY, None)
+    if state is None or state.task is None:
+        return
+    state.stop.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(state.task, 10)
+    await _stop_sse_watcher()
+
+
+async def _stop_sse_watcher() -> None:
+    """Cancel sse-starlette's per-loop shutdown poller (it only knows how to watch uvicorn)."""
+    watchers = [t for t in asyncio.all_tasks()
+                if getattr(t.get_coro(), "__qualname__", "") == "_shutdown_watcher"]
+    for task in watchers:
+        task.cancel()
+    await asyncio.gather(*watchers, return_exceptions=True)
+
+
+def add_route(app: Sanic[Any, Any]) -> None:
+    rt: Runtime = app.ctx.runtime
+
+    async def mcp_endpoint(request: Request) -> HTTPResponse | None:
+        state: MCPHTTP | None = rt.state.get(STATE_KEY)
+        if state is None:
+            return json({"error": "the MCP surface is not running"}, status=503)
+        return await serve_asgi(state.asgi, request, path=PATH)
+
+    app.add_route(mcp_endpoint, PATH, methods=["GET", "POST", "DELETE"], name="mcp")

@@ -1,0 +1,127 @@
+"""MCP tools for a webhook's routing rules, over switchboard.service.rules."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from .context import ToolContext
+
+WebhookId = Annotated[str, Field(description="The webhook's id")]
+RuleId = Annotated[str, Field(description="The rule's id")]
+Rules = Annotated[
+    list[dict[str, Any]],
+    Field(description="Ordered rules, first match wins: {id?, name?, expr (jq), action}"),
+]
+Action = Annotated[
+    dict[str, Any],
+    Field(description='{"queue": name}, {"queue": name, "endpoints": [ids]} or {"drop": true}'),
+]
+DefaultAction = Annotated[
+    dict[str, Any] | None,
+    Field(description="What happens when no rule matches (default: the target queue)"),
+]
+Params = Annotated[dict[str, Any] | None, Field(description="Bound as $params in expressions")]
+Position = Annotated[int, Field(description="0-based index in the rule list")]
+
+
+def _rules() -> ModuleType:
+    # Imported per call so the surface loads even where the rules service is absent.
+    from switchboard.service import rules
+
+    return rules
+
+
+async def list_webhook_rules(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:
+    """A webhook's rules, default action, params and the grant they may route within."""
+    result: dict[str, Any] = await _rules().list_rules(ctx.runtime, ctx.endpoint, webhook_id)
+    return result
+
+
+async def set_webhook_rules(
+    ctx: ToolContext, webhook_id: WebhookId, rules: Rules,
+    default_action: DefaultAction = None, params: Params = None,
+) -> dict[str, Any]:
+    """Replace the whole rule list (validated as a unit, compiled at save)."""
+    result: dict[str, Any] = await _rules().set_rules(
+        ctx.runtime, ctx.endpoint, webhook_id, rules, default_action, params
+    )
+    return result
+
+
+async def add_webhook_rule(
+    ctx: ToolContext, webhook_id: WebhookId,
+    expr: Annotated[str, Field(description="A jq filter over the envelope")],
+    action: Action,
+    id: Annotated[str | None, Field(description="A stable rule id")] = None,
+    name: str | None = None,
+    position: Annotated[int | None, Field(description="Insert here (default: last)")] = None,
+) -> dict[str, Any]:
+    """Insert one rule (concurrent edits never lose each other)."""
+    result: dict[str, Any] = await _rules().add_rule(
+        ctx.runtime, ctx.endpoint, webhook_id, expr=expr, action=action, id=id, name=name,
+        position=position,
+    )
+    return result
+
+
+async def update_webhook_rule(
+    ctx: ToolContext, webhook_id: WebhookId, rule_id: RuleId,
+    name: str | None = None, expr: str | None = None, action: Action | None = None,
+) -> dict[str, Any]:
+    """Change a rule's name, expression or action in place."""
+    result: dict[str, Any] = await _rules().update_rule(
+        ctx.runtime, ctx.endpoint, webhook_id, rule_id, name=name, expr=expr, action=action
+    )
+    return result
+
+
+async def move_webhook_rule(
+    ctx: ToolContext, webhook_id: WebhookId, rule_id: RuleId, position: Position
+) -> dict[str, Any]:
+    """Move a rule to another position."""
+    result: dict[str, Any] = await _rules().move_rule(
+        ctx.runtime, ctx.endpoint, webhook_id, rule_id, position
+    )
+    return result
+
+
+async def remove_webhook_rule(
+    ctx: ToolContext, webhook_id: WebhookId, rule_id: RuleId
+) -> dict[str, Any]:
+    """Remove a rule."""
+    result: dict[str, Any] = await _rules().remove_rule(
+        ctx.runtime, ctx.endpoint, webhook_id, rule_id
+    )
+    return result
+
+
+async def test_webhook_rules(
+    ctx: ToolContext, webhook_id: WebhookId,
+    event_id: Annotated[str | None, Field(description="A stored event of this webhook")] = None,
+    payload: Annotated[
+        Any, Field(description="A sample raw body: a string as is, any other JSON serialized")
+    ] = None,
+    headers: Annotated[dict[str, str] | None, Field(description="Sample headers")] = None,
+    rules: Annotated[
+        list[dict[str, Any]] | None, Field(description="Candidate rules (default: saved)")
+    ] = None,
+    default_action: DefaultAction = None,
+    params: Params = None,
+) -> dict[str, Any]:
+    """Dry-run the saved (or candidate) rules against a stored event or a sample payload;
+    returns the decision, the trace and the envelope the rules saw. Saves nothing."""
+    result: dict[str, Any] = await _rules().test_rules(
+        ctx.runtime, ctx.endpoint, webhook_id, event_id=event_id, payload=payload,
+        headers=headers, rules=rules, default_action=default_action, params=params,
+    )
+    return result
+
+
+TOOLS = (
+    list_webhook_rules, set_webhook_rules, add_webhook_rule, update_webhook_rule,
+    move_webhook_rule, remove_webhook_rule, test_webhook_rules,
+)
+

@@ -1,0 +1,68 @@
+"""MCP tools that drain an endpoint's queues, over switchboard.service.todos."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from switchboard.service import todos
+
+from .context import ToolContext
+
+TodoId = Annotated[str, Field(description="The todo's id (todo_id)")]
+Result = Annotated[Any, Field(description="Any JSON value recorded on the todo")]
+
+
+async def list_todos(
+    ctx: ToolContext,
+    queue: Annotated[str | None, Field(description="One queue of your scope")] = None,
+    state: Annotated[
+        Literal["pending", "claimed", "done", "dead"] | None,
+        Field(description="Default: pending and claimed"),
+    ] = None,
+    limit: Annotated[int | None, Field(description="1-100 (default 20)")] = None,
+) -> dict[str, Any]:
+    """This endpoint's todos in its scope queues, oldest available first."""
+    return await todos.list_todos(ctx.runtime, ctx.endpoint, queue=queue, state=state,
+                                  limit=limit)
+
+
+async def claim(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
+    """Claim one todo by id (pending and due, or its lease expired); returns its payload,
+    routing_trace and work_order."""
+    return await todos.claim(ctx.runtime, ctx.endpoint, id, owner=ctx.owner)
+
+
+async def claim_next(
+    ctx: ToolContext,
+    queue: Annotated[str | None, Field(description="One queue of your scope (default: all)")]
+    = None,
+    lease_ttl_seconds: Annotated[
+        float | None, Field(description="Lease length (default from config)")
+    ] = None,
+) -> dict[str, Any]:
+    """Claim the oldest claimable todo: {todo, empty: false}, or {empty: true}. Competing
+    workers never get the same todo."""
+    return await todos.claim_next(ctx.runtime, ctx.endpoint, owner=ctx.owner, queue=queue,
+                                  lease_ttl_seconds=lease_ttl_seconds)
+
+
+async def complete(ctx: ToolContext, id: TodoId, result: Result = None) -> dict[str, Any]:
+    """Mark a todo you hold done, with an optional result."""
+    return await todos.complete(ctx.runtime, ctx.endpoint, id, owner=ctx.owner, result=result)
+
+
+async def fail(ctx: ToolContext, id: TodoId, result: Result = None) -> dict[str, Any]:
+    """Give a todo you hold back: retried after an exponential backoff, dead after the
+    configured max_attempts."""
+    return await todos.fail(ctx.runtime, ctx.endpoint, id, owner=ctx.owner, result=result)
+
+
+async def heartbeat(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
+    """Extend the lease on a todo you hold."""
+    return await todos.heartbeat(ctx.runtime, ctx.endpoint, id, owner=ctx.owner)
+
+
+TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat)
+

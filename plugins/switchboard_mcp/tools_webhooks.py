@@ -1,0 +1,67 @@
+"""MCP tools for webhooks and their routes, over switchboard.service.webhooks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from switchboard.service import webhooks
+
+from .context import ToolContext
+
+WebhookId = Annotated[str, Field(description="The webhook's id (webhook_id)")]
+EndpointId = Annotated[str, Field(description="The target endpoint's id")]
+
+
+async def create_webhook(
+    ctx: ToolContext,
+    source_type: Annotated[str, Field(description="cairn, gitea, github, generic, ...")],
+    target_queue: Annotated[str, Field(description="One of this endpoint's webhook queues")],
+) -> dict[str, Any]:
+    """Create a webhook owned by this endpoint. Returns its ingest_url and, for signed
+    sources, its signing_secret: shown once, never again."""
+    return await webhooks.create_webhook(ctx.runtime, ctx.endpoint, source_type, target_queue)
+
+
+async def list_webhooks(ctx: ToolContext) -> dict[str, Any]:
+    """List the webhooks of this endpoint's human (never their secrets), with this
+    endpoint's ceiling (webhook_max, queues, source types) and usage."""
+    return await webhooks.list_webhooks(ctx.runtime, ctx.endpoint)
+
+
+async def rotate_webhook(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:
+    """Mint a new ingest URL (and signing secret, shown once); the old ones stop working."""
+    return await webhooks.rotate_webhook(ctx.runtime, ctx.endpoint, webhook_id)
+
+
+async def delete_webhook(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:
+    """Delete a webhook; its stored events stay."""
+    return await webhooks.delete_webhook(ctx.runtime, ctx.endpoint, webhook_id)
+
+
+async def add_webhook_route(
+    ctx: ToolContext, webhook_id: WebhookId, target_endpoint_id: EndpointId
+) -> dict[str, Any]:
+    """Also deliver this webhook to another endpoint of your human or of an approved
+    friend (idempotent). Any refusal is one uniform forbidden."""
+    return await webhooks.add_route(ctx.runtime, ctx.endpoint, webhook_id, target_endpoint_id)
+
+
+async def list_webhook_routes(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:
+    """List a webhook's extra delivery targets."""
+    return await webhooks.list_routes(ctx.runtime, ctx.endpoint, webhook_id)
+
+
+async def remove_webhook_route(
+    ctx: ToolContext, webhook_id: WebhookId, target_endpoint_id: EndpointId
+) -> dict[str, Any]:
+    """Stop delivering this webhook to an endpoint (idempotent)."""
+    return await webhooks.remove_route(ctx.runtime, ctx.endpoint, webhook_id, target_endpoint_id)
+
+
+TOOLS = (
+    create_webhook, list_webhooks, rotate_webhook, delete_webhook,
+    add_webhook_route, list_webhook_routes, remove_webhook_route,
+)
+

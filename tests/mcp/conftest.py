@@ -1,0 +1,114 @@
+"""MCP fixtures: a real server, a small world built by the CLI, and bearer-token sessions."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import psycopg
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from sbtest import CLI, Server, free_port, make_env
+from sbworld import World
+
+_counter = itertools.count()
+
+
+class ToolFailed(AssertionError):
+    """A tool answered with an isError result; ``text`` is ``code: message``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+        self.code = text.split(":", 1)[0]
+
+
+class Agent:
+    """One MCP session over streamable HTTP, carrying one endpoint's bearer token."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.session.call_tool(tool, arguments)
+        if result.is_error:
+            raise ToolFailed(result.content[0].text)  # type: ignore[union-attr]
+        assert result.structured_content is not None, f"{tool}: no structured content"
+        # The text block mirrors the structured content.
+        assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+        return result.structured_content
+
+    async def fails(self, tool: str, **arguments: Any) -> ToolFailed:
+        try:
+            await self.call(tool, **arguments)
+        except ToolFailed as exc:
+            return exc
+        raise AssertionError(f"{tool} succeeded")
+
+    async def tool_names(self) -> set[str]:
+        return {t.name for t in (await self.session.list_tools()).tools}
+
+
+@asynccontextmanager
+async def agent(url: str, token: str) -> AsyncIterator[Agent]:
+    """Exactly what a stock client configured with a URL and an Authorization header does."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield Agent(session)
+
+
+@pytest.fixture(scope="module")
+def mcp_server(pg_server: Any, template_db: str,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One real ``switchboard serve`` per test module, on its own database."""
+    name = f"sb_mcp{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    tmp = tmp_path_factory.mktemp("mcp")
+    env = make_env(pg_server.get_uri(name), tmp / "data")
+    port = free_port()
+    env["SWITCHBOARD_BASE_URL"] = f"http://127.0.0.1:{port}"
+    srv = Server(env, port, tmp / "server.log").start()
+    yield srv
+    srv.stop()
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@dataclass
+class People:
+    """A test's own two humans on the module's server (names unique per test)."""
+
+    srv: Server
+    w: World
+    alice: str
+    bob: str
+
+    @property
+    def url(self) -> str:
+        return self.srv.base_url + "/mcp"
+
+
+@pytest.fixture
+def people(mcp_server: Server) -> People:
+    n = next(_counter)
+    p = People(mcp_server, World(CLI(mcp_server.env)), f"alice{n}", f"bob{n}")
+    p.w.human(p.alice)
+    p.w.human(p.bob)
+    return p
+
+
+@pytest.fixture
+def connect() -> Any:
+    """``async with connect(url, token) as agent``: a bearer-token MCP session."""
+    return agent
