@@ -60,6 +60,7 @@ class _Exchange:
         self.request = request
         self.disconnected = asyncio.Event()
         self.body_given = False
+        self.start: Message | None = None
         self.response: Any = None
         self.finished = False
 
@@ -76,30 +77,44 @@ class _Exchange:
             raise ClientDisconnected("client disconnected")
         kind = message["type"]
         if kind == "http.response.start":
-            headers = Header(
-                [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]
-            )
-            content_type = headers.pop("content-type", None)
-            self.response = await self.request.respond(
-                status=int(message["status"]), headers=headers, content_type=content_type
-            )
+            self.start = message
+            if self._is_stream(message):
+                # An event stream may stay quiet for long: the client needs its headers now.
+                await self._respond()
+                await self._write(b"", end=False)
         elif kind == "http.response.body":
-            if self.response is None:
+            if self.start is None:
                 raise RuntimeError("ASGI app sent a body before http.response.start")
+            if self.response is None:
+                await self._respond()
             more = bool(message.get("more_body", False))
-            try:
-                body = message.get("body") or b""
-                if body:
-                    await self.response.send(body)
-                if not more:
-                    self.finished = True
-                    await self.response.eof()
-            except (ConnectionError, asyncio.CancelledError):
-                self.disconnected.set()
-                raise
-            except Exception as exc:  # Sanic raises its own errors on a closed transport
-                self.disconnected.set()
-                raise ClientDisconnected(str(exc)) from exc
+            await self._write(message.get("body") or b"", end=not more)
+
+    @staticmethod
+    def _is_stream(start: Message) -> bool:
+        return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                   for k, v in start.get("headers", []))
+
+    async def _respond(self) -> None:
+        assert self.start is not None
+        headers = Header([(k.decode("latin-1"), v.decode("latin-1"))
+                          for k, v in self.start.get("headers", [])])
+        content_type = headers.pop("content-type", None)
+        self.response = await self.request.respond(
+            status=int(self.start["status"]), headers=headers, content_type=content_type
+        )
+
+    async def _write(self, body: bytes, *, end: bool) -> None:
+        try:
+            await self.response.send(body, end_stream=end)
+        except (ConnectionError, asyncio.CancelledError):
+            self.disconnected.set()
+            raise
+        except Exception as exc:  # Sanic raises its own errors on a closed transport
+            self.disconnected.set()
+            raise ClientDisconnected(str(exc)) from exc
+        if end:
+            self.finished = True
 
 
 async def serve_asgi(
@@ -132,5 +147,6 @@ async def serve_asgi(
         log.error("ASGI app sent no response for %s %s", request.method, request.path)
         return json({"error": "internal error"}, status=500)
     if not exchange.finished:
-        await exchange.response.eof()
+        with contextlib.suppress(Exception):
+            await exchange.response.eof()
     return None

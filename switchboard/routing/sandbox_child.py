@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import mmap
 import os
 import resource
 import select
@@ -147,8 +148,17 @@ def _send(fd: int, text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
-def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any]) -> None:  # pragma: no cover - child
-    """Evaluate one envelope (in a fresh process) and exit."""
+#: Progress page layout shared by a zygote and its evaluator: armed rule, how, finished.
+_PROGRESS = struct.Struct("<icc")
+
+
+def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any], progress: mmap.mmap) -> None:  # pragma: no cover - child
+    """Evaluate one envelope (in a fresh process) and exit.
+
+    Verdicts are sent in one message at the end: the rule being evaluated lives in the
+    shared ``progress`` page, from which the zygote reports the culprit if a per-rule
+    alarm kills this process. Errors are sent at once, so a later death cannot lose them.
+    """
     sock = socket.socket(fileno=fd)
     sock.settimeout(2.0)
     head, _, env = read_frame(sock).partition(b"\n")
@@ -167,16 +177,24 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any]) -> None:  # pragma: 
             signal.setitimer(signal.ITIMER_REAL, 0)
             return f"b {i}\nd\n"
         limit = rule_ms / 1000 + extra
+        how = "t" if limit <= left else "b"
+        _PROGRESS.pack_into(progress, 0, i, how.encode(), b"0")
         signal.setitimer(signal.ITIMER_REAL, min(limit, left))
-        return f"a {i} {'t' if limit <= left else 'b'}\n"
+        return f"a {i} {how}\n"
+
+    def finish(text: str, code: int = 0) -> None:
+        _PROGRESS.pack_into(progress, 0, -1, b"-", b"1")
+        _send(fd, text)
+        os._exit(code)
 
     if not todo or rules.program is None:
-        _send(fd, "".join(out) + "d\n")
-        os._exit(0)
+        finish("".join(out) + "d\n")
     line = arm(todo[0], parse)
-    _send(fd, "".join(out) + (line or ""))
     if line is None or line.startswith("b"):
-        os._exit(0)
+        finish("".join(out) + (line or ""))
+    # The pid and the first armed rule go out now: the parent times the budget from here.
+    _send(fd, "".join(out) + (line or ""))
+    pending: list[str] = []
     text = b"[%d,%s]" % (start, env)
     try:
         results = iter(rules.program.input_text(text.decode("utf-8")))
@@ -184,29 +202,25 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any]) -> None:  # pragma: 
             verdict = next(results)
             signal.setitimer(signal.ITIMER_REAL, 0)
             if verdict == "m":
-                _send(fd, f"r {i} m\nd\n")
-                os._exit(0)
+                finish("".join(pending) + f"r {i} m\nd\n")
             if verdict == "n":
-                line = f"r {i} n\n"
+                pending.append(f"r {i} n\n")
             elif isinstance(verdict, str) and verdict.startswith("e"):
-                line = f"r {i} e {json.dumps(verdict[1:])}\n"
+                pending.append(f"r {i} e {json.dumps(verdict[1:])}\n")
+                _send(fd, "".join(pending))
+                pending = []
             else:
-                _send(fd, f"g {json.dumps(f'unexpected output from rule {i}')}\n")
-                os._exit(3)
+                finish("".join(pending) + f"g {json.dumps(f'unexpected output from rule {i}')}\n", 3)
             if k + 1 < len(todo):
                 nxt = arm(todo[k + 1], 0.0)
-                line += nxt or ""
                 if nxt and nxt.startswith("b"):
-                    _send(fd, line)
-                    os._exit(0)
-            _send(fd, line)
-        _send(fd, "d\n")
+                    finish("".join(pending) + nxt)
+                pending.append(nxt or "")
+        finish("".join(pending) + "d\n")
     except StopIteration:
-        _send(fd, f"g {json.dumps('evaluation ended early')}\n")
-        os._exit(3)
+        finish("".join(pending) + f"g {json.dumps('evaluation ended early')}\n", 3)
     except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
-        _send(fd, f"g {json.dumps(str(exc)[:300])}\n")
-        os._exit(3)
+        finish("".join(pending) + f"g {json.dumps(str(exc)[:300])}\n", 3)
     os._exit(0)
 
 
@@ -217,7 +231,8 @@ class Zygote:
         self.ctrl = ctrl
         self.cfg = cfg
         self.rules: RuleSet | None = None
-        self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, socket)
+        # pidfd -> (pid, socket, progress page)
+        self.children: dict[int, tuple[int, socket.socket, mmap.mmap]] = {}
 
     def handle(self, data: bytes, fd: int) -> None:
         req = json.loads(data)
@@ -240,25 +255,31 @@ class Zygote:
         except (OSError, EOFError, ValueError, KeyError):
             sock.close()
             return
+        progress = mmap.mmap(-1, _PROGRESS.size)
+        _PROGRESS.pack_into(progress, 0, -1, b"-", b"0")
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
             gc.disable()  # short-lived: never touch (and so copy) the zygote's heap pages
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             self.ctrl.close()
-            for pidfd, (_, other) in self.children.items():
+            for pidfd, (_, other, _) in self.children.items():
                 os.close(pidfd)
                 other.close()
-            evaluator(sock.detach(), self.rules, self.cfg)
+            evaluator(sock.detach(), self.rules, self.cfg, progress)
             os._exit(0)
-        self.children[os.pidfd_open(pid)] = (pid, sock)
+        self.children[os.pidfd_open(pid)] = (pid, sock, progress)
 
     def reap(self, pidfd: int) -> None:
-        pid, sock = self.children.pop(pidfd)
+        pid, sock, progress = self.children.pop(pidfd)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
+        index, how, finished = _PROGRESS.unpack_from(progress, 0)
+        progress.close()
+        # An evaluator that died mid-rule never sent its progress: report the armed rule.
+        armed = f"a {index} {how.decode()}\n" if finished == b"0" and index >= 0 else ""
         try:
             sock.setblocking(False)
-            sock.send(f"x {os.waitstatus_to_exitcode(status)}\n".encode())
+            sock.send(f"{armed}x {os.waitstatus_to_exitcode(status)}\n".encode())
         except OSError:
             pass
         sock.close()

@@ -18,6 +18,10 @@ from mcp.client.streamable_http import streamable_http_client
 from sbtest import CLI, Server, free_port, make_env
 from sbworld import World
 
+from switchboard.config import load_config
+from switchboard.runtime import Runtime
+from switchboard.service import identity
+
 _counter = itertools.count()
 
 
@@ -87,10 +91,15 @@ def mcp_server(pg_server: Any, template_db: str,
 
 @dataclass
 class People:
-    """A test's own two humans on the module's server (names unique per test)."""
+    """A test's own two humans on the module's server (names unique per test).
+
+    ``vend`` makes endpoints in-process through the same service the CLI calls (the CLI
+    costs a second per call); ``w`` is the real CLI for the walkthrough.
+    """
 
     srv: Server
     w: World
+    rt: Runtime
     alice: str
     bob: str
 
@@ -98,14 +107,34 @@ class People:
     def url(self) -> str:
         return self.srv.base_url + "/mcp"
 
+    async def vend(self, owner: str, name: str, *, queues: str = "inbox",
+                   webhook_queues: str = "inbox", sources: str = "cairn,gitea,github,generic",
+                   webhook_max: int = 5, verbs: str | None = None,
+                   expires_in: int | None = None) -> dict[str, Any]:
+        return await identity.vend_endpoint(
+            self.rt, owner=owner, name=name, queues=_csv(queues),
+            webhook_queues=_csv(webhook_queues), source_types=_csv(sources),
+            webhook_max=webhook_max, verbs=_csv(verbs) if verbs is not None else None,
+            expires_in_seconds=expires_in,
+        )
+
+
+def _csv(value: str) -> list[str]:
+    return [v for v in value.split(",") if v]
+
 
 @pytest.fixture
-def people(mcp_server: Server) -> People:
+async def people(mcp_server: Server) -> AsyncIterator[People]:
     n = next(_counter)
-    p = People(mcp_server, World(CLI(mcp_server.env)), f"alice{n}", f"bob{n}")
-    p.w.human(p.alice)
-    p.w.human(p.bob)
-    return p
+    rt = Runtime(load_config(env=mcp_server.env))
+    await rt.open_store(migrate=False)
+    try:
+        p = People(mcp_server, World(CLI(mcp_server.env)), rt, f"alice{n}", f"bob{n}")
+        await identity.add_human(rt, p.alice)
+        await identity.add_human(rt, p.bob)
+        yield p
+    finally:
+        await rt.shutdown()
 
 
 @pytest.fixture

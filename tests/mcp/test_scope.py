@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from switchboard.service import identity
+
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "raw", "version": "0"}}}
@@ -24,29 +26,26 @@ def _post(url: str, doc: dict[str, Any], token: str | None, **headers: str) -> h
                                **headers})
 
 
-def test_bad_tokens_are_refused_before_any_tool_runs(people: Any) -> None:
-    srv, w = people.srv, people.w
+async def test_bad_tokens_are_refused_before_any_tool_runs(people: Any) -> None:
+    srv = people.srv
     url = srv.base_url + "/mcp"
-    ep = w.endpoint(people.alice, "owner")
+    ep = await people.vend(people.alice, "owner")
     assert _post(url, CALL, ep["token"]).status_code == 200
-    w.cli.json("endpoint", "revoke", ep["endpoint_id"])
-    expired = w.cli.json("endpoint", "vend", "--owner", people.alice, "--name", "old",
-                         "--expires-in", "1")
+    await identity.revoke_endpoint(people.rt, ep["endpoint_id"])
+    expired = await people.vend(people.alice, "old", expires_in=1)
     for token in (ep["token"], "sbe_" + "x" * 40, None):
         for doc in (INIT, CALL):
             resp = _post(url, doc, token)
             assert resp.status_code == 401, resp.text
             assert resp.headers["www-authenticate"].startswith("Bearer")
             assert resp.json()["error"] == "invalid_token"
-    import time
-
-    time.sleep(1.1)
+    await asyncio.sleep(1.1)
     assert _post(url, CALL, expired["token"]).status_code == 401
 
 
-def test_dns_rebinding_is_refused(people: Any) -> None:
-    srv, w = people.srv, people.w
-    ep = w.endpoint(people.alice, "owner")
+async def test_dns_rebinding_is_refused(people: Any) -> None:
+    srv = people.srv
+    ep = await people.vend(people.alice, "owner")
     url = srv.base_url + "/mcp"
     assert _post(url, INIT, ep["token"], Host="evil.example:80").status_code == 421
     assert _post(url, INIT, ep["token"], Origin="http://evil.example").status_code == 403
@@ -54,10 +53,9 @@ def test_dns_rebinding_is_refused(people: Any) -> None:
 
 
 async def test_tools_list_follows_verb_scope(people: Any, connect: Any) -> None:
-    srv, w = people.srv, people.w
-    narrow = w.cli.json("endpoint", "vend", "--owner", people.alice, "--name", "narrow",
-                        "--queues", "inbox", "--verbs", "list_webhooks,claim_next")
-    full = w.endpoint(people.alice, "full")
+    srv = people.srv
+    narrow = await people.vend(people.alice, "narrow", verbs="list_webhooks,claim_next")
+    full = await people.vend(people.alice, "full")
     async with connect(srv.base_url + "/mcp", narrow["token"]) as a:
         assert await a.tool_names() == {"list_webhooks", "claim_next"}
         assert (await a.call("claim_next")) == {"empty": True}
@@ -77,10 +75,10 @@ async def test_tools_list_follows_verb_scope(people: Any, connect: Any) -> None:
 async def test_another_humans_webhook_and_event_are_not_found(
     people: Any, connect: Any
 ) -> None:
-    srv, w = people.srv, people.w
+    srv = people.srv
     url = srv.base_url + "/mcp"
-    alice = w.endpoint(people.alice, "alice-owner", queues="inbox")
-    bob = w.endpoint(people.bob, "bob-owner", queues="inbox")
+    alice = await people.vend(people.alice, "alice-owner", queues="inbox")
+    bob = await people.vend(people.bob, "bob-owner", queues="inbox")
     async with connect(url, alice["token"]) as a, connect(url, bob["token"]) as b:
         hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
         other = await a.call("create_webhook", source_type="generic", target_queue="inbox")
@@ -114,11 +112,11 @@ async def test_another_humans_webhook_and_event_are_not_found(
 
 
 async def test_routes_and_rules_refuse_strangers(people: Any, connect: Any) -> None:
-    srv, w = people.srv, people.w
+    srv = people.srv
     url = srv.base_url + "/mcp"
-    owner = w.endpoint(people.alice, "owner", queues="inbox")
-    unrouted = w.endpoint(people.alice, "unrouted", queues="inbox")
-    stranger = w.endpoint(people.bob, "stranger", queues="inbox")
+    owner = await people.vend(people.alice, "owner", queues="inbox")
+    unrouted = await people.vend(people.alice, "unrouted", queues="inbox")
+    stranger = await people.vend(people.bob, "stranger", queues="inbox")
     async with connect(url, owner["token"]) as a:
         wid = (await a.call("create_webhook", source_type="generic",
                             target_queue="inbox"))["webhook_id"]
@@ -140,9 +138,9 @@ async def test_routes_and_rules_refuse_strangers(people: Any, connect: Any) -> N
 
 
 async def test_concurrent_rule_adds_both_land(people: Any, connect: Any) -> None:
-    srv, w = people.srv, people.w
+    srv = people.srv
     url = srv.base_url + "/mcp"
-    owner = w.endpoint(people.alice, "owner", queues="inbox")
+    owner = await people.vend(people.alice, "owner", queues="inbox")
     async with connect(url, owner["token"]) as a, connect(url, owner["token"]) as b:
         wid = (await a.call("create_webhook", source_type="generic",
                             target_queue="inbox"))["webhook_id"]
@@ -166,8 +164,8 @@ async def test_concurrent_rule_adds_both_land(people: Any, connect: Any) -> None
 
 
 async def test_event_paging_limits(people: Any, connect: Any) -> None:
-    srv, w = people.srv, people.w
-    owner = w.endpoint(people.alice, "owner", queues="inbox")
+    srv = people.srv
+    owner = await people.vend(people.alice, "owner", queues="inbox")
     async with connect(srv.base_url + "/mcp", owner["token"]) as a:
         wid = (await a.call("create_webhook", source_type="generic",
                             target_queue="inbox"))["webhook_id"]

@@ -1,0 +1,111 @@
+"""Routing cost end to end: a webhook with 32 rules vs the same webhook without rules.
+
+Run: python bench/routing.py [--total N]
+Posts a ~5 KB payload to two generic webhooks on one `switchboard serve` and prints, per
+webhook, deliveries/s and p50/p99 latency at 1 and 8 clients, the added p50 latency, and
+the CPU per delivery of the whole server process tree (server, fork server, zygotes and
+the evaluators they reaped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import cli, database, load, serve, summary  # noqa: E402
+
+BODY = json.dumps({
+    "action": "opened", "number": 42,
+    "repository": {"full_name": "org/app", "private": False},
+    "pull_request": {f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]}
+                     for i in range(55)},
+}).encode()
+
+# 32 realistic rules, none of which matches: every delivery evaluates all of them.
+RULES = [
+    {"id": f"r{i}", "name": f"repo {i}",
+     "expr": f'.kind == "pull_request" and .payload.repository.full_name == "org/repo-{i}"'
+             f' and (.headers["x-github-event"] // "") != "ping"',
+     "action": {"queue": "inbox"}}
+    for i in range(32)
+]
+
+
+def tree_cpu(pid: int) -> float:
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+async def set_rules(env: dict[str, str], webhook_id: str) -> None:
+    from switchboard.config import load_config
+    from switchboard.runtime import Runtime
+    from switchboard.service import rules
+
+    rt = Runtime(load_config(env=env))
+    await rt.open_store(migrate=False)
+    try:
+        await rules.set_rules(rt, None, webhook_id, RULES)
+    finally:
+        await rt.shutdown()
+
+
+def measure(srv: Any, url: str, clients: int, total: int) -> dict[str, float]:
+    before = tree_cpu(srv.proc.pid)
+    stats = summary(*asyncio.run(load(url, BODY, clients, total)))
+    stats["cpu_ms"] = (tree_cpu(srv.proc.pid) - before) / total * 1000
+    return stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--total", type=int, default=1000)
+    args = ap.parse_args()
+    with database() as dsn, tempfile.TemporaryDirectory() as tmp:
+        srv = serve(dsn, Path(tmp))
+        try:
+            cli(srv.env, "human", "add", "bench")
+            ep = cli(srv.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
+                     "--queues", "inbox", "--webhook-queues", "inbox",
+                     "--source-types", "generic", "--webhook-max", "2")
+            hooks = [cli(srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
+                         "--source", "generic", "--target-queue", "inbox") for _ in range(2)]
+            asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"]))
+            gh = "X-GitHub-Event: pull_request\r\n"
+            for hook in hooks:  # warm up: the fork server, the zygote, the pool
+                asyncio.run(load(hook["ingest_url"], BODY, 4, 100, gh))
+            print(f"routing benchmark: {args.total} deliveries per row, body {len(BODY)} B,"
+                  " 1 Sanic worker")
+            print(f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"
+                  f" {'CPU ms':>7}")
+            rows = {}
+            for clients in (1, 8):
+                for name, hook in (("no rules", hooks[0]), ("32 rules", hooks[1])):
+                    s = measure(srv, hook["ingest_url"], clients, args.total)
+                    rows[(name, clients)] = s
+                    print(f"{name:>10} {clients:>7} | {s['per_s']:>7.0f} {s['p50_ms']:>7.2f}"
+                          f" {s['p99_ms']:>7.2f} {s['cpu_ms']:>7.2f}")
+            base, ruled = rows[("no rules", 1)], rows[("32 rules", 1)]
+            print(f"added at 1 client: p50 {ruled['p50_ms'] - base['p50_ms']:+.2f} ms,"
+                  f" CPU {ruled['cpu_ms'] - base['cpu_ms']:+.2f} ms per delivery"
+                  " (targets: <= 5 ms each)")
+        finally:
+            srv.stop()
+
+
+if __name__ == "__main__":
+    main()

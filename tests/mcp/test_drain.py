@@ -1,0 +1,70 @@
+"""The drain verbs over MCP: basics, and ten workers racing claim_next."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+
+
+async def _deliveries(people: Any, connect: Any, token: str, n: int) -> str:
+    """Create a generic webhook over MCP and post ``n`` deliveries to it."""
+    async with connect(people.url, token) as a:
+        hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
+    async with httpx.AsyncClient(timeout=30) as http:
+        resps = await asyncio.gather(*[
+            http.post(hook["ingest_url"], content=b'{"n": %d}' % i,
+                      headers={"X-Delivery-Id": f"d{i}"}) for i in range(n)
+        ])
+    assert all(r.status_code == 202 and r.json()["created"] == 1 for r in resps)
+    return str(hook["webhook_id"])
+
+
+async def test_ten_workers_race_for_ten_todos(people: Any, connect: Any) -> None:
+    ep = await people.vend(people.alice, "lane", queues="inbox")
+    await _deliveries(people, connect, ep["token"], 10)
+    async with AsyncExitStack() as stack:
+        workers = [await stack.enter_async_context(connect(people.url, ep["token"]))
+                   for _ in range(10)]
+        got = await asyncio.gather(*[w.call("claim_next") for w in workers])
+        ids = [g["todo"]["todo_id"] for g in got]
+        assert len(set(ids)) == 10
+        assert all(g["todo"]["attempts"] == 1 for g in got)
+        assert (await workers[0].call("claim_next")) == {"empty": True}
+
+
+async def test_drain_verbs_over_mcp(people: Any, connect: Any) -> None:
+    ep = await people.vend(people.alice, "worker", queues="inbox")
+    other = await people.vend(people.bob, "other", queues="inbox")
+    await _deliveries(people, connect, ep["token"], 2)
+    async with connect(people.url, ep["token"]) as a, connect(people.url, other["token"]) as b:
+        listed = (await a.call("list_todos"))["todos"]
+        assert len(listed) == 2 and {t["state"] for t in listed} == {"pending"}
+        assert (await b.call("list_todos")) == {"todos": []}
+        first, second = (t["todo_id"] for t in listed)
+
+        assert (await b.fails("claim", id=first)).code == "not_found"
+        assert (await a.fails("list_todos", queue="handoff")).code == "forbidden"
+        assert (await a.fails("claim_next", queue="handoff")).code == "forbidden"
+
+        claimed = (await a.call("claim", id=first))["todo"]
+        assert claimed["state"] == "claimed" and claimed["payload"]["payload"]["n"] in (0, 1)
+        assert claimed["routing_trace"]["stage"] == "default" and "work_order" in claimed
+        assert (await a.fails("claim", id=first)).code == "conflict"
+        beat = await a.call("heartbeat", id=first)
+        assert beat["todo_id"] == first and beat["lease_expires_at"]
+        assert (await b.fails("heartbeat", id=first)).code == "not_found"
+        failed = (await a.call("fail", id=first, result={"why": "flaky"}))["todo"]
+        assert failed["state"] == "pending" and failed["result"] == {"why": "flaky"}
+        assert (await a.fails("complete", id=first)).code == "conflict"
+
+        nxt = await a.call("claim_next", queue="inbox")
+        assert nxt["todo"]["todo_id"] == second  # the failed one is backing off
+        done = (await a.call("complete", id=second, result="ok"))["todo"]
+        assert done["state"] == "done" and done["result"] == "ok"
+        assert [t["todo_id"] for t in (await a.call("list_todos", state="done"))["todos"]] \
+            == [second]
+        assert (await a.fails("list_todos", limit=0)).code == "invalid_argument"
+        assert (await a.fails("claim", id="nope")).code == "not_found"

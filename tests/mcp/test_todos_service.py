@@ -1,0 +1,137 @@
+"""The drain verbs at the service level, where the timing bits (leases, backoff) are cheap."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sbtest import make_env
+
+from switchboard.config import load_config
+from switchboard.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from switchboard.runtime import Runtime
+from switchboard.service import identity, todos
+
+CONFIG = """
+[todos]
+lease_ttl_seconds = 30
+max_attempts = 3
+backoff_base_seconds = 0.2
+backoff_max_seconds = 0.3
+"""
+
+
+@pytest.fixture
+async def rt(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
+    path = tmp_path / "switchboard.toml"
+    path.write_text(CONFIG)
+    runtime = Runtime(load_config(path, env=make_env(dsn, tmp_path / "data")))
+    await runtime.open_store(migrate=False)
+    try:
+        yield runtime
+    finally:
+        await runtime.shutdown()
+
+
+async def _endpoint(rt: Runtime, owner: str, name: str, queues: list[str]) -> dict[str, Any]:
+    made = await identity.vend_endpoint(rt, owner=owner, name=name, queues=queues)
+    return await identity.authenticate(rt, made["token"])
+
+
+def _todos(dsn: str, endpoint_id: str, queue: str, n: int) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [str(conn.execute(
+            "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
+            " routing_trace) VALUES (%s, %s, %s, %s, '{\"n\": 1}',"
+            " '{\"stage\": \"default\"}') RETURNING id",
+            (endpoint_id, queue, f"k{queue}{i}", f"t{i}"),
+        ).fetchone()[0]) for i in range(n)]  # type: ignore[index]
+
+
+async def test_claim_complete_and_scope(rt: Runtime, dsn: str) -> None:
+    await identity.add_human(rt, "alice")
+    await identity.add_human(rt, "bob")
+    me = await _endpoint(rt, "alice", "me", ["inbox", "handoff"])
+    other = await _endpoint(rt, "bob", "other", ["inbox"])
+    [mine] = _todos(dsn, me["id"], "inbox", 1)
+    [hidden] = _todos(dsn, me["id"], "elsewhere", 1)  # a queue outside my scope
+    [theirs] = _todos(dsn, other["id"], "inbox", 1)
+    owner = me["id"]
+
+    listed = await todos.list_todos(rt, me)
+    assert [t["todo_id"] for t in listed["todos"]] == [mine]
+    assert "payload" not in listed["todos"][0]
+    with pytest.raises(Forbidden):
+        await todos.list_todos(rt, me, queue="elsewhere")
+    with pytest.raises(Forbidden):
+        await todos.claim_next(rt, me, owner=owner, queue="elsewhere")
+    with pytest.raises(InvalidArgument):
+        await todos.list_todos(rt, me, state="nope")
+    for todo_id in (theirs, hidden, "not-a-uuid"):
+        with pytest.raises(NotFound):
+            await todos.claim(rt, me, todo_id, owner=owner)
+
+    got = (await todos.claim(rt, me, mine, owner=owner))["todo"]
+    assert got["state"] == "claimed" and got["attempts"] == 1
+    assert got["payload"] == {"n": 1} and got["routing_trace"] == {"stage": "default"}
+    with pytest.raises(Conflict):  # already claimed, lease alive
+        await todos.claim(rt, me, mine, owner=owner)
+    with pytest.raises(NotFound):  # only the claimant's endpoint may heartbeat
+        await todos.heartbeat(rt, other, mine, owner=other["id"])
+    with pytest.raises(Conflict):  # same endpoint, another claimant identity
+        await todos.heartbeat(rt, me, mine, owner="someone-else")
+    beat = await todos.heartbeat(rt, me, mine, owner=owner)
+    assert beat["lease_expires_at"] > got["lease_expires_at"]
+    done = (await todos.complete(rt, me, mine, owner=owner, result={"ok": True}))["todo"]
+    assert done["state"] == "done" and done["result"] == {"ok": True}
+    assert done["completed_at"] is not None
+    with pytest.raises(Conflict):
+        await todos.complete(rt, me, mine, owner=owner)
+    assert (await todos.list_todos(rt, me, state="done"))["todos"][0]["todo_id"] == mine
+
+
+async def test_fail_backs_off_then_dies(rt: Runtime, dsn: str) -> None:
+    await identity.add_human(rt, "alice")
+    me = await _endpoint(rt, "alice", "me", ["inbox"])
+    [tid] = _todos(dsn, me["id"], "inbox", 1)
+    owner = me["id"]
+    for attempt in (1, 2):
+        got = await todos.claim_next(rt, me, owner=owner)
+        assert got["todo"]["todo_id"] == tid and got["todo"]["attempts"] == attempt
+        failed = (await todos.fail(rt, me, tid, owner=owner, result={"err": attempt}))["todo"]
+        assert failed["state"] == "pending" and failed["available_at"] > got["todo"]["created_at"]
+        # Backing off: not claimable until available_at passes.
+        assert (await todos.claim_next(rt, me, owner=owner)) == {"empty": True}
+        await asyncio.sleep(0.35)
+    got = await todos.claim_next(rt, me, owner=owner)
+    assert got["todo"]["attempts"] == 3
+    dead = (await todos.fail(rt, me, tid, owner=owner))["todo"]
+    assert dead["state"] == "dead"
+    await asyncio.sleep(0.35)
+    assert (await todos.claim_next(rt, me, owner=owner)) == {"empty": True}
+
+
+async def test_expired_lease_is_claimable_again(rt: Runtime, dsn: str) -> None:
+    await identity.add_human(rt, "alice")
+    me = await _endpoint(rt, "alice", "me", ["inbox"])
+    [tid] = _todos(dsn, me["id"], "inbox", 1)
+    first = await todos.claim_next(rt, me, owner="worker-1", lease_ttl_seconds=0.2)
+    assert first["todo"]["todo_id"] == tid
+    assert (await todos.claim_next(rt, me, owner="worker-2")) == {"empty": True}
+    await asyncio.sleep(0.3)
+    again = await todos.claim_next(rt, me, owner="worker-2", lease_ttl_seconds=0.2)
+    assert again["todo"]["todo_id"] == tid and again["todo"]["attempts"] == 2
+    with pytest.raises(Conflict):  # the first claimant lost it
+        await todos.complete(rt, me, tid, owner="worker-1")
+    await asyncio.sleep(0.3)
+    assert (await todos.claim(rt, me, tid, owner="worker-3", lease_ttl_seconds=0.2))["todo"]["attempts"] == 3
+    await asyncio.sleep(0.3)
+    # Its attempts are spent: an expired lease now buries it instead.
+    assert (await todos.claim_next(rt, me, owner="worker-4")) == {"empty": True}
+    assert (await todos.list_todos(rt, me, state="dead"))["todos"][0]["todo_id"] == tid
+    with pytest.raises(InvalidArgument):
+        await todos.claim_next(rt, me, owner="w", lease_ttl_seconds=0)
