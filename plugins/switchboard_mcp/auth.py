@@ -43,7 +43,7 @@ class EndpointTokenVerifier:
             client_id=str(row["id"]),
             scopes=list(row.get("verbs") or []),
             expires_at=int(expires.timestamp()) if expires is not None else None,
-            claims={"endpoint": jsonable(row)},
+            claims={"endpoint": dict(jsonable(row))},
         )
 
 
@@ -61,9 +61,10 @@ def token_caller(rt: Runtime, token: str) -> CallerResolver:
 
     async def resolve(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
         try:
-            return await authenticate(rt, token)
+            row = await authenticate(rt, token)
         except Forbidden:
             return None
+        return dict(jsonable(row))  # the same shape the HTTP path carries in its claims
 
     return resolve
 

@@ -187,8 +187,10 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any], progress: mmap.mmap)
         _send(fd, text)
         os._exit(code)
 
-    if not todo or rules.program is None:
+    program = rules.program
+    if not todo or program is None:
         finish("".join(out) + "d\n")
+        return
     line = arm(todo[0], parse)
     if line is None or line.startswith("b"):
         finish("".join(out) + (line or ""))
@@ -197,7 +199,7 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any], progress: mmap.mmap)
     pending: list[str] = []
     text = b"[%d,%s]" % (start, env)
     try:
-        results = iter(rules.program.input_text(text.decode("utf-8")))
+        results = iter(program.input_text(text.decode("utf-8")))
         for k, i in enumerate(todo):
             verdict = next(results)
             signal.setitimer(signal.ITIMER_REAL, 0)

@@ -56,3 +56,30 @@ async def test_stdio_command(people: Any) -> None:
     # A bad token never speaks MCP.
     proc = people.w.cli.run("mcp", "--token", ep["token"], check=False)
     assert proc.returncode == 1 and "forbidden" in proc.stderr
+
+
+async def test_several_workers_serve_stateless_mcp(server_factory: Any, dsn: str,
+                                                   tmp_path: Path) -> None:
+    srv = server_factory(dsn, "--workers", "2")
+    from switchboard.config import load_config
+    from switchboard.runtime import Runtime
+
+    rt = Runtime(load_config(env=srv.env))
+    await rt.open_store(migrate=False)
+    try:
+        await identity.add_human(rt, "carol")
+        ep = await identity.vend_endpoint(rt, owner="carol", name="w", queues=["inbox"],
+                                          webhook_queues=["inbox"], source_types=["generic"],
+                                          webhook_max=3)
+    finally:
+        await rt.shutdown()
+    headers = {"Authorization": f"Bearer {ep['token']}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        async with Client(streamable_http_client(srv.base_url + "/mcp", http_client=http)) as c:
+            for _ in range(3):  # requests land on either worker; no session to lose
+                made = await c.call_tool("create_webhook", {"source_type": "generic",
+                                                            "target_queue": "inbox"})
+                assert not made.is_error
+            listed = await c.call_tool("list_webhooks", {})
+            assert listed.structured_content is not None
+            assert listed.structured_content["usage"] == {"webhooks": 3, "remaining": 0}
