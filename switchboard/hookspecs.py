@@ -182,13 +182,17 @@ def switchboard_register_sinks(register: Any) -> None:
 
 @hookspec
 def switchboard_register_mcp_tools(register: Any) -> None:
-    """Register MCP tools on the agent surface.
+    """Register MCP tools on the agent surface (``/mcp`` and ``switchboard mcp``).
 
     :param register: a :class:`switchboard.registry.MCPToolRegistry`; call
-        ``register.add(name, fn, description=..., verb=...)``.  ``fn`` is an async
-        callable ``fn(ctx, **arguments)`` with type hints (they become the input and
-        output schemas); ``verb`` is the scope verb that gates it (defaults to the
-        tool name).
+        ``register.add_tool(name, fn, description=..., verb=...)``.  ``fn`` is
+        ``async def fn(ctx: ToolContext, **arguments) -> T``: ``ctx`` is a
+        :class:`switchboard.registry.ToolContext` (the runtime and the authenticated
+        endpoint row); the parameters after it, with their type hints, become the input
+        schema and the return annotation the output schema.  ``verb`` (default: the tool
+        name) is the scope verb: ``tools/list`` shows the tool only to endpoints holding
+        it, and a call without it is ``forbidden``.  Raise
+        :mod:`switchboard.errors` exceptions; the caller sees ``"<code>: <message>"``.
     """
 
 

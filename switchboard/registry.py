@@ -114,6 +114,24 @@ class RulePackRegistry(NamedRegistry[RulePack]):
         return self.add(RulePack(name, config, description))
 
 
+@dataclass(frozen=True)
+class ToolContext:
+    """What an MCP tool function receives first: the runtime and the calling endpoint.
+
+    ``endpoint`` is the live endpoints row the bearer token authenticated (its ``id``,
+    ``owner_human``, ``scope_queues``, ``verbs``, webhook ceiling...), re-checked on every
+    request; ``owner`` is the identity a claimed todo records.
+    """
+
+    runtime: Any
+    endpoint: dict[str, Any]
+    session_id: str | None = None
+
+    @property
+    def owner(self) -> str:
+        return str(self.endpoint["id"])
+
+
 @dataclass
 class MCPTool:
     name: str

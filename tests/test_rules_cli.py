@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sbtest import SWITCHBOARD, make_env
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -12,9 +12,9 @@ import psutil
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-
 from sbtest import CLI
 from sbworld import World
+
 from switchboard.errors import ServiceError
 from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
