@@ -70,11 +70,3 @@ def test_errors_are_one_line_and_nonzero(cli: CLI, args: tuple[str, ...], needle
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert proc.stdout == ""
-
-
-def test_every_command_has_help(cli: CLI) -> None:
-    top = cli.run("--help").stdout
-    for name in ("serve", "migrate", "plugins", "human", "friend", "endpoint"):
-        assert name in top
-        assert cli.run(name, "--help").returncode == 0
-    assert "--webhook-max" in cli.run("endpoint", "vend", "--help").stdout

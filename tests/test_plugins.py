@@ -154,3 +154,29 @@ def test_plugins_command_lists_hooks_as_json(cli: CLI) -> None:
 def test_environment_has_no_switchboard_vars_leaking(tmp_path: Path) -> None:
     env = make_env(None, tmp_path)
     assert "SWITCHBOARD_DATABASE_URL" not in env
+
+
+def test_routing_stages_are_enabled_and_ordered_by_config(tmp_path: Path) -> None:
+    from switchboard.config import load_config
+    from switchboard.runtime import Runtime
+
+    def stages(toml: str) -> list[str]:
+        path = tmp_path / "stages.toml"
+        path.write_text(toml)
+        return [s.name for s in Runtime(load_config(path, env={})).stages]
+
+    assert stages("") == ["rules"]  # "llm" is listed by default and skipped until installed
+    assert stages("[routing]\nstages = []\n") == []
+    assert stages('disabled_plugins = ["rules"]\n') == []
+
+
+def test_every_command_has_help(cli: CLI) -> None:
+    top = cli.run("--help").stdout
+    commands = ["serve", "migrate", "plugins", "human", "friend", "endpoint", "webhook",
+                "send", "rules", "mcp"]
+    for name in commands:
+        assert name in top, name
+        assert cli.run(name, "--help").returncode == 0, name
+    for sub in (("webhook", "create"), ("webhook", "route", "add"), ("rules", "check"),
+                ("rules", "test"), ("endpoint", "vend"), ("human", "add"), ("friend", "add")):
+        assert cli.run(*sub, "--help").returncode == 0, sub
