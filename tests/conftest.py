@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import warnings
@@ -59,26 +60,32 @@ def template_db(pg_server: Any) -> str:
     return "sb_template"
 
 
+@contextlib.contextmanager
+def _scratch_database(pg_server: Any, template: str | None) -> Iterator[str]:
+    """Create a uniquely named database (from ``template`` when given), drop it after."""
+    name = f"sb_t{os.getpid()}_{next(_counter)}"
+    clause = f" TEMPLATE {template}" if template else ""
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}{clause}")
+    try:
+        yield pg_server.get_uri(name)
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def dsn(pg_server: Any, template_db: str) -> Iterator[str]:
     """A fresh, migrated database for one test."""
-    name = f"sb_t{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
-    yield pg_server.get_uri(name)
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with _scratch_database(pg_server, template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_dsn(pg_server: Any) -> Iterator[str]:
     """A fresh database with no migrations applied."""
-    name = f"sb_e{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield pg_server.get_uri(name)
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with _scratch_database(pg_server, None) as url:
+        yield url
 
 
 @pytest.fixture

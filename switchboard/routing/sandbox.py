@@ -268,15 +268,21 @@ class Sandbox:
         """The index of the first rule matching ``envelope`` (or None), plus faults."""
         if not rules:
             return MatchResult(None)
-        try:
-            async with asyncio.timeout(self.slot_wait_s):
-                await self._slots.acquire()
-        except TimeoutError:
+        if not await self._take_slot():
             return MatchResult(None, (Fault(-1, "sandbox_busy"),))
         try:
             return await self._evaluate(rules, params or {}, envelope)
         finally:
             self._slots.release()
+
+    async def _take_slot(self) -> bool:
+        """Wait up to ``slot_wait_s`` for one of the concurrency slots."""
+        try:
+            async with asyncio.timeout(self.slot_wait_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            return False
+        return True
 
     async def _evaluate(
         self,
@@ -332,11 +338,8 @@ class Sandbox:
         """Compile errors by rule index (empty when every expression compiles)."""
         if not exprs:
             return []
-        try:
-            async with asyncio.timeout(self.slot_wait_s):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise SandboxUnavailable("the routing sandbox is busy; try again") from None
+        if not await self._take_slot():
+            raise SandboxUnavailable("the routing sandbox is busy; try again")
         try:
             loop = asyncio.get_running_loop()
             spec = json.dumps({"exprs": exprs, "params": params or {}}, sort_keys=True)
