@@ -1,6 +1,6 @@
 """Receiver throughput vs the raw PostgreSQL ceiling, for a webhook without rules.
 
-Run: python bench/ingest.py [--total N] [--workers W]
+Run: python bench/ingest.py [--total N] [--workers W (default 2)]
 Prints deliveries/s and p50/p99 at 1, 8 and 32 concurrent clients over loopback, beside
 the same machine's ceiling: the same event + todo insert transaction issued directly
 through psycopg at the same concurrency, measured in the same run.
@@ -79,7 +79,8 @@ def _run(coro: object) -> object:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=3000, help="deliveries per level")
-    ap.add_argument("--workers", type=int, default=1, help="Sanic workers")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="Sanic workers (default 2: one per core on the reference machine)")
     ap.add_argument("--levels", default="1,8,32")
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
