@@ -240,3 +240,35 @@ def test_send_command_posts_like_the_producer(world: Any, tmp_path: Path) -> Non
     proc = w.cli.run("send", "--url", hook["ingest_url"], "--source", "cairn",
                      "--secret", "whsec_wrong", "--stamp", str(src), check=False)
     assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == 401
+
+
+def test_database_going_away_answers_503_and_the_retry_lands_once(
+    world: Any, dsn: str, pg_server: Any
+) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    name = conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE datname = %s", (name,))
+    try:
+        resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
+                          timeout=60)
+        assert resp.status_code == 503, resp.text
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    # The producer retries; the pool reconnects; the delivery lands exactly once.
+    for _ in range(3):
+        resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
+                          timeout=60)
+        if resp.status_code == 202:
+            break
+    assert resp.status_code == 202 and resp.json()["created"] == 1
+    again = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
+                       timeout=60)
+    assert again.json()["created"] == 0
+    assert _count(dsn, "events") == 1 and _count(dsn, "todos") == 1
