@@ -98,9 +98,11 @@ def switchboard_register_projections(register: Any) -> None:
 
     :param register: a :class:`switchboard.registry.ProjectionRegistry`; call
         ``register.add(projection)`` with a
-        :class:`switchboard.envelope.Projection`: a top-level ``name``, the ``keys``
-        it always fills, and a pure ``build(source, kind, payload)`` returning a
-        dict (missing keys become null) or None when it does not apply.  The envelope
+        :class:`switchboard.envelope.Projection`: a top-level ``name``, the
+        ``sources`` it serves (several plugins may fill one name for different
+        sources), the ``keys`` it always fills, and a pure
+        ``build(source, kind, payload)`` returning a dict (missing keys become null)
+        or None when it does not apply.  The envelope
         key is always present, null when the projection does not apply.
     """
 
@@ -127,10 +129,12 @@ def switchboard_register_routing_stages(register: Any) -> None:
     """Register routing stages (``rules``, ``llm``, ...).
 
     :param register: a :class:`switchboard.registry.StageRegistry`; call
-        ``register.add(stage)`` with a :class:`switchboard.routing.stage.RoutingStage`:
-        a ``name`` and ``async route(ctx)`` returning a
-        :class:`switchboard.routing.stage.StageResult` (a decision, or none plus
-        faults).  The config's ``routing.stages`` list enables and orders stages; the
+        ``register.add(stage)`` with a :class:`switchboard.routing.model.RoutingStage`:
+        a ``name`` and ``async route(ctx)`` taking a
+        :class:`switchboard.routing.model.RoutingContext` (webhook row, envelope,
+        grant) and returning a :class:`switchboard.routing.model.StageResult` (a
+        decision, or none plus faults).  Stages are called per delivery through the
+        registry, never through ``pm.hook``.  The config's ``routing.stages`` list enables and orders stages; the
         first stage that decides wins, otherwise the default action applies.
     """
 
