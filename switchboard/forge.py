@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from .envelope import Projection
-from .sources import Headers, Verification, body_key, constant_time_equal, hmac_sha256_hex
+from .sources import (
+    Delivery,
+    Headers,
+    Verification,
+    body_key,
+    constant_time_equal,
+    hmac_sha256_hex,
+)
 
 #: Longest delivery id kept as an idempotency key; longer ones are ignored (never truncated,
 #: since two different ids sharing a prefix must not collide) and the next candidate is used.
@@ -87,6 +94,20 @@ def prefixed_signature(secret: bytes, body: bytes) -> str:
 def prefixed_signature_matches(given: str | None, secret: bytes, body: bytes) -> bool:
     """Constant-time check of a ``sha256=<hex>`` header over the raw body bytes."""
     return constant_time_equal(prefixed_signature(secret, body), given)
+
+
+def prefixed_signature_refusal(
+    delivery: Delivery, secret: bytes | None, header: str
+) -> Verification | None:
+    """None when ``header`` carries ``sha256=<hmac of the raw body>``; else the refusal."""
+    if not secret:
+        return refuse("webhook has no signing secret")
+    given = delivery.headers.get(header)
+    if not given:
+        return refuse(f"missing {header} header")
+    if not prefixed_signature_matches(given, secret, delivery.body):
+        return refuse(f"{header} does not match the body")
+    return None
 
 
 def bare_signature_matches(given: str | None, secret: bytes, body: bytes) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from switchboard.forge import (
     prefixed_signature,
-    prefixed_signature_matches,
+    prefixed_signature_refusal,
     refuse,
     usable_delivery_id,
 )
@@ -69,13 +69,9 @@ class CairnSource:
 
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Check the HMAC over the raw bytes first; only a signed body is parsed and trusted."""
-        if not secret:
-            return refuse("webhook has no signing secret")
-        given = delivery.headers.get(SIGNATURE_HEADER)
-        if not given:
-            return refuse(f"missing {SIGNATURE_HEADER} header")
-        if not prefixed_signature_matches(given, secret, delivery.body):
-            return refuse(f"{SIGNATURE_HEADER} does not match the body")
+        refusal = prefixed_signature_refusal(delivery, secret, SIGNATURE_HEADER)
+        if refusal is not None:
+            return refusal
 
         doc = _body_object(delivery.body)
         if doc is None:

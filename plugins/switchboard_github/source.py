@@ -8,8 +8,7 @@ from switchboard.forge import (
     delivery_key,
     kind_from_headers,
     prefixed_signature,
-    prefixed_signature_matches,
-    refuse,
+    prefixed_signature_refusal,
 )
 from switchboard.sources import TRUST_SIGNED, Delivery, Verification
 
@@ -26,13 +25,9 @@ class GithubSource:
 
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Check the HMAC before anything reads the body; ``now`` is unused (GitHub has no clock)."""
-        if not secret:
-            return refuse("webhook has no signing secret")
-        given = delivery.headers.get(SIGNATURE_HEADER)
-        if not given:
-            return refuse(f"missing {SIGNATURE_HEADER} header")
-        if not prefixed_signature_matches(given, secret, delivery.body):
-            return refuse(f"{SIGNATURE_HEADER} does not match the body")
+        refusal = prefixed_signature_refusal(delivery, secret, SIGNATURE_HEADER)
+        if refusal is not None:
+            return refusal
         return Verification(
             ok=True,
             verified=True,
