@@ -1,0 +1,35 @@
+"""The rules stage: no rules never touches a process; a match decides, no match passes."""
+
+from __future__ import annotations
+
+from switchboard_rules import stage_of
+
+from switchboard.config import load_config
+from switchboard.routing.model import Grant, RoutingContext, Target
+from switchboard.runtime import Runtime
+
+GRANT = Grant("inbox", ("inbox", "triage"), (Target("owner"), Target("pool")))
+ENVELOPE = {"source": "generic", "kind": None, "payload": {"n": 2}, "headers": {}}
+
+
+async def test_webhooks_without_rules_never_touch_the_sandbox() -> None:
+    stage = stage_of(Runtime(load_config(env={})))
+    result = await stage.route(RoutingContext({"routing_rules": []}, ENVELOPE, GRANT))
+    assert result.decision is None and result.faults == ()
+    assert stage._sandbox is None  # no fork server was even created
+
+
+async def test_match_decides_and_no_match_passes_to_the_next_stage() -> None:
+    stage = stage_of(Runtime(load_config(env={})))
+    try:
+        rules = [{"id": "big", "expr": ".payload.n > $params.min",
+                  "action": {"queue": "triage", "endpoints": ["pool"]}}]
+        hit = await stage.route(RoutingContext(
+            {"routing_rules": rules, "routing_params": {"min": 1}}, ENVELOPE, GRANT))
+        assert hit.decision is not None and hit.decision.endpoints == ("pool",)
+        assert hit.decision.trace["rule_id"] == "big"
+        miss = await stage.route(RoutingContext(
+            {"routing_rules": rules, "routing_params": {"min": 5}}, ENVELOPE, GRANT))
+        assert miss.decision is None  # the next stage or the default decides
+    finally:
+        await stage.close()
