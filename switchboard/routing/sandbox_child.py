@@ -39,11 +39,17 @@ _PR_SET_CHILD_SUBREAPER = 36
 LIMIT_MSG = "compilation exceeded the sandbox's memory or time limit"
 
 
+try:
+    # Resolved once here: every evaluator calls it right after fork, where loading libc
+    # through ctypes again would fault in (and copy) pages on the hot path.
+    _PRCTL: Any = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - non-Linux
+    _PRCTL = None
+
+
 def _prctl(option: int, arg: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - non-Linux
-        pass
+    if _PRCTL is not None:
+        _PRCTL(option, arg, 0, 0, 0)
 
 
 def build_program(exprs: list[str], indices: list[int]) -> str:
