@@ -6,6 +6,7 @@ import importlib
 import inspect
 import logging
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 import pluggy
@@ -56,18 +57,13 @@ def make_plugin_manager(disabled: list[str] | tuple[str, ...] = ()) -> pluggy.Pl
     for modname in ESSENTIAL_PLUGINS:
         pm.register(importlib.import_module(modname), name=modname)
     pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    known = {n for n, _ in pm.list_name_plugin()}
+    # A blocked name is listed by pluggy whether or not it exists, so ask the metadata.
+    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     for name in disabled:
-        if name not in known and not _is_entry_point(name):
+        if name not in installed:
             log.warning("disabled_plugins names %r, which is not installed", name)
     pm.check_pending()
     return pm
-
-
-def _is_entry_point(name: str) -> bool:
-    from importlib.metadata import entry_points
-
-    return any(ep.name == name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
 def call_each(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:

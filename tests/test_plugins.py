@@ -180,3 +180,12 @@ def test_every_command_has_help(cli: CLI) -> None:
     for sub in (("webhook", "create"), ("webhook", "route", "add"), ("rules", "check"),
                 ("rules", "test"), ("endpoint", "vend"), ("human", "add"), ("friend", "add")):
         assert cli.run(*sub, "--help").returncode == 0, sub
+
+
+def test_disabling_an_unknown_plugin_warns_and_a_known_one_does_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="switchboard.plugins"):
+        make_plugin_manager(["github", "no-such-plugin"])
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "'no-such-plugin'" in warned[0]

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from .decide import default_decision
-from .model import Decision, Fault, Grant, RoutingContext, RoutingStage
+from .model import Decision, Fault, Grant, RoutingContext, RoutingStage, Target
 
 
 def grant_for(webhook: dict[str, Any]) -> Grant:
     """The grant of a resolved webhook row (see ``store.webhooks.resolve_webhook``)."""
-    from .model import Target
-
     target_queue = webhook["target_queue"]
     queues = dict.fromkeys(
         [target_queue, *(webhook.get("owner_webhook_queues") or []),

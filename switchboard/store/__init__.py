@@ -6,10 +6,10 @@ from .db import Database, Row
 from .events import DeliveryOutcome, EventQueries
 from .identity import IdentityQueries
 from .todos import TodoQueries
-from .webhooks import WebhookCeiling, WebhookQueries
+from .webhooks import WebhookQueries
 
 
-class Store(IdentityQueries, WebhookQueries, WebhookCeiling, EventQueries, TodoQueries):
+class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries):
     """Every query the service layer may run, over one pool."""
 
     def __init__(self, db: Database) -> None:

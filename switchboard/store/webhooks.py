@@ -53,12 +53,6 @@ _RESOLVED = f"""
 class WebhookQueries:
     db: Database
 
-    async def count_webhooks(self, endpoint_id: str) -> int:
-        row = await self.db.fetchone(
-            "SELECT count(*) AS n FROM endpoint_webhooks WHERE endpoint_id = %s", (endpoint_id,)
-        )
-        return int(row["n"]) if row else 0
-
     async def get_webhook(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):
             return None
@@ -157,15 +151,13 @@ class WebhookQueries:
         row: Row | None = await cur.fetchone()
         return row
 
-
-class WebhookCeiling:
-    """Creation under the owner endpoint's row lock, so webhook_max holds under races."""
-
-    db: Database
-
     async def create_webhook_within(self, endpoint_id: str, webhook_max: int,
                                     **fields: Any) -> Row | None:
-        """Insert unless the endpoint already owns ``webhook_max`` webhooks (then None)."""
+        """Insert unless the endpoint already owns ``webhook_max`` webhooks (then None).
+
+        The count and the insert run under the owner endpoint's row lock, so two
+        creations racing for the last slot cannot both land.
+        """
         async with self.db.tx() as conn:
             await conn.execute("SELECT 1 FROM endpoints WHERE id = %s FOR UPDATE", (endpoint_id,))
             cur = await conn.execute(
