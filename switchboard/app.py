@@ -6,57 +6,115 @@ import logging
 from typing import Any
 
 from sanic import Request, Sanic, json
-from sanic.exceptions import PayloadTooLarge, SanicException
+from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
+from . import loghygiene
 from .config import load_config
-from .errors import SwitchboardError, http_status
+from .errors import RETRY_AFTER_SECONDS, StoreUnavailable, SwitchboardError, http_status
 from .runtime import Runtime
 
 log = logging.getLogger("switchboard.app")
 
+#: /healthz answers within a second whatever the database does.
+HEALTH_TIMEOUT_S = 0.8
+
+#: Sanic's message for a header block over its limit (it raises PayloadTooLarge for both).
+_HEADER_TOO_LARGE = "Request header exceeds the size limit"
+
+
+def _connection(request: Request) -> Any:
+    """Sanic's HTTP/1.1 connection state (``keep_alive``, ``expecting_continue``), if any.
+
+    Sanic types ``request.stream`` as a narrow protocol; its HTTP/1.1 implementation
+    carries the two flags the gate and the drain set.
+    """
+    return request.stream
+
+
+def _retry_later(body: dict[str, Any]) -> HTTPResponse:
+    return json(body, status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
 
 def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
+    loghygiene.install()
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
-    app.config.REQUEST_MAX_SIZE = int(rt.config.section("ingest")["max_body_bytes"])
+    max_body = int(rt.config.section("ingest")["max_body_bytes"])
+    app.config.REQUEST_MAX_SIZE = max_body
     app.config.KEEP_ALIVE_TIMEOUT = 30
     app.config.MOTD = False
     app.ctx.runtime = rt
+    app.ctx.draining = False
 
     @app.before_server_start
     async def _open(app: Sanic[Any, Any]) -> None:
         await rt.open_store(migrate=False)
         await rt.startup()
 
+    @app.before_server_stop
+    async def _drain(app: Sanic[Any, Any]) -> None:
+        # From the stop signal on, no new request starts (see _gate) and every response
+        # closes its connection; in-flight requests and their sinks finish.
+        app.ctx.draining = True
+        from .service.ingest import drain_sinks
+
+        await drain_sinks()
+
     @app.after_server_stop
     async def _close(app: Sanic[Any, Any]) -> None:
         await rt.shutdown()
 
+    @app.signal("http.routing.before")
+    async def _gate(request: Request) -> None:
+        stream = _connection(request)
+        if app.ctx.draining:
+            if stream is not None:
+                stream.keep_alive = False
+            raise ServiceUnavailable("server shutting down")
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > max_body:
+            # Refuse on the declared length, before reading a byte of the body and before
+            # Sanic would answer "Expect: 100-continue" by inviting the client to send it.
+            if stream is not None:
+                stream.expecting_continue = False
+                stream.keep_alive = False
+            raise PayloadTooLarge("Request body exceeds the size limit")
+
+    @app.on_response
+    async def _close_when_draining(request: Request, response: HTTPResponse) -> None:
+        stream = _connection(request)
+        if app.ctx.draining and stream is not None:
+            stream.keep_alive = False
+
     @app.get("/healthz")
     async def healthz(request: Request) -> HTTPResponse:
-        try:
-            ok = await rt.store.db.ping()
-        except Exception as exc:
-            log.warning("health check failed: %s", exc)
-            ok = False
-        if ok:
+        if await rt.store.db.ping(timeout=HEALTH_TIMEOUT_S):
             return json({"status": "ok", "database": "ok"})
-        return json({"status": "unavailable", "database": "unreachable"}, status=503)
+        return _retry_later({"status": "unavailable", "database": "unreachable"})
 
     @app.exception(PayloadTooLarge)
     async def _too_large(request: Request, exc: Exception) -> HTTPResponse:
+        if str(exc) == _HEADER_TOO_LARGE:
+            return json({"error": "request headers too large"}, status=431)
         return json({"error": "payload too large"}, status=413)
 
     @app.exception(SwitchboardError)
     async def _service_error(request: Request, exc: SwitchboardError) -> HTTPResponse:
         status = http_status(exc)
+        body = {"error": str(exc), "code": getattr(exc, "code", "internal")}
+        if isinstance(exc, StoreUnavailable):
+            # The driver's text names hosts and databases: it goes to the log, not the client.
+            log.warning("%s %s: %s: %s", request.method, request.path, exc, exc.detail)
+            return _retry_later(body)
         if status >= 500:
             log.error("request failed: %s", exc)
-        return json({"error": str(exc), "code": getattr(exc, "code", "internal")}, status=status)
+        return json(body, status=status)
 
     @app.exception(SanicException)
     async def _sanic_error(request: Request, exc: SanicException) -> HTTPResponse:
-        return json({"error": str(exc) or "error"}, status=getattr(exc, "status_code", 500))
+        status = getattr(exc, "status_code", 500)
+        body = {"error": str(exc) or "error"}
+        return _retry_later(body) if status == 503 else json(body, status=status)
 
     @app.exception(Exception)
     async def _unexpected(request: Request, exc: Exception) -> HTTPResponse:

@@ -20,7 +20,8 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": "./.switchboard",
     "secret_key": None,
     "disabled_plugins": [],
-    "server": {"workers": 1, "pool_min_size": 2, "pool_max_size": 20, "access_log": False},
+    "server": {"workers": 1, "pool_min_size": 2, "pool_max_size": 20, "access_log": False,
+               "database_timeout_ms": 2000},
     "ingest": {"max_body_bytes": 5 * 1024 * 1024, "cairn_freshness_seconds": 300},
     "routing": {"stages": ["rules", "llm"]},
     "todos": {

@@ -30,9 +30,17 @@ class PluginError(SwitchboardError):
 
 
 class StoreUnavailable(SwitchboardError):
-    """The database is unreachable or failed mid-request."""
+    """The database is unreachable or failed mid-request.
+
+    ``str()`` is a fixed public message; ``detail`` (the driver's own text, which can
+    name hosts, users and databases) is for the log only, never for a response.
+    """
 
     code = "unavailable"
+
+    def __init__(self, message: str = "database unavailable", *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class ServiceError(SwitchboardError):
@@ -82,6 +90,10 @@ _HTTP_STATUS: dict[type[SwitchboardError], int] = {
 
 #: Rule-validation codes that surface under a different public code.
 _MCP_CODE_ALIASES = {"not_granted": "forbidden"}
+
+
+#: Seconds a client should wait before retrying a 503 (the ``Retry-After`` header).
+RETRY_AFTER_SECONDS = 2
 
 
 def http_status(exc: BaseException) -> int:

@@ -8,7 +8,7 @@ from sanic import Request, Sanic, json
 from sanic.response import HTTPResponse
 
 from .runtime import Runtime
-from .service.ingest import drain_sinks, ingest
+from .service.ingest import ingest
 from .sources import Headers
 
 
@@ -23,7 +23,3 @@ def add_receiver_routes(app: Sanic[Any, Any], rt: Runtime) -> None:
             rt, token, headers, request.body or b"", request.headers.get("content-type")
         )
         return json(reply.body, status=reply.status)
-
-    @app.before_server_stop
-    async def _drain(app: Sanic[Any, Any]) -> None:
-        await drain_sinks()

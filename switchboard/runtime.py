@@ -67,6 +67,7 @@ class Runtime:
                 self.ensure_database(),
                 min_size=int(server.get("pool_min_size", 2)),
                 max_size=int(server.get("pool_max_size", 20)),
+                acquire_timeout=int(server.get("database_timeout_ms", 2000)) / 1000,
             )
             await db.open()
             self._store = Store(db)

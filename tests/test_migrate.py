@@ -10,13 +10,15 @@ import psycopg
 from sbtest import SWITCHBOARD, make_env
 
 from switchboard.resources import migrations_dir
+from switchboard.secrets_box import hash_token
 from switchboard.store import migrate
 
 EXPECTED_COLUMNS = {
-    "endpoint_webhooks": {"routing_rules", "default_action", "routing_params", "ingest_token",
-                          "signing_secret_enc", "rotated_at", "trust_mode", "target_queue"},
+    "endpoint_webhooks": {"routing_rules", "default_action", "routing_params",
+                          "ingest_token_hash", "signing_secret_enc", "rotated_at", "trust_mode", "target_queue"},
     "events": {"webhook_id", "routing_trace", "external_id", "headers", "body", "verified",
-               "trust_mode", "verify_detail", "received_at", "size", "content_type"},
+               "trust_mode", "verify_detail", "received_at", "size", "content_type",
+               "raw_headers"},
     "todos": {"routing_trace", "work_order", "idempotency_key", "lease_expires_at", "attempts",
               "owner", "event_id", "payload", "title", "state", "queue"},
     "routing_once": {"webhook_id", "once_key", "event_id", "created_at"},
@@ -50,6 +52,29 @@ def test_apply_is_recorded_and_idempotent(empty_dsn: str) -> None:
         idx = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_events_webhook'").fetchone()
         assert idx and "received_at DESC" in idx[0]
+
+
+def test_existing_ingest_tokens_are_hashed_in_place(empty_dsn: str) -> None:
+    """0020 turns stored clear-text ingest tokens into their SHA-256 and drops the clear text."""
+    migs = migrate.collect()
+    before = [m for m in migs if m.key < "0020"]
+    asyncio.run(migrate.apply(empty_dsn, before))
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO humans (name) VALUES ('old')")
+        conn.execute(
+            "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs)"
+            " SELECT id, 'ep', 'h', '{inbox}', '{}' FROM humans")
+        conn.execute(
+            "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue, trust_mode,"
+            " ingest_token) SELECT id, 'generic', 'inbox', 'token', 'tok-1' FROM endpoints")
+    assert asyncio.run(migrate.apply(empty_dsn, migs))
+    with psycopg.connect(empty_dsn) as conn:
+        cols = {r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'endpoint_webhooks'")}
+        assert "ingest_token" not in cols
+        row = conn.execute("SELECT ingest_token_hash FROM endpoint_webhooks").fetchone()
+        assert row is not None and row[0] == hash_token("tok-1")
 
 
 def test_two_concurrent_migrate_commands_both_succeed(empty_dsn: str, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import logging
 import sys
 from typing import Any
 
+from .. import loghygiene
 from ..config import load_config
 from ..errors import ConfigError, SwitchboardError
 from ..runtime import Runtime
@@ -53,10 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--config")
     pre.add_argument("-v", "--verbose", action="store_true")
     known, _ = pre.parse_known_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if known.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    loghygiene.install(logging.DEBUG if known.verbose else logging.WARNING)
     try:
         rt = Runtime(load_config(known.config))
     except SwitchboardError as exc:

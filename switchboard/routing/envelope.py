@@ -8,6 +8,7 @@ import logging
 import sys
 from typing import Any
 
+from ..pgtext import clean_json, clean_text
 from ..registry import ProjectionRegistry
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def _project(projection: Any, source: str, kind: str | None, payload: Any) -> An
         return None
     # A deep copy so the projection never shares structure with .payload: rules and the
     # stored envelope see independent values whatever the builder returned.
-    return {key: copy.deepcopy(built.get(key)) for key in projection.keys}
+    return {key: clean_json(copy.deepcopy(built.get(key))) for key in projection.keys}
 
 
 def build_envelope(
@@ -99,17 +100,21 @@ def build_envelope(
     ``headers`` must already be sanitized (:func:`switchboard.sanitize.sanitize_headers`),
     exactly as persisted. Every projection key of ``projections`` is present, null when no
     projection applies to ``source`` or its builder returns None.
+
+    Every producer string (kind, content type, headers, payload) is made storable by
+    :mod:`switchboard.pgtext` here, once for every caller: the envelope is what is
+    persisted, and cleaning is idempotent, so the stored delivery replays identically.
     """
-    payload = parse_payload(body)
+    payload = clean_json(parse_payload(body))
     envelope: dict[str, Any] = {
         "source": source,
-        "kind": kind,
+        "kind": None if kind is None else clean_text(kind),
         "webhook_id": webhook_id,
         "trust_mode": trust_mode,
         "verified": verified,
-        "content_type": content_type,
+        "content_type": None if content_type is None else clean_text(content_type),
         "size": len(body),
-        "headers": dict(headers),
+        "headers": clean_json(dict(headers)),
         "payload": payload,
     }
     for name in projections.envelope_keys():
@@ -117,5 +122,6 @@ def build_envelope(
             # A projection never overrides a switchboard fact (.verified, .source ...).
             continue
         projection = projections.get(f"{name}:{source}")
-        envelope[name] = None if projection is None else _project(projection, source, kind, payload)
+        envelope[name] = (None if projection is None
+                          else _project(projection, source, envelope["kind"], payload))
     return envelope

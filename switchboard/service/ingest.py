@@ -8,11 +8,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..routing.envelope import build_envelope
 from ..routing.route import grant_for, route
 from ..routing.trace import validate_trace
 from ..runtime import Runtime
 from ..sanitize import sanitize_headers
+from ..secrets_box import hash_token
 from ..sources import Delivery, Headers, body_key
 
 log = logging.getLogger("switchboard.ingest")
@@ -39,6 +41,16 @@ def todo_title(envelope: dict[str, Any]) -> str:
     return f"{envelope['source']} {envelope.get('kind') or 'delivery'}"
 
 
+def raw_header_block(headers: Headers) -> bytes:
+    """The header block as received, names as sent, secret values redacted, bytes exact."""
+    lines = []
+    for name, value in headers.items():
+        # One pair at a time so a repeated header keeps its own line and position.
+        [clean] = sanitize_headers([(name, value)]).values()
+        lines.append(raw_bytes(name) + b": " + raw_bytes(clean))
+    return b"\r\n".join(lines)
+
+
 def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[str, Any]:
     """What a worker claims: the delivery's facts, projections and payload (no headers)."""
     doc = {k: v for k, v in envelope.items() if k != "headers"}
@@ -49,7 +61,7 @@ def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[st
 async def ingest(
     rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None
 ) -> IngestReply:
-    webhook = await rt.store.resolve_webhook(token)
+    webhook = await rt.store.resolve_webhook(hash_token(token))
     if webhook is None:
         return UNKNOWN
     source = rt.registries.sources.get(webhook["source_type"])
@@ -61,8 +73,8 @@ async def ingest(
     if not verdict.ok:
         log.info("webhook %s: verification failed: %s", webhook["id"], verdict.detail)
         return UNVERIFIED
-    external_id = f"{webhook['id']}:{verdict.delivery_id or body_key(body)}"
-    clean = sanitize_headers(headers)
+    # The delivery id is an identity: escaped reversibly, so distinct ids stay distinct.
+    external_id = f"{webhook['id']}:{key_text(verdict.delivery_id or body_key(body))}"
     grant = grant_for(webhook)
     if not grant.targets:
         return UNCONFIGURED
@@ -73,25 +85,28 @@ async def ingest(
         trust_mode=webhook["trust_mode"],
         verified=verdict.verified,
         content_type=content_type,
-        headers=clean,
+        headers=sanitize_headers(headers),
         body=body,
         projections=rt.registries.projections,
     )
     decision = await route(rt.stages, webhook, envelope, grant)
-    validate_trace(decision.trace)
+    # Fault details can quote producer text (a jq error over the payload).
+    trace = clean_json(decision.trace)
+    validate_trace(trace)
     event = {
         "source": webhook["source_type"],
-        "kind": verdict.kind,
+        "kind": envelope["kind"],
         "external_id": external_id,
-        "headers": clean,
+        "headers": envelope["headers"],
+        "raw_headers": raw_header_block(headers),
         "body": body,
-        "content_type": content_type,
+        "content_type": envelope["content_type"],
         "size": len(body),
         "verified": verdict.verified,
         "trust_mode": webhook["trust_mode"],
-        "verify_detail": verdict.detail or None,
+        "verify_detail": clean_text(verdict.detail) or None,
         "webhook_id": webhook["id"],
-        "routing_trace": decision.trace,
+        "routing_trace": trace,
     }
     todo = {
         "queue": decision.queue,

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import CeilingExceeded, Forbidden, InvalidArgument, NotFound
 from ..runtime import Runtime
-from ..secrets_box import mint_token
+from ..secrets_box import hash_token, mint_token
 from ..sources import TRUST_SIGNED
 from ..store import Row
 from .common import check_queue, jsonable
@@ -53,7 +53,7 @@ async def create_webhook(
         source_type=source_type,
         target_queue=target_queue,
         trust_mode=source.trust_mode,
-        ingest_token=token,
+        ingest_token_hash=hash_token(token),
         signing_secret_enc=sealed,
     )
     if row is None:
@@ -82,14 +82,13 @@ async def owned_webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> Row
 
 
 def webhook_view(rt: Runtime, row: Row) -> dict[str, Any]:
-    """A webhook as listed: never its signing secret."""
+    """A webhook as listed: never its signing secret nor its ingest URL (shown once)."""
     return dict(jsonable({
         "webhook_id": row["id"],
         "endpoint_id": row["endpoint_id"],
         "source_type": row["source_type"],
         "target_queue": row["target_queue"],
         "trust_mode": row["trust_mode"],
-        "ingest_url": ingest_url(rt, row["ingest_token"]),
         "rule_count": len(row.get("routing_rules") or []),
         "created_at": row["created_at"],
         "rotated_at": row["rotated_at"],
@@ -113,7 +112,7 @@ async def list_webhooks(rt: Runtime, caller: Row) -> dict[str, Any]:
 async def rotate_webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
     row = await owned_webhook(rt, caller, webhook_id)
     token, secret, sealed = _mint_credentials(rt, row["trust_mode"])
-    await rt.store.rotate_webhook(row["id"], token, sealed)
+    await rt.store.rotate_webhook(row["id"], hash_token(token), sealed)
     out: dict[str, Any] = {"webhook_id": row["id"], "ingest_url": ingest_url(rt, token)}
     if secret is not None:
         out["signing_secret"] = secret

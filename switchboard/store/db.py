@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Sequence, cast
 
 import psycopg
 from psycopg.rows import RowMaker, dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreUnavailable
 
 Row = dict[str, Any]
+
+log = logging.getLogger("switchboard.store")
 
 
 def _row_factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Row]:
@@ -42,38 +46,42 @@ def is_uuid(value: object) -> bool:
 class Database:
     """Owns the async pool; query mixins use :meth:`conn` and :meth:`tx`."""
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20) -> None:
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20,
+                 acquire_timeout: float = 2.0) -> None:
         self.dsn = dsn
+        # A request waits at most ``acquire_timeout`` for a connection: with the database
+        # gone, a producer gets its 503 quickly (and retries) instead of holding a socket
+        # for the pool's reconnect loop. New connections get the same bound to connect.
+        self.acquire_timeout = acquire_timeout
         self.pool = AsyncConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             open=False,
-            kwargs={"row_factory": _row_factory, "autocommit": True},
-            timeout=10.0,
+            kwargs={"row_factory": _row_factory, "autocommit": True,
+                    "connect_timeout": max(1, round(acquire_timeout))},
+            timeout=acquire_timeout,
         )
 
     async def open(self) -> None:
         try:
             await self.pool.open(wait=True, timeout=15.0)
         except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged
-            raise StoreUnavailable(f"cannot connect to the database: {exc}") from exc
+            raise StoreUnavailable("cannot connect to the database", detail=str(exc)) from exc
 
     async def close(self) -> None:
         await self.pool.close()
 
     @asynccontextmanager
-    async def conn(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
+    async def conn(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
         """A pooled autocommit connection; connection failures become StoreUnavailable."""
         try:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection(timeout=timeout) as conn:
                 yield cast("psycopg.AsyncConnection[Row]", conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise StoreUnavailable(f"database unavailable: {exc}") from exc
-        except Exception as exc:
-            if type(exc).__name__ == "PoolTimeout":
-                raise StoreUnavailable("database unavailable: pool timeout") from exc
-            raise
+            raise StoreUnavailable(detail=str(exc)) from exc
+        except PoolTimeout as exc:
+            raise StoreUnavailable(detail=f"no connection within the timeout: {exc}") from exc
 
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
@@ -92,6 +100,16 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
 
-    async def ping(self) -> bool:
-        row = await self.fetchone("SELECT 1 AS ok")
-        return bool(row and row["ok"] == 1)
+    async def ping(self, timeout: float) -> bool:
+        """True when the database answers within ``timeout`` seconds (False, never raises)."""
+        async def probe() -> bool:
+            async with self.conn(timeout=timeout) as conn:
+                cur = await conn.execute("SELECT 1 AS ok")
+                row = await cur.fetchone()
+                return bool(row and row["ok"] == 1)
+
+        try:
+            return await asyncio.wait_for(probe(), timeout)
+        except (StoreUnavailable, TimeoutError, psycopg.Error) as exc:
+            log.warning("health check: database unavailable: %s", getattr(exc, "detail", exc))
+            return False

@@ -24,9 +24,10 @@ class DeliveryOutcome:
 # order) unless the decision is a drop. A conflicting event (a redelivery) inserts nothing.
 _RECORD = """
     WITH ev AS (
-        INSERT INTO events (source, kind, external_id, headers, body, content_type, size,
-                            verified, trust_mode, verify_detail, webhook_id, routing_trace)
-        VALUES (%(source)s, %(kind)s, %(external_id)s, %(headers)s, %(body)s,
+        INSERT INTO events (source, kind, external_id, headers, raw_headers, body,
+                            content_type, size, verified, trust_mode, verify_detail,
+                            webhook_id, routing_trace)
+        VALUES (%(source)s, %(kind)s, %(external_id)s, %(headers)s, %(raw_headers)s, %(body)s,
                 %(content_type)s, %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s,
                 %(webhook_id)s, %(routing_trace)s)
         ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING

@@ -10,7 +10,7 @@ from .db import Database, Row, is_uuid
 from .identity import LIVE_ENDPOINT
 
 _WEBHOOK_COLS = (
-    "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, w.ingest_token, "
+    "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, "
     "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing_rules, w.default_action, "
     "w.routing_params, e.owner_human, e.webhook_queues AS owner_webhook_queues"
 )
@@ -70,11 +70,12 @@ class WebhookQueries:
             (human_id,),
         )
 
-    async def rotate_webhook(self, webhook_id: str, token: str, secret_enc: bytes | None) -> Row:
+    async def rotate_webhook(self, webhook_id: str, token_hash: str,
+                             secret_enc: bytes | None) -> Row:
         row = await self.db.fetchone(
-            "UPDATE endpoint_webhooks SET ingest_token = %s, signing_secret_enc = %s,"
+            "UPDATE endpoint_webhooks SET ingest_token_hash = %s, signing_secret_enc = %s,"
             " rotated_at = now() WHERE id = %s RETURNING id, rotated_at",
-            (token, secret_enc, webhook_id),
+            (token_hash, secret_enc, webhook_id),
         )
         assert row is not None
         return row
@@ -85,9 +86,10 @@ class WebhookQueries:
         )
         return row is not None
 
-    async def resolve_webhook(self, ingest_token: str) -> Row | None:
-        """The webhook behind an ingest token with its live targets and grant queues."""
-        return await self.db.fetchone(_RESOLVED + " WHERE w.ingest_token = %s", (ingest_token,))
+    async def resolve_webhook(self, token_hash: str) -> Row | None:
+        """The webhook behind an ingest token's hash with its live targets and grant queues."""
+        return await self.db.fetchone(_RESOLVED + " WHERE w.ingest_token_hash = %s",
+                                      (token_hash,))
 
     async def resolve_webhook_by_id(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):
@@ -169,8 +171,8 @@ class WebhookQueries:
                 return None
             cur = await conn.execute(
                 "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue,"
-                " trust_mode, ingest_token, signing_secret_enc) VALUES (%(endpoint_id)s,"
-                " %(source_type)s, %(target_queue)s, %(trust_mode)s, %(ingest_token)s,"
+                " trust_mode, ingest_token_hash, signing_secret_enc) VALUES (%(endpoint_id)s,"
+                " %(source_type)s, %(target_queue)s, %(trust_mode)s, %(ingest_token_hash)s,"
                 " %(signing_secret_enc)s) RETURNING id, created_at",
                 {"endpoint_id": endpoint_id, **fields},
             )

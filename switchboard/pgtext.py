@@ -1,0 +1,80 @@
+"""Producer text PostgreSQL can store: NUL and lone surrogates made explicit, never fatal.
+
+PostgreSQL refuses two things every producer can send: the NUL character (in ``text``
+and in ``jsonb``, even as the JSON escape ``\\u0000``) and strings that are not valid
+UTF-8 (a JSON ``\\ud800`` decodes to a lone surrogate; a header byte such as ``\\xe9``
+reaches us surrogate-escaped). The raw body and raw header bytes are stored as ``bytea``
+and stay exact; what is stored as text or JSON, and what rules see, goes through here.
+
+Two spellings, chosen per use:
+
+* :func:`clean_json` / :func:`clean_text` for what people and rules read (envelope,
+  headers, titles, kinds): each offending character becomes U+FFFD, the Unicode
+  replacement character, as every WHATWG decoder does. Readable, not reversible.
+* :func:`key_text` for identities (delivery ids, dedup keys): two different ids must
+  stay different, so offending characters become reversible ``\\xNN`` escapes.
+
+Every function is idempotent, so a dry-run over stored (already clean) values rebuilds
+exactly the envelope the live delivery saw.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+
+# NUL, and any surrogate code point (a valid str never holds one outside surrogateescape
+# decoding or a JSON "\udXXX" escape that was not part of a pair).
+_BAD = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean_text(value: str) -> str:
+    """``value`` with NUL and lone surrogates replaced by U+FFFD."""
+    return _BAD.sub(REPLACEMENT, value) if _BAD.search(value) else value
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON value whose every string and key is :func:`clean_text`-clean.
+
+    Keys that collide after cleaning keep the last value, as a JSON object with
+    duplicate keys does. Containers are rebuilt; strings are shared when clean.
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_json(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k) if isinstance(k, str) else k: clean_json(v)
+                for k, v in value.items()}
+    return value
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match[0]
+    if ch == "\x00":
+        return "\\x00"
+    code = ord(ch)
+    # surrogateescape maps raw byte 0xNN to U+DCNN: spell the byte; any other lone
+    # surrogate (from a JSON escape) keeps its code point.
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def key_text(value: str) -> str:
+    """``value`` with NUL and lone surrogates as ``\\xNN`` / ``\\uXXXX`` escapes."""
+    return _BAD.sub(_escape, value) if _BAD.search(value) else value
+
+
+def raw_bytes(value: str) -> bytes:
+    """The bytes a surrogate-escaped header string was decoded from (exact).
+
+    Sanic decodes header bytes as UTF-8 with ``surrogateescape``, so this round-trips
+    every header as received; a surrogate no decoder could have produced is escaped.
+    """
+    if not _BAD.search(value):
+        return value.encode()
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace")
