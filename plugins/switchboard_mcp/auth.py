@@ -1,15 +1,13 @@
-"""Endpoint bearer tokens for MCP: the SDK token verifier, caller resolvers, host checks."""
+"""Endpoint bearer tokens for MCP: the SDK token verifier and the caller resolvers."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
-from mcp.server.transport_security import TransportSecuritySettings
 
 from switchboard.errors import Forbidden
 from switchboard.runtime import Runtime
@@ -17,8 +15,6 @@ from switchboard.service.common import jsonable
 from switchboard.service.identity import authenticate
 
 from .server import CallerResolver
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class EndpointTokenVerifier:
@@ -68,36 +64,3 @@ def token_caller(rt: Runtime, token: str) -> CallerResolver:
 
     return resolve
 
-
-def _host_of(value: str) -> str | None:
-    host = urlsplit(value if "//" in value else f"//{value}").hostname
-    return host or None
-
-
-def transport_security(rt: Runtime) -> TransportSecuritySettings:
-    """DNS-rebinding protection for the configured address.
-
-    Allowed: the ``base_url`` host, the listen host when it is a concrete address, and
-    the loopback names when listening on loopback (any port, since ``serve --port``
-    may override the configured one). ``[plugins.mcp]`` may add hosts and origins, or
-    turn the check off for a proxy that rewrites ``Host``.
-    """
-    cfg = rt.config.plugin("mcp")
-    hosts: list[str] = []
-    listen = rt.config.host.strip("[]")
-    for host in (_host_of(rt.config.base_url), listen):
-        if host and host not in ("0.0.0.0", "::") and host not in hosts:
-            hosts.append(host)
-    if listen in LOOPBACK:
-        hosts += [h for h in LOOPBACK if h not in hosts]
-    names = [f"[{h}]" if ":" in h else h for h in hosts]
-    allowed_hosts = [p for n in names for p in (n, f"{n}:*")]
-    allowed_origins = [
-        p for n in names for scheme in ("http", "https") for p in (f"{scheme}://{n}",
-                                                                   f"{scheme}://{n}:*")
-    ]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=bool(cfg.get("dns_rebinding_protection", True)),
-        allowed_hosts=allowed_hosts + list(cfg.get("allowed_hosts", [])),
-        allowed_origins=allowed_origins + list(cfg.get("allowed_origins", [])),
-    )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
+import anyio
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -14,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.stdio import stdio_server
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import AnyHttpUrl, ValidationError
 
@@ -23,6 +26,7 @@ from switchboard.registry import MCPTool, MCPToolRegistry
 from switchboard.runtime import Runtime
 
 from .context import CALLER, TOOL_CONTEXT, ToolContext
+from .jsonrpc import ScreenedLines
 
 log = logging.getLogger("switchboard.mcp")
 
@@ -172,6 +176,20 @@ class SwitchboardMCP(MCPServer[Any]):
         if not isinstance(result, CallToolResult | InputRequiredResult):
             return tool_error("internal", "tool returned an unexpected result")
         return result
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio, answering the invalid requests the SDK's line reader would drop.
+
+        Handing the SDK our own stdin skips its claim on fd 0 (pointing it at /dev/null);
+        nothing in switchboard reads stdin, and the sandbox runs with stdin=DEVNULL.
+        """
+        lines = ScreenedLines(anyio.wrap_file(sys.stdin.buffer))
+        # The SDK's reader only iterates its stdin, which ScreenedLines supports.
+        stdin = cast("anyio.AsyncFile[str]", lines)
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+            lines.attach(write_stream.send)
+            lowlevel = self._lowlevel_server
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 def build_server(

@@ -7,12 +7,14 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp.server.transport_security import TransportSecuritySettings
 from sanic import Request, Sanic
-from sanic.response import HTTPResponse, json
+from sanic.response import HTTPResponse, json, text
 
 from switchboard.runtime import Runtime
 
-from .auth import EndpointTokenVerifier, http_caller, transport_security
+from . import hosts, jsonrpc
+from .auth import EndpointTokenVerifier, http_caller
 from .bridge import ASGIApp, serve_asgi
 from .server import SwitchboardMCP, build_server
 
@@ -26,20 +28,22 @@ class MCPHTTP:
 
     server: SwitchboardMCP
     asgi: ASGIApp
+    security: TransportSecuritySettings
     task: asyncio.Task[None] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def build_http(rt: Runtime) -> MCPHTTP:
     server = build_server(rt, http_caller, token_verifier=EndpointTokenVerifier(rt))
+    security = hosts.transport_security(rt.config)
     asgi = server.streamable_http_app(
         streamable_http_path=PATH,
         # Sessions live in one process's memory; Sanic may run several workers.
         stateless_http=True,
-        transport_security=transport_security(rt),
+        transport_security=security,
         max_request_body_size=int(rt.config.section("ingest")["max_body_bytes"]),
     )
-    return MCPHTTP(server, asgi)
+    return MCPHTTP(server, asgi, security)
 
 
 async def start(rt: Runtime) -> None:
@@ -82,6 +86,23 @@ async def _stop_sse_watcher() -> None:
     await asyncio.gather(*watchers, return_exceptions=True)
 
 
+def screen(state: MCPHTTP, request: Request) -> HTTPResponse | None:
+    """Refuse what the SDK would let through: near-miss Host/Origin values, unanswerable bodies.
+
+    Runs before the SDK app, so ahead of its bearer check too: neither refusal reads a token.
+    """
+    refused = hosts.refusal(state.security, request.headers.getall("host", []),
+                            request.headers.getall("origin", []))
+    if refused is not None:
+        status, message = refused
+        return text(message, status=status)
+    if request.method == "POST":
+        error = jsonrpc.http_body(request.body or b"")
+        if error is not None:
+            return json(error, status=jsonrpc.HTTP_STATUS)
+    return None
+
+
 def add_route(app: Sanic[Any, Any]) -> None:
     rt: Runtime = app.ctx.runtime
 
@@ -89,6 +110,9 @@ def add_route(app: Sanic[Any, Any]) -> None:
         state: MCPHTTP | None = rt.state.get(STATE_KEY)
         if state is None:
             return json({"error": "the MCP surface is not running"}, status=503)
+        refused = screen(state, request)
+        if refused is not None:
+            return refused
         return await serve_asgi(state.asgi, request, path=PATH)
 
     app.add_route(mcp_endpoint, PATH, methods=["GET", "POST", "DELETE"], name="mcp")
