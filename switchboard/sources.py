@@ -7,6 +7,8 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, runtime_checkable
 
+from .pgtext import raw_bytes
+
 #: Trust modes a source may declare; callers never choose one.
 TRUST_SIGNED = "signed"
 TRUST_TOKEN = "token"
@@ -75,8 +77,13 @@ def hmac_sha256_hex(secret: bytes, body: bytes) -> str:
 
 
 def constant_time_equal(expected: str, given: str | None) -> bool:
-    """Compare two header values in constant time over their bytes."""
-    return hmac.compare_digest(expected.encode(), (given or "").encode())
+    """Compare two header values in constant time over their bytes.
+
+    Either side may hold what UTF-8 cannot encode (a header's raw non-UTF-8 bytes arrive
+    surrogate-escaped; a JSON body can carry a lone surrogate): compared as raw bytes,
+    never raising.
+    """
+    return hmac.compare_digest(raw_bytes(expected), raw_bytes(given or ""))
 
 
 def body_key(body: bytes) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from ..forge import kind_from_headers
 from ..registry import ProjectionRegistry
 from ..sanitize import sanitize_headers
+from ..pgtext import raw_bytes
 from ..sources import TRUST_SIGNED, Headers
 from .envelope import build_envelope, parse_payload
 
@@ -33,7 +34,9 @@ def raw_body(payload: Any) -> bytes:
     if isinstance(payload, bytes):
         return payload
     if isinstance(payload, str):
-        return payload.encode()
+        # A sample string can hold what no UTF-8 body can (a lone surrogate from a JSON
+        # escape): keep its bytes where they exist, escape the rest, never raise.
+        return raw_bytes(payload)
     return json.dumps(payload).encode()
 
 

@@ -42,7 +42,7 @@ def todo_title(envelope: dict[str, Any]) -> str:
 
 
 def raw_header_block(headers: Headers) -> bytes:
-    """The header block as received, names as sent, secret values redacted, bytes exact."""
+    """The header block in arrival order: names lower-cased, secret values redacted, other bytes exact."""
     lines = []
     for name, value in headers.items():
         # One pair at a time so a repeated header keeps its own line and position.
