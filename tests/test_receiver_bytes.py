@@ -201,7 +201,7 @@ def test_hostile_bytes_are_accepted_or_refused_and_stored_losslessly(
     # (a body that is not a cairn event fails its verification, as documented).
     assert len(accepted) >= 300, statuses
     with psycopg.connect(dsn) as conn:
-        for source, body, lines, doc in accepted:
+        for _source, body, lines, doc in accepted:
             todo_id = doc["todos"][0]["id"]
             row = conn.execute(
                 "SELECT e.body, e.raw_headers, e.headers, t.payload, t.title"

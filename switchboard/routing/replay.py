@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from ..forge import kind_from_headers
+from ..pgtext import raw_bytes
 from ..registry import ProjectionRegistry
 from ..sanitize import sanitize_headers
-from ..pgtext import raw_bytes
 from ..sources import TRUST_SIGNED, Headers
 from .envelope import build_envelope, parse_payload
 

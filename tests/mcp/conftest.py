@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from sbtest import CLI, Server, free_port, make_env
+from sbtest import CLI, Server, free_port, make_env, remember_secrets
 from sbworld import World
 
 from switchboard.config import load_config
@@ -47,6 +47,7 @@ class Agent:
         assert result.structured_content is not None, f"{tool}: no structured content"
         # The text block mirrors the structured content.
         assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+        remember_secrets(result.structured_content)
         return result.structured_content
 
     async def fails(self, tool: str, **arguments: Any) -> ToolFailed:
@@ -111,12 +112,14 @@ class People:
                    webhook_queues: str = "inbox", sources: str = "cairn,gitea,github,generic",
                    webhook_max: int = 5, verbs: str | None = None,
                    expires_in: int | None = None) -> dict[str, Any]:
-        return await identity.vend_endpoint(
+        endpoint = await identity.vend_endpoint(
             self.rt, owner=owner, name=name, queues=_csv(queues),
             webhook_queues=_csv(webhook_queues), source_types=_csv(sources),
             webhook_max=webhook_max, verbs=_csv(verbs) if verbs is not None else None,
             expires_in_seconds=expires_in,
         )
+        remember_secrets(endpoint)
+        return endpoint
 
 
 def _csv(value: str) -> list[str]:

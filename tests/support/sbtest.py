@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,6 +15,38 @@ from typing import Any
 # The installed console script, never `python -m` from a checkout: tests exercise the
 # package exactly as pip installed it.
 SWITCHBOARD = [str(Path(sys.executable).with_name("switchboard"))]
+
+
+#: Every credential the suite was shown (endpoint tokens, ingest tokens, signing secrets):
+#: no server log may contain any of them (checked when each server stops).
+SHOWN_SECRETS: set[str] = set()
+
+#: Shapes no log line may carry whatever test produced them: minted secrets, signatures.
+_SECRET_SHAPES = re.compile(rb"(sbe_|whsec_)[0-9a-f]{8}|sha256=[0-9a-f]{64}")
+
+
+def remember_secrets(doc: Any) -> None:
+    """Note every credential in a CLI or MCP answer (``token``, ``signing_secret``, URLs)."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key in ("token", "signing_secret") and isinstance(value, str):
+                SHOWN_SECRETS.add(value)
+            elif key == "ingest_url" and isinstance(value, str):
+                SHOWN_SECRETS.add(value.rsplit("/", 1)[-1])
+            else:
+                remember_secrets(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            remember_secrets(value)
+
+
+def assert_log_has_no_secrets(log: Path) -> None:
+    """No credential the suite saw, nor any secret-shaped string, is in ``log``."""
+    text = log.read_bytes() if log.exists() else b""
+    leaked = sorted(s for s in SHOWN_SECRETS if s.encode() in text)
+    assert not leaked, f"{log} contains credentials: {leaked[:3]}"
+    shape = _SECRET_SHAPES.search(text)
+    assert shape is None, f"{log} contains a secret-shaped string: {shape[0]!r}"
 
 
 def free_port() -> int:
@@ -50,7 +83,9 @@ class CLI:
         return proc
 
     def json(self, *args: str) -> Any:
-        return json.loads(self.run(*args).stdout)
+        doc = json.loads(self.run(*args).stdout)
+        remember_secrets(doc)
+        return doc
 
 
 class Server:
@@ -93,6 +128,7 @@ class Server:
                 self.proc.wait(5)
         if self.proc is not None:
             self._fh.close()
+            assert_log_has_no_secrets(self.log)
         self.proc = None
 
 

@@ -1,0 +1,60 @@
+"""Webhook credentials: the ingest token is shown once and stored only as its hash."""
+
+from __future__ import annotations
+
+import json
+
+from switchboard.runtime import Runtime
+from switchboard.secrets_box import hash_token
+from switchboard.service import identity, webhooks
+from switchboard.service.ingest import ingest
+from switchboard.sources import Headers
+
+
+async def _owner(rt: Runtime) -> dict:
+    await identity.add_human(rt, "alice")
+    made = await identity.vend_endpoint(
+        rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
+        source_types=["generic", "github"], webhook_max=4)
+    return await rt.store.get_endpoint(made["endpoint_id"])
+
+
+def _token(created: dict) -> str:
+    return str(created["ingest_url"]).rsplit("/", 1)[1]
+
+
+async def _post(rt: Runtime, token: str, delivery: str) -> int:
+    reply = await ingest(rt, token, Headers({"X-Delivery-Id": delivery}), b"{}",
+                         "application/json")
+    return reply.status
+
+
+async def test_the_ingest_token_is_stored_only_as_its_hash(runtime: Runtime) -> None:
+    owner = await _owner(runtime)
+    created = await webhooks.create_webhook(runtime, owner, "github", "inbox")
+    token = _token(created)
+    rows = await runtime.store.db.fetchall(
+        "SELECT row_to_json(w)::text AS doc FROM endpoint_webhooks w")
+    stored = rows[0]["doc"]
+    assert token not in stored and hash_token(token) in stored
+    assert created["signing_secret"] not in stored
+    # Listing never shows the token again (nor a URL that would carry it).
+    listed = await webhooks.list_webhooks(runtime, owner)
+    assert token not in json.dumps(listed)
+    assert "ingest_url" not in listed["webhooks"][0]
+    assert listed["webhooks"][0]["webhook_id"] == created["webhook_id"]
+
+
+async def test_deliveries_find_the_webhook_by_the_hash_and_rotation_retires_the_old_token(
+    runtime: Runtime,
+) -> None:
+    owner = await _owner(runtime)
+    created = await webhooks.create_webhook(runtime, owner, "generic", "inbox")
+    old = _token(created)
+    assert await _post(runtime, old, "d1") == 202
+    assert await _post(runtime, hash_token(old), "d2") == 404  # the hash is no credential
+    rotated = await webhooks.rotate_webhook(runtime, owner, created["webhook_id"])
+    new = _token(rotated)
+    assert new != old
+    assert await _post(runtime, old, "d3") == 404
+    assert await _post(runtime, new, "d4") == 202
