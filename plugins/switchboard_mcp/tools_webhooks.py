@@ -19,14 +19,14 @@ async def create_webhook(
     source_type: Annotated[str, Field(description="cairn, gitea, github, generic, ...")],
     target_queue: Annotated[str, Field(description="One of this endpoint's webhook queues")],
 ) -> dict[str, Any]:
-    """Create a webhook owned by this endpoint. Returns its ingest_url and, for signed
-    sources, its signing_secret: shown once, never again."""
+    """Create a webhook owned by this endpoint. Returns its ingest_url (which carries the
+    ingest token) and, for signed sources, its signing_secret: both shown once, never again."""
     return await webhooks.create_webhook(ctx.runtime, ctx.endpoint, source_type, target_queue)
 
 
 async def list_webhooks(ctx: ToolContext) -> dict[str, Any]:
-    """List the webhooks of this endpoint's human (never their secrets), with this
-    endpoint's ceiling (webhook_max, queues, source types) and usage."""
+    """List the webhooks of this endpoint's human (never their secrets nor ingest URLs),
+    with this endpoint's ceiling (webhook_max, queues, source types) and usage."""
     return await webhooks.list_webhooks(ctx.runtime, ctx.endpoint)
 
 
