@@ -1,4 +1,4 @@
-"""The source contract: a raw delivery in, a verification verdict out."""
+"""The source contract: a raw delivery in, a verification verdict out (and, optionally, out again)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,11 @@ class Verification:
 
 @runtime_checkable
 class Source(Protocol):
-    """What ``switchboard_register_sources`` registers."""
+    """What ``switchboard_register_sources`` registers.
+
+    A source may also be an :class:`IdentifyingSource` (dry runs then see its kind) and a
+    :class:`ProducerSide` (``switchboard send`` can then sign for it).
+    """
 
     name: str
     trust_mode: str
@@ -69,6 +73,78 @@ class Source(Protocol):
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Verify ``delivery`` with the webhook's signing ``secret`` at time ``now``."""
         ...
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a delivery says it is, read without verifying it.
+
+    ``delivery_id`` is the idempotency key's second half: the producer's id, or the
+    body's hash (:func:`body_key`) when it carries none. ``kind`` is None when the
+    delivery names no event kind.
+    """
+
+    kind: str | None
+    delivery_id: str
+
+
+@runtime_checkable
+class IdentifyingSource(Protocol):
+    """A source that can say what a delivery is without verifying it (optional).
+
+    ``verify()`` reports the same kind and delivery id from the same function, so a
+    dry run over a sample (which has no valid signature) sees what the receiver sees.
+    """
+
+    name: str
+
+    def identify(self, headers: Headers, body: bytes) -> Identity:
+        """The kind and delivery id of ``body`` with ``headers``; never verifies, never raises."""
+        ...
+
+
+@runtime_checkable
+class ProducerSide(Protocol):
+    """A source that can also produce deliveries (optional): what ``switchboard send`` uses.
+
+    ``sign`` is required. A source may also define
+    ``prepare(body, *, stamp: bool, now: float | None) -> bytes``, which returns the body
+    its producer would actually send (e.g. with a fresh id and clock stamped in, always
+    when ``stamp``, else only where missing; ``now`` defaults to the current time) and
+    raises ``ValueError`` when ``body`` cannot be sent; without it the body goes as is.
+    """
+
+    name: str
+
+    def sign(self, body: bytes, secret: bytes | None, kind: str | None) -> dict[str, str]:
+        """The headers the producer sends with ``body``; unsigned when ``secret`` is empty.
+
+        ``kind`` is the event kind to announce, which a source may ignore.
+        """
+        ...
+
+
+def identify(source: object, headers: Headers, body: bytes) -> Identity:
+    """``source``'s identity for a delivery, or no kind and the body's hash without ``identify``."""
+    if isinstance(source, IdentifyingSource):
+        return source.identify(headers, body)
+    return Identity(kind=None, delivery_id=body_key(body))
+
+
+def producer_side(source: object) -> ProducerSide | None:
+    """``source`` when it can sign deliveries, else None."""
+    return source if isinstance(source, ProducerSide) else None
+
+
+def prepare_body(
+    producer: ProducerSide, body: bytes, *, stamp: bool, now: float | None = None
+) -> bytes:
+    """``body`` as ``producer`` would send it (see :class:`ProducerSide`); raises ``ValueError``."""
+    prepare = getattr(producer, "prepare", None)
+    if prepare is None:
+        return body
+    prepared: bytes = prepare(body, stamp=stamp, now=now)
+    return prepared
 
 
 def hmac_sha256_hex(secret: bytes, body: bytes) -> str:

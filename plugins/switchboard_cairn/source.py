@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+import time
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from switchboard.forge import (
@@ -16,6 +18,8 @@ from switchboard.forge import (
 from switchboard.sources import (
     TRUST_SIGNED,
     Delivery,
+    Headers,
+    Identity,
     Verification,
     body_key,
     constant_time_equal,
@@ -58,6 +62,22 @@ def _body_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _identity(doc: dict[str, Any] | None, body: bytes) -> Identity:
+    # The body's kind and event_id, never the X-Cairn-* headers: only the body is signed.
+    doc = doc or {}
+    kind, event_id = doc.get("kind"), doc.get("event_id")
+    return Identity(
+        kind=kind if isinstance(kind, str) and kind else None,
+        # An over-long event_id cannot be a key; the body hash still dedups retries.
+        delivery_id=(usable_delivery_id(event_id) if isinstance(event_id, str) else None)
+        or body_key(body),
+    )
+
+
+def _rfc3339(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class CairnSource:
     """Verifies Cairn outbound-subscription deliveries (``artifact.created`` and friends)."""
 
@@ -94,15 +114,36 @@ class CairnSource:
             return refuse(
                 f"created_at is {abs(skew):.0f} s {direction} (window {self.window_seconds:.0f} s)"
             )
-        kind = doc.get("kind")
-        return Verification(
-            ok=True,
-            verified=True,
-            # An over-long event_id cannot be a key; the body hash still dedups retries.
-            delivery_id=usable_delivery_id(event_id) or body_key(delivery.body),
-            # The body's kind is signed; X-Cairn-Event is not, so it never decides.
-            kind=kind if isinstance(kind, str) and kind else None,
-        )
+        found = _identity(doc, delivery.body)
+        return Verification(ok=True, verified=True, delivery_id=found.delivery_id, kind=found.kind)
+
+    def identify(self, headers: Headers, body: bytes) -> Identity:
+        """The body's ``kind`` and ``event_id``; ``X-Cairn-Event`` is unsigned, so never used."""
+        return _identity(_body_object(body), body)
+
+    def prepare(self, body: bytes, *, stamp: bool, now: float | None = None) -> bytes:
+        """``body`` with ``event_id`` and ``created_at`` set, as Cairn does when it emits.
+
+        With ``stamp`` both are replaced; otherwise only missing ones are added and a body
+        that has both is returned byte for byte (so its signature is over the file as is).
+        Raises ``ValueError`` when ``body`` is not a JSON object.
+        """
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"cairn body is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ValueError("cairn body is not a JSON object")
+        stamps = {
+            "event_id": str(uuid.uuid4()),
+            "created_at": _rfc3339(time.time() if now is None else now),
+        }
+        missing = {k: v for k, v in stamps.items() if stamp or not doc.get(k)}
+        if not missing:
+            return body
+        doc.update(missing)
+        # Compact, like Cairn's Go encoder; json keeps big integers exact on the way through.
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def sign(
         self,

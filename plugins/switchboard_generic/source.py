@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from switchboard.forge import delivery_key, kind_from_headers
-from switchboard.sources import TRUST_TOKEN, Delivery, Verification
+from switchboard.sources import TRUST_TOKEN, Delivery, Headers, Identity, Verification
 
 #: Delivery id headers in precedence order: the generic conventions (Standard Webhooks'
 #: ``Webhook-Id``) first, then the forges', so a forge posting to a generic URL still dedups.
@@ -20,11 +20,14 @@ class GenericSource:
 
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Always ok and never ``verified``: the receiver already matched the URL's token."""
-        return Verification(
-            ok=True,
-            verified=False,
-            delivery_id=delivery_key(delivery.headers, DELIVERY_HEADERS, delivery.body),
-            kind=kind_from_headers(delivery.headers),
+        found = self.identify(delivery.headers, delivery.body)
+        return Verification(ok=True, verified=False, delivery_id=found.delivery_id, kind=found.kind)
+
+    def identify(self, headers: Headers, body: bytes) -> Identity:
+        """A forge's kind header if any, and the first id among :data:`DELIVERY_HEADERS`."""
+        return Identity(
+            kind=kind_from_headers(headers),
+            delivery_id=delivery_key(headers, DELIVERY_HEADERS, body),
         )
 
     def sign(

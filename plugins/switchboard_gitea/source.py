@@ -12,7 +12,14 @@ from switchboard.forge import (
     prefixed_signature_matches,
     refuse,
 )
-from switchboard.sources import TRUST_SIGNED, Delivery, Verification, hmac_sha256_hex
+from switchboard.sources import (
+    TRUST_SIGNED,
+    Delivery,
+    Headers,
+    Identity,
+    Verification,
+    hmac_sha256_hex,
+)
 
 GITEA_SIGNATURE = "X-Gitea-Signature"
 HUB_SIGNATURE = "X-Hub-Signature-256"
@@ -60,12 +67,20 @@ class GiteaSource:
             ok = prefixed_signature_matches(prefixed, secret, delivery.body)
         if not ok:
             return refuse(f"{checked} does not match the body")
+        found = self.identify(headers, delivery.body)
         return Verification(
             ok=True,
             verified=True,
-            delivery_id=delivery_key(headers, DELIVERY_HEADERS, delivery.body),
-            kind=kind_from_headers(headers),
+            delivery_id=found.delivery_id,
+            kind=found.kind,
             extra={"signature_header": checked.lower()},
+        )
+
+    def identify(self, headers: Headers, body: bytes) -> Identity:
+        """The coarse event (by the forge header order) and ``X-Gitea-Delivery``."""
+        return Identity(
+            kind=kind_from_headers(headers),
+            delivery_id=delivery_key(headers, DELIVERY_HEADERS, body),
         )
 
     def sign(

@@ -10,7 +10,7 @@ from switchboard.forge import (
     prefixed_signature,
     prefixed_signature_refusal,
 )
-from switchboard.sources import TRUST_SIGNED, Delivery, Verification
+from switchboard.sources import TRUST_SIGNED, Delivery, Headers, Identity, Verification
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 DELIVERY_HEADERS = ("X-GitHub-Delivery",)
@@ -28,11 +28,14 @@ class GithubSource:
         refusal = prefixed_signature_refusal(delivery, secret, SIGNATURE_HEADER)
         if refusal is not None:
             return refusal
-        return Verification(
-            ok=True,
-            verified=True,
-            delivery_id=delivery_key(delivery.headers, DELIVERY_HEADERS, delivery.body),
-            kind=kind_from_headers(delivery.headers),
+        found = self.identify(delivery.headers, delivery.body)
+        return Verification(ok=True, verified=True, delivery_id=found.delivery_id, kind=found.kind)
+
+    def identify(self, headers: Headers, body: bytes) -> Identity:
+        """``X-GitHub-Event`` (by the forge header order) and ``X-GitHub-Delivery``."""
+        return Identity(
+            kind=kind_from_headers(headers),
+            delivery_id=delivery_key(headers, DELIVERY_HEADERS, body),
         )
 
     def sign(

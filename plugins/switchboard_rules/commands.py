@@ -81,6 +81,7 @@ async def run(args: argparse.Namespace, rt: Any) -> int:
         raise InvalidArgument("--headers: must be a JSON object of header names to values")
     envelope = sample_envelope(
         rt.registries.projections,
+        sources=rt.registries.sources,
         source=args.source,
         trust_mode=source.trust_mode,
         webhook_id=args.webhook_id,

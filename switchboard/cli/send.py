@@ -4,76 +4,72 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from switchboard_cairn.source import CairnSource
-from switchboard_generic.source import GenericSource
-from switchboard_gitea.source import GiteaSource
-from switchboard_github.source import GithubSource
+from ..plugins import build_registries, make_plugin_manager
+from ..registry import SourceRegistry
+from ..sources import ProducerSide, prepare_body, producer_side
 
 #: Exit codes: 0 the target answered 2xx, 1 anything else, 2 the command was misused.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT = 10.0
 
 
-class SigningSource(Protocol):
-    """The producer side of a first-party source."""
-
-    name: str
-
-    def sign(self, body: bytes, secret: bytes | None, kind: str | None) -> dict[str, str]:
-        """The headers this producer sends with ``body``."""
-        ...
-
-
-SOURCES: dict[str, SigningSource] = {
-    s.name: s for s in (CairnSource(), GiteaSource(), GithubSource(), GenericSource())
-}
-
-
 class UsageError(Exception):
     """The command line or its inputs cannot make a request (exit 2)."""
 
 
-def _rfc3339_now(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+@functools.cache
+def installed_sources() -> SourceRegistry:
+    """The sources every installed plugin registers, for callers that have no runtime."""
+    return build_registries(make_plugin_manager()).sources
 
 
-def stamp_cairn_body(body: bytes, *, force: bool, now: float | None = None) -> bytes:
-    """``body`` with ``event_id`` and ``created_at`` set, as Cairn does when it emits.
+def signing_sources(registry: SourceRegistry) -> dict[str, ProducerSide]:
+    """The sources in ``registry`` that offer a producer side, by name."""
+    found = {source.name: producer_side(source) for source in registry}
+    return {name: producer for name, producer in found.items() if producer is not None}
 
-    With ``force`` both are replaced; otherwise only missing ones are added and a body
-    that has both is returned byte for byte (so its signature is over the file as is).
-    """
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"cairn body is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise UsageError("cairn body is not a JSON object")
-    stamps = {
-        "event_id": str(uuid.uuid4()),
-        "created_at": _rfc3339_now(time.time() if now is None else now),
-    }
-    missing = {k: v for k, v in stamps.items() if force or not doc.get(k)}
-    if not missing:
-        return body
-    doc.update(missing)
-    # Compact, like Cairn's Go encoder; json keeps big integers exact on the way through.
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+class _InstalledSigners(Mapping[str, ProducerSide]):
+    # Loaded on first use: this module is imported while the plugin manager is being built.
+    def _signers(self) -> dict[str, ProducerSide]:
+        return signing_sources(installed_sources())
+
+    def __getitem__(self, name: str) -> ProducerSide:
+        return self._signers()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._signers())
+
+    def __len__(self) -> int:
+        return len(self._signers())
+
+
+#: The installed plugins' sources that can sign, by name (``build_request``'s default).
+SOURCES: Mapping[str, ProducerSide] = _InstalledSigners()
+
+
+def signer_for(registry: SourceRegistry, name: str) -> ProducerSide:
+    """``registry``'s source ``name`` when it can sign; :class:`UsageError` otherwise."""
+    signers = signing_sources(registry)
+    producer = signers.get(name)
+    if producer is not None:
+        return producer
+    choices = ", ".join(sorted(signers)) or "none"
+    why = "cannot sign deliveries" if name in registry else "is not a registered source"
+    raise UsageError(f"source {name!r} {why}; choose from {choices}")
 
 
 def _merge_headers(base: dict[str, str], extra: Iterable[tuple[str, str]]) -> dict[str, str]:
     # An explicit --header replaces the producer's header of the same name (any case), so a
-    # test can send a forged X-Cairn-Event-Id or a wrong signature on purpose.
+    # test can send a forged delivery id or a wrong signature on purpose.
     merged = dict(base)
     for name, value in extra:
         for existing in [k for k in merged if k.lower() == name.lower()]:
@@ -91,19 +87,22 @@ def build_request(
     stamp: bool,
     *,
     now: float | None = None,
+    sources: SourceRegistry | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """The exact bytes and headers ``source``'s producer would POST for ``body``.
 
-    Cairn bodies are stamped (see :func:`stamp_cairn_body`) before signing; other
-    sources send ``body`` unchanged and ignore ``stamp``. ``extra_headers`` are applied
-    last and win. Raises :class:`UsageError` for an unknown source or an unstampable body.
+    ``source`` is looked up in ``sources`` (default: every installed plugin's). The body
+    is first prepared by the source (see :class:`switchboard.sources.ProducerSide`;
+    ``stamp`` asks for a fresh stamp), then signed. ``extra_headers`` are applied last
+    and win. Raises :class:`UsageError` for a source that cannot sign or a body it
+    cannot send.
     """
-    signer = SOURCES.get(source)
-    if signer is None:
-        raise UsageError(f"unknown source {source!r}; choose from {', '.join(SOURCES)}")
-    if source == "cairn":
-        body = stamp_cairn_body(body, force=stamp, now=now)
-    headers = signer.sign(body, secret, event)
+    producer = signer_for(installed_sources() if sources is None else sources, source)
+    try:
+        body = prepare_body(producer, body, stamp=stamp, now=now)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    headers = producer.sign(body, secret, event)
     extra = extra_headers.items() if isinstance(extra_headers, Mapping) else extra_headers
     return body, _merge_headers(headers, extra)
 
@@ -161,12 +160,17 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tupl
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``switchboard send``."""
     parser.add_argument("--url", required=True, help="the webhook's ingest URL")
-    parser.add_argument("--source", required=True, choices=sorted(SOURCES))
+    parser.add_argument(
+        "--source",
+        required=True,
+        metavar="SOURCE",
+        help="a registered source that can sign (its plugin enabled); "
+        "any other is refused with the list of those that can",
+    )
     parser.add_argument("--secret", help="signing secret, or @FILE to read it from a file")
     parser.add_argument(
         "--event",
-        help="event kind header (github/gitea; cairn defaults to the body's kind; "
-        "generic sends none: pass --header X-GitHub-Event:KIND instead)",
+        help="event kind to announce, as the source's producer does (a source may ignore it)",
     )
     parser.add_argument(
         "--header",
@@ -178,7 +182,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stamp",
         action="store_true",
-        help="cairn: set a fresh event_id and created_at (added anyway when missing)",
+        help="for a source that stamps its bodies: a fresh id and clock "
+        "(missing ones are added anyway)",
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds")
     parser.add_argument("file", help="the body to send, sent byte for byte")
@@ -189,7 +194,12 @@ def _emit(document: dict[str, Any]) -> None:
 
 
 async def run(args: argparse.Namespace, runtime: Any = None) -> int:
-    """Sign and POST ``args.file``; prints ``{"status", "response"}``; ``runtime`` is unused."""
+    """Sign and POST ``args.file``; prints ``{"status", "response"}``.
+
+    The source comes from ``runtime``'s registry (so a disabled plugin's is refused);
+    without a runtime, from the installed plugins'.
+    """
+    registry = installed_sources() if runtime is None else runtime.registries.sources
     try:
         try:
             raw = Path(args.file).read_bytes()
@@ -197,7 +207,9 @@ async def run(args: argparse.Namespace, runtime: Any = None) -> int:
             raise UsageError(f"cannot read {args.file!r}: {exc.strerror or exc}") from None
         secret = read_secret(args.secret)
         extra = [parse_header(h) for h in args.header]
-        body, headers = build_request(args.source, raw, secret, args.event, extra, args.stamp)
+        body, headers = build_request(
+            args.source, raw, secret, args.event, extra, args.stamp, sources=registry
+        )
     except UsageError as exc:
         _emit({"error": str(exc)})
         return EXIT_USAGE

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..forge import kind_from_headers
 from ..pgtext import raw_bytes
-from ..registry import ProjectionRegistry
+from ..registry import ProjectionRegistry, SourceRegistry
 from ..sanitize import sanitize_headers
-from ..sources import TRUST_SIGNED, Headers
-from .envelope import build_envelope, parse_payload
+from ..sources import TRUST_SIGNED, Headers, identify
+from .envelope import build_envelope
 
 
 def stored_envelope(projections: ProjectionRegistry, event: dict[str, Any],
@@ -43,6 +42,7 @@ def raw_body(payload: Any) -> bytes:
 def sample_envelope(
     projections: ProjectionRegistry,
     *,
+    sources: SourceRegistry,
     source: str,
     trust_mode: str,
     webhook_id: str,
@@ -52,19 +52,15 @@ def sample_envelope(
 ) -> dict[str, Any]:
     """The envelope the receiver would build for ``body`` and the producer's ``headers``.
 
-    The kind follows the receiver: cairn's comes from the body, the others' from the
-    forge headers. ``verified`` defaults to what a correctly signed delivery would show.
+    The kind is the one ``sources``' ``source`` identifies, as its ``verify()`` would
+    report it live (None for a source without ``identify`` or no longer registered).
+    ``verified`` defaults to what a correctly signed delivery would show.
     """
     raw_headers = Headers(dict(headers or {}))
-    if source == "cairn":
-        parsed = parse_payload(body)
-        kind = parsed.get("kind") if isinstance(parsed, dict) else None
-        kind = kind if isinstance(kind, str) else None
-    else:
-        kind = kind_from_headers(raw_headers)
+    found = identify(sources.get(source), raw_headers, body)
     return build_envelope(
         source=source,
-        kind=kind,
+        kind=found.kind,
         webhook_id=webhook_id,
         trust_mode=trust_mode,
         verified=(trust_mode == TRUST_SIGNED) if verified is None else verified,

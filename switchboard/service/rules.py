@@ -176,6 +176,7 @@ async def test_rules(
             raise InvalidArgument("headers: must be an object of header names to values")
         envelope = sample_envelope(
             rt.registries.projections,
+            sources=rt.registries.sources,
             source=row["source_type"],
             trust_mode=row["trust_mode"],
             webhook_id=row["id"],
