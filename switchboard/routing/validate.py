@@ -73,9 +73,19 @@ class _Where:
         )  # fmt: skip
 
 
+#: Action flags the schema reserves for work orders and difficulty lanes. Until a stage
+#: gives them meaning a save refuses them: stored and silently ignored, an owner would
+#: believe a delivery is exclusive or at-most-once when it is neither.
+UNBUILT_FLAGS = ("exclusive", "once", "work_order")
+
+
 def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, Any]:
     if not isinstance(action, dict):
         raise where.fail("invalid_rule", "action must be an object")
+    unbuilt = [flag for flag in UNBUILT_FLAGS if flag in action]
+    if unbuilt:
+        raise where.fail("invalid_rule", f"action flag {unbuilt[0]!r} is not supported yet"
+                         " (reserved for work orders and lanes)")
     if ("queue" in action) == ("drop" in action):
         raise where.fail("invalid_rule", "action must have exactly one of queue or drop")
     if "drop" in action:

@@ -58,6 +58,11 @@ CASES: list[tuple[str, dict[str, Any], str, int | None]] = [
     ("params too big", cfg(params={"a": "x" * 16400}), "invalid_params", None),
     ("rules type", {"rules": {}}, "invalid_rule", None),
     ("config extra", {"rules": [], "bogus": 1}, "invalid_rule", None),
+    # Reserved for work orders and lanes: refused, never stored and ignored.
+    ("exclusive", cfg(rule(action={"queue": "forge", "exclusive": True})), "invalid_rule", 0),
+    ("once", cfg(rule(action={"queue": "forge", "once": False})), "invalid_rule", 0),
+    ("work order", cfg(rule(action={"queue": "forge", "work_order": {}})), "invalid_rule", 0),
+    ("default once", cfg(default_action={"queue": "forge", "once": True}), "invalid_rule", None),
 ]  # fmt: skip
 
 
@@ -74,6 +79,13 @@ def test_rejections(label: str, config: dict[str, Any], code: str, index: int | 
         assert err.message.startswith(f"rule {index} (")
     elif code in ("not_granted", "invalid_rule") and "default_action" in config:
         assert err.message.startswith("default_action")
+
+
+@pytest.mark.parametrize("flag", ["exclusive", "once", "work_order"])
+def test_unbuilt_action_flags_are_refused_by_name(flag: str, grant: Grant) -> None:
+    value: Any = {} if flag == "work_order" else True
+    with pytest.raises(RuleValidationError, match=f"action flag '{flag}' is not supported"):
+        check_structure(cfg(rule(action={"queue": "forge", flag: value})), grant)
 
 
 def test_message_names_rule_by_index_id_and_name(grant: Grant) -> None:
