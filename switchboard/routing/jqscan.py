@@ -1,8 +1,10 @@
-"""A small jq tokenizer that finds the functions and variables an expression uses."""
+"""A small jq tokenizer that finds forbidden calls, and a prelude that disarms them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 #: Builtins (and variables) that read the host, the clock, the environment or the filesystem,
@@ -30,16 +32,35 @@ FORBIDDEN_FUNCTIONS = frozenset(
     }
 )
 FORBIDDEN_VARIABLES = frozenset({"$ENV", "$__loc__", "$__prog_args"})
+#: Each arity libjq 1.8 defines for a forbidden function (import and include are keywords).
+FORBIDDEN_ARITIES = frozenset(
+    {
+        ("env", 0), ("input", 0), ("inputs", 0), ("input_filename", 0), ("input_line_number", 0),
+        ("debug", 0), ("debug", 1), ("stderr", 0), ("halt", 0), ("halt_error", 0),
+        ("halt_error", 1), ("now", 0), ("localtime", 0), ("strflocaltime", 1),
+        ("get_search_list", 0), ("get_jq_origin", 0), ("get_prog_origin", 0), ("modulemeta", 0),
+    }
+)  # fmt: skip
 
 KEYWORDS = frozenset(
     {
         "def", "import", "include", "module", "as", "reduce", "foreach", "if", "then",
-        "elif", "else", "end", "try", "catch", "label", "and", "or", "__loc__",
+        "elif", "else", "end", "try", "catch", "label", "break", "and", "or", "__loc__",
     }
 )  # fmt: skip
 _NOT_CALLS = KEYWORDS - {"import", "include"}
-_IDENT_START = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_IDENT_CHARS = _IDENT_START | set("0123456789")
+
+# The token shapes of libjq's lexer (src/lexer.l, 1.7/1.8). flex takes the longest match, so a
+# number's exponent needs digits: "1else" is 1 then else, "1e-env" is 1, e, -, env.
+_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NAME = r"[a-zA-Z_][a-zA-Z_0-9]*"
+_IDENT = re.compile(rf"(?:{_NAME}::)*{_NAME}")  # module-qualified names: a::b
+_FIELD = re.compile(rf"\.{_NAME}")
+_VAR = re.compile(rf"\$(?:{_NAME}::)*{_NAME}")  # "$ name" is a syntax error since jq 1.7
+_FORMAT = re.compile(r"@[a-zA-Z0-9_]+")
+_OPS = ("?//", "//=", "!=", "==", "//", "|=", "+=", "-=", "*=", "/=", "%=", "<=", ">=", "..")
+_SPACE = " \t\r\n"  # \f and \v are invalid characters to jq
+_OPEN, _CLOSE = frozenset("([{"), {")": "(", "]": "[", "}": "{"}
 
 
 @dataclass
@@ -65,24 +86,16 @@ class _Lexer:
         self.strings: list[str] = []  # interpolated code found inside top-level strings
         self.nesting = 0
 
-    def _ident(self) -> str:
-        start = self.pos
-        while True:
-            while self.pos < len(self.src) and self.src[self.pos] in _IDENT_CHARS:
-                self.pos += 1
-            # module-qualified names: a::b
-            if (
-                self.src.startswith("::", self.pos)
-                and self.pos + 2 < len(self.src)
-                and self.src[self.pos + 2] in _IDENT_START
-            ):
-                self.pos += 2
-                continue
-            return self.src[start : self.pos]
+    def _match(self, pattern: re.Pattern[str]) -> str | None:
+        m = pattern.match(self.src, self.pos)
+        if m is None:
+            return None
+        self.pos = m.end()
+        return m.group()
 
     def _comment(self) -> None:
         # jq 1.7.1+: a backslash escapes the next character, and backslash-(CR)LF continues
-        # the comment onto the next line; an unescaped LF ends it.
+        # the comment onto the next line; only an unescaped LF ends it (a lone CR does not).
         src = self.src
         while self.pos < len(src):
             ch = src[self.pos]
@@ -117,12 +130,14 @@ class _Lexer:
             self.pos += 1
 
     def _skip_code_until_close(self) -> None:
-        # inside \( ... ): run the lexer until the matching ')'
+        # inside \( ... ): run the lexer until the ')' that closes the interpolation
         depth = 0
         for tok in self._tokens():
-            if tok.kind == "punct" and tok.text in "([{":
+            if tok.kind != "punct":
+                continue
+            if tok.text in _OPEN:
                 depth += 1
-            elif tok.kind == "punct" and tok.text in ")]}":
+            elif tok.text in _CLOSE:
                 if depth == 0 and tok.text == ")":
                     return
                 depth -= 1
@@ -134,48 +149,27 @@ class _Lexer:
         src = self.src
         while self.pos < len(src):
             ch = src[self.pos]
-            if ch in " \t\r\n\f\v":
+            if ch in _SPACE:
                 self.pos += 1
             elif ch == "#":
                 self._comment()
             elif ch == '"':
                 self._string()
                 yield Token("str", '"')
-            elif ch in _IDENT_START:
-                yield Token("ident", self._ident())
-            elif ch == "$":
-                self.pos += 1
-                while self.pos < len(src) and src[self.pos] in " \t\r\n":
-                    self.pos += 1  # older jq allowed "$ name"; be conservative
-                name = (
-                    self._ident() if self.pos < len(src) and src[self.pos] in _IDENT_START else ""
-                )
-                yield Token("var", "$" + name)
-            elif ch == "@":
-                self.pos += 1
-                yield Token("format", "@" + self._ident())
-            elif ch == "." and self.pos + 1 < len(src) and src[self.pos + 1] in _IDENT_START:
-                self.pos += 1
-                yield Token("field", "." + self._ident())
-            elif ch.isdigit() or (
-                ch == "." and self.pos + 1 < len(src) and src[self.pos + 1].isdigit()
-            ):
-                start = self.pos
-                while self.pos < len(src) and (src[self.pos].isalnum() or src[self.pos] in "."):
-                    self.pos += 1
-                    if src[self.pos - 1] in "eE" and src.startswith(("+", "-"), self.pos):
-                        self.pos += 1
-                yield Token("num", src[start : self.pos])
+            elif (text := self._match(_IDENT)) is not None:
+                yield Token("ident", text)
+            elif (text := self._match(_NUMBER)) is not None:
+                yield Token("num", text)
+            elif (text := self._match(_FIELD)) is not None:
+                yield Token("field", text)
+            elif (text := self._match(_VAR)) is not None:
+                yield Token("var", text)
+            elif (text := self._match(_FORMAT)) is not None:
+                yield Token("format", text)
             else:
-                for op in ("?//=", "?//", "..", "|=", "+=", "-=", "*=", "/=", "%=", "//=", "==",
-                           "!=", "<=", ">=", "//", "::"):  # fmt: skip
-                    if src.startswith(op, self.pos):
-                        self.pos += len(op)
-                        yield Token("punct", op)
-                        break
-                else:
-                    self.pos += 1
-                    yield Token("punct", ch)
+                op = next((op for op in _OPS if src.startswith(op, self.pos)), ch)
+                self.pos += len(op)
+                yield Token("punct", op)
 
 
 def tokenize(expr: str) -> list[Token]:
@@ -196,39 +190,47 @@ def _scan_into(expr: str, out: Scan, depth: int) -> None:
         return
     lexer = _Lexer(expr)
     toks = lexer.tokens()
-    # object-construction contexts: a stack of "is this brace an object?" flags
-    braces: list[bool] = []
+    # what encloses each token: a bracket, or "if" (jq 1.7+ allows if...end, commas and all,
+    # as an object value: in {a: if . then 1, env, 2 end} env is a call, not a key)
+    context: list[str] = []
     i = 0
     while i < len(toks):
         tok = toks[i]
         prev = toks[i - 1] if i else None
         nxt = toks[i + 1] if i + 1 < len(toks) else None
         if tok.kind == "punct":
-            if tok.text in "([{":
-                braces.append(tok.text == "{")
-            elif tok.text in ")]}" and braces:
-                braces.pop()
+            if tok.text in _OPEN:
+                context.append(tok.text)
+            elif tok.text in _CLOSE and _CLOSE[tok.text] in context:
+                while context.pop() != _CLOSE[tok.text]:
+                    pass
         elif tok.kind == "var":
             out.variables.add(tok.text)  # {$ENV} is {"ENV": $ENV}: still a use
         elif tok.kind == "ident":
-            if _at_object_key(braces, prev) and nxt is not None and nxt.text in (":", ",", "}"):
+            if _at_object_key(context, prev, nxt):
                 pass  # an object key ({env: 1}) or shorthand field ({env} = {env: .env})
             elif tok.text == "def":
                 i = _skip_def_header(toks, i + 1)
                 continue
-            elif tok.text in _NOT_CALLS:
-                pass
-            elif prev is not None and prev.kind == "punct" and prev.text == "::":
-                pass
-            else:
+            elif tok.text == "if":
+                context.append("if")
+            elif tok.text == "end" and "if" in context:
+                while context.pop() != "if":
+                    pass
+            elif tok.text not in _NOT_CALLS:
                 out.calls.add(tok.text)
         i += 1
     for inner in lexer.strings:
         _scan_into(inner, out, depth + 1)
 
 
-def _at_object_key(braces: list[bool], prev: Token | None) -> bool:
-    return bool(braces) and braces[-1] and prev is not None and prev.text in ("{", ",")
+def _punct(tok: Token | None, texts: tuple[str, ...]) -> bool:
+    return tok is not None and tok.kind == "punct" and tok.text in texts
+
+
+def _at_object_key(context: list[str], prev: Token | None, nxt: Token | None) -> bool:
+    in_object = bool(context) and context[-1] == "{"
+    return in_object and _punct(prev, ("{", ",")) and _punct(nxt, (":", ",", "}"))
 
 
 def _skip_def_header(toks: list[Token], i: int) -> int:
@@ -258,13 +260,34 @@ def forbidden_names(expr: str) -> list[str]:
 def balanced(expr: str) -> bool:
     """True when ``expr``'s brackets nest properly (a rule cannot escape its wrapper)."""
     stack: list[str] = []
-    pairs = {")": "(", "]": "[", "}": "{"}
     for tok in tokenize(expr):
         if tok.kind != "punct":
             continue
-        if tok.text in "([{":
+        if tok.text in _OPEN:
             stack.append(tok.text)
-        elif tok.text in pairs:
-            if not stack or stack.pop() != pairs[tok.text]:
+        elif tok.text in _CLOSE:
+            if not stack or stack.pop() != _CLOSE[tok.text]:
                 return False
     return not stack
+
+
+def shadow_prelude(builtins: Iterable[str] = ()) -> str:
+    """jq defs that turn every forbidden function into an error, then an empty ``$ENV``.
+
+    Prepended to a program, they shadow libjq's builtins (jq binds names lexically), so a call
+    the scanner missed raises instead of running. ``builtins`` is libjq's ``name/arity`` list:
+    it adds any arity a newer libjq grows. The prelude is one line, so a rule's line numbers
+    (in compile errors, or ``$__loc__``) do not move.
+    """
+    arities = set(FORBIDDEN_ARITIES)
+    for entry in builtins:
+        name, _, count = entry.rpartition("/")
+        if name in FORBIDDEN_FUNCTIONS and count.isdigit():
+            arities.add((name, int(count)))
+    defs = []
+    for name, arity in sorted(arities):
+        params = "(" + "; ".join(f"__{k}" for k in range(arity)) + ")" if arity else ""
+        message = json.dumps(f"{name}/{arity} is forbidden in routing rules")
+        defs.append(f"def {name}{params}: error({message});")
+    # $ENV is a variable, not a function: rebinding it is the only way to shadow it
+    return " ".join(defs) + " {} as $ENV | "

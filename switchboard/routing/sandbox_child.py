@@ -2,7 +2,7 @@
 
 Process tree (one process group, the fork server is a child subreaper)::
 
-    fork server   imports jq, forks one zygote per rule set (LRU), never runs jq itself
+    fork server   imports jq, forks one zygote per rule set (LRU), never runs tenant jq
     └── zygote    RLIMIT_AS, compiles its rule set once (after proving it safe in a forked trial)
         └── evaluator, one per evaluation: SIGALRM hard stop per rule, writes one line per rule
 
@@ -32,11 +32,15 @@ from typing import Any
 
 import jq
 
-from switchboard.routing.jqscan import balanced
+from switchboard.routing.jqscan import balanced, shadow_prelude
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 LIMIT_MSG = "compilation exceeded the sandbox's memory or time limit"
+#: Starts every program built here (trial, zygote and save-time compiles alike): a forbidden
+#: builtin the save-time scanner missed raises a rule error instead of running. The arities
+#: come from this libjq's own ``builtins``, read once at import.
+PRELUDE = shadow_prelude(jq.compile("builtins").input_value(None).first())
 
 
 try:
@@ -64,7 +68,10 @@ def build_program(exprs: list[str], indices: list[int]) -> str:
             'else "m" end) catch ("e" + tostring)) else empty end)'
         )
     body = ",\n".join(parts)
-    return f'.[0] as $__s | .[1] as $__e | ({body}) | if type == "string" then .[:600] else "g" end'
+    return (
+        f"{PRELUDE}.[0] as $__s | .[1] as $__e | ({body}) | "
+        'if type == "string" then .[:600] else "g" end'
+    )
 
 
 def _compile(program: str, params: dict[str, Any]) -> Any:
