@@ -7,15 +7,13 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from sbtest import CLI
+from sbtest import CLI, database_refusing
 from sbworld import World
 
 
@@ -76,20 +74,6 @@ def test_expect_continue_with_an_oversized_length_gets_413_without_continue(
         assert sock.recv(65536).startswith(b"HTTP/1.1 202 ")
 
 
-@contextmanager
-def _database_refusing(pg_server: Any, dsn: str) -> Iterator[None]:
-    name = conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                      " WHERE datname = %s", (name,))
-    try:
-        yield
-    finally:
-        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
-
-
 def test_database_down_answers_503_within_the_configured_bound_without_driver_text(
     server_factory: Any, pg_server: Any, dsn: str, tmp_path: Path,
 ) -> None:
@@ -98,7 +82,7 @@ def test_database_down_answers_503_within_the_configured_bound_without_driver_te
     srv, w = _world(server_factory, dsn, config=config)
     hook = w.webhook("owner", "generic")
     dbname = conninfo_to_dict(dsn)["dbname"]
-    with _database_refusing(pg_server, dsn):
+    with database_refusing(pg_server, dsn):
         for url in (hook["ingest_url"], srv.base_url + "/webhooks/w/" + "0" * 48):
             started = time.monotonic()
             resp = httpx.post(url, content=b"{}", timeout=30)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from sbtest import CLI, make_env
+from sbtest import CLI, database_refusing, make_env
 
 
 def _postgres_for(pgdata: Path) -> list[psutil.Process]:
@@ -56,25 +56,14 @@ def test_healthz_answers_503_when_the_database_goes_away(
     server_factory: Any, pg_server: Any, dsn: str
 ) -> None:
     srv = server_factory(dsn)
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-
-    name = conninfo_to_dict(dsn)["dbname"]
     # Terminate the server's connections and forbid new ones: the check must say so.
-
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                     (name,))
-    try:
-        urllib.request.urlopen(srv.base_url + "/healthz", timeout=15)
-    except urllib.error.HTTPError as err:
-        assert err.code == 503
-    else:
-        raise AssertionError("healthz should fail without a database")
-    finally:
-        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    with database_refusing(pg_server, dsn):
+        try:
+            urllib.request.urlopen(srv.base_url + "/healthz", timeout=15)
+        except urllib.error.HTTPError as err:
+            assert err.code == 503
+        else:
+            raise AssertionError("healthz should fail without a database")
     # And it recovers once the database is back.
     import time
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from sbtest import CLI
+from sbtest import CLI, database_refusing
 from sbworld import World
 
 from switchboard.cli.send import build_request
@@ -245,22 +245,12 @@ def test_send_command_posts_like_the_producer(world: Any, tmp_path: Path) -> Non
 def test_database_going_away_answers_503_and_the_retry_lands_once(
     world: Any, dsn: str, pg_server: Any
 ) -> None:
-    from psycopg.conninfo import conninfo_to_dict
-
     srv, w = world
     hook = w.webhook("owner", "generic")
-    name = conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE datname = %s", (name,))
-    try:
+    with database_refusing(pg_server, dsn):
         resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
                           timeout=60)
         assert resp.status_code == 503, resp.text
-    finally:
-        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
     # The producer retries; the pool reconnects; the delivery lands exactly once.
     for _ in range(3):
         resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},

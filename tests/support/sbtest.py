@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,24 @@ def assert_log_has_no_secrets(log: Path) -> None:
     assert not leaked, f"{log} contains credentials: {leaked[:3]}"
     shape = _SECRET_SHAPES.search(text)
     assert shape is None, f"{log} contains a secret-shaped string: {shape[0]!r}"
+
+
+@contextlib.contextmanager
+def database_refusing(pg_server: Any, dsn: str) -> Iterator[None]:
+    """The database of ``dsn`` goes away: its sessions are killed and new ones refused."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE datname = %s", (name,))
+    try:
+        yield
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
 
 
 def free_port() -> int:
