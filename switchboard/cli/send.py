@@ -37,10 +37,15 @@ def signing_sources(registry: SourceRegistry) -> dict[str, ProducerSide]:
     return {name: producer for name, producer in found.items() if producer is not None}
 
 
+@functools.cache
+def _installed_signers() -> dict[str, ProducerSide]:
+    return signing_sources(installed_sources())
+
+
 class _InstalledSigners(Mapping[str, ProducerSide]):
     # Loaded on first use: this module is imported while the plugin manager is being built.
     def _signers(self) -> dict[str, ProducerSide]:
-        return signing_sources(installed_sources())
+        return _installed_signers()
 
     def __getitem__(self, name: str) -> ProducerSide:
         return self._signers()[name]

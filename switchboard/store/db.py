@@ -52,7 +52,6 @@ class Database:
         # A request waits at most ``acquire_timeout`` for a connection: with the database
         # gone, a producer gets its 503 quickly (and retries) instead of holding a socket
         # for the pool's reconnect loop. New connections get the same bound to connect.
-        self.acquire_timeout = acquire_timeout
         self.pool = AsyncConnectionPool(
             dsn,
             min_size=min_size,
