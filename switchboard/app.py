@@ -124,7 +124,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     from .receiver import add_receiver_routes
 
     add_receiver_routes(app, rt)
-    rt.pm.hook.switchboard_register_routes(app=app)
+    rt.pm.hook.switchboard_register_routes(app=app, runtime=rt)
     return app
 
 

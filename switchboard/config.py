@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -56,9 +57,17 @@ class Config:
         return value
 
     def plugin(self, name: str) -> dict[str, Any]:
-        """The ``[plugins.<name>]`` section (empty when absent)."""
-        value: dict[str, Any] = self.raw["plugins"].get(name) or {}
-        return value
+        """The ``[plugins.<name>]`` section, with its schema's top-level defaults filled in.
+
+        A copy: what a plugin does with its settings never changes the config.
+        """
+        schema = self.plugin_schemas.get(name) or {}
+        defaults = {
+            key: copy.deepcopy(prop["default"])
+            for key, prop in (schema.get("properties") or {}).items()
+            if isinstance(prop, dict) and "default" in prop
+        }
+        return {**defaults, **copy.deepcopy(self.raw["plugins"].get(name) or {})}
 
     @property
     def database_url(self) -> str | None:

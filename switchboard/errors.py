@@ -63,6 +63,29 @@ class InvalidArgument(ServiceError):
     code = "invalid_argument"
 
 
+class RuleValidationError(InvalidArgument):
+    """A routing configuration was refused; ``message`` names the rule by index, id and name.
+
+    ``code`` is one of ``invalid_rule``, ``invalid_expression``, ``forbidden_function``,
+    ``invalid_params``, ``too_many_rules`` or ``not_granted``; ``index`` is the rule's
+    position (None for the default action, params or the whole config).
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        index: int | None = None,
+        rule_id: str | None = None,
+        rule_name: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code, index=index, rule_id=rule_id, rule_name=rule_name)
+        self.index = index
+        self.rule_id = rule_id
+        self.rule_name = rule_name
+
+
 class NotFound(ServiceError):
     code = "not_found"
 

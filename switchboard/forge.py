@@ -188,4 +188,5 @@ def issue_projection(provider: str, kinds: frozenset[str]) -> Projection:
         # caller passes, so ``.issue.key`` stays stable.
         return build_issue(provider, kinds, kind, payload)
 
-    return Projection(name="issue", sources=(provider,), keys=ISSUE_KEYS, build=build)
+    return Projection(name="issue", sources=(provider,), keys=ISSUE_KEYS, build=build,
+                      title_key="title")

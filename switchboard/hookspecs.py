@@ -4,21 +4,44 @@ Conventions (shared by every hook here):
 
 * Hooks are called with keyword arguments only; an implementation may accept fewer
   arguments than the spec lists, so specs can grow without breaking plugins.
-* Registration hooks receive a registry object and call its ``add_*`` methods once,
-  at start-up.  Names are unique: registering a second object under a taken name
-  raises :class:`switchboard.errors.PluginError` naming both plugins.
-* The hot path (a delivery) never calls ``pm.hook``: it calls the async methods of
-  the objects registered here.  No hook is ``firstresult`` with coroutine
-  implementations; the two ``firstresult`` hooks below are synchronous.
+* Every type named here is importable from :mod:`switchboard.plugin`, the one module a
+  plugin imports from.
+* Registration hooks receive a registry (``register``) and call its ``add*`` method
+  once per object, at start-up; they may also take ``config``: the plugin's own
+  ``[plugins.<name>]`` section, validated against the schema its
+  :func:`switchboard_config_schema` returned, with that schema's top-level ``default``
+  values filled in. Names are unique: registering a second object under a taken name
+  raises :class:`switchboard.plugin.PluginError` naming both plugins.
+* The hot path (a delivery) never calls ``pm.hook``: it calls the async methods of the
+  objects registered here. No hook is ``firstresult``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+if TYPE_CHECKING:
+    from .registry import (
+        CommandRegistry,
+        LLMProviderRegistry,
+        MCPToolRegistry,
+        MigrationRegistry,
+        ProjectionRegistry,
+        RulePackRegistry,
+        SinkRegistry,
+        SourceRegistry,
+        StageRegistry,
+        SubjectRegistry,
+    )
+    from .runtime import Runtime
+
 hookspec = pluggy.HookspecMarker("switchboard")
+
+#: What a plugin's config section holds: JSON-like data, defaults filled in.
+PluginConfig = dict[str, Any]
 
 
 # --------------------------------------------------------------------------------------
@@ -31,39 +54,44 @@ def switchboard_config_schema() -> dict[str, Any] | None:  # type: ignore[empty-
     """Return a JSON Schema (draft 2020-12) for this plugin's config section.
 
     :return: the schema of ``[plugins.<name>]`` in the TOML config, or None when the
-        plugin takes no config.  Called once while the config is validated; every
-        result is applied, keyed by the plugin's registered name.
+        plugin takes no config. Called once while the config is validated; a section
+        that does not validate stops start-up with an error naming the key. Top-level
+        ``default`` values are filled in before the plugin sees its section.
     """
 
 
 @hookspec
-def switchboard_migrations(register: Any) -> None:
+def switchboard_migrations(register: MigrationRegistry, config: PluginConfig) -> None:
     """Contribute SQL migrations.
 
-    :param register: a :class:`switchboard.registry.MigrationRegistry`; call
-        ``register.add_directory(plugin, path)`` with a directory of numbered
-        ``NNNN_name.sql`` files.  Plugin migrations are recorded in
+    :param register: call ``register.add_directory(plugin, path)`` with a directory of
+        numbered ``NNNN_name.sql`` files. Plugin migrations are recorded in
         ``schema_migrations`` under ``<plugin>/<file>`` and run after the host's own,
         in the plugin's file order, each in its own transaction.
+    :param config: this plugin's section.
     """
 
 
 @hookspec
-def switchboard_startup(app: Any) -> Any:
-    """Called once when the service (or a CLI command) has its config and store ready.
+def switchboard_startup(runtime: Runtime, app: Runtime) -> Awaitable[None] | None:
+    """Called once when the service (or a CLI command) has its config and registries ready.
 
-    :param app: the :class:`switchboard.runtime.Runtime` (config, store, registries).
-    :return: None, or an awaitable the host awaits before serving.  Every
-        implementation runs; the order is pluggy's (later-registered first).
+    :param runtime: the :class:`switchboard.plugin.Runtime` (``config``, ``registries``,
+        ``stages``, ``store`` once opened, and ``state``, a dict where a plugin keeps
+        per-process state under its own name).
+    :param app: the same Runtime, under its original name (kept for existing plugins).
+    :return: None, or an awaitable the host awaits before serving. Every
+        implementation runs; an exception stops start-up naming the plugin.
     """
 
 
 @hookspec
-def switchboard_shutdown(app: Any) -> Any:
+def switchboard_shutdown(runtime: Runtime, app: Runtime) -> Awaitable[None] | None:
     """Called once when the service or command stops; release what ``startup`` took.
 
-    :param app: the :class:`switchboard.runtime.Runtime`.
-    :return: None, or an awaitable the host awaits.  Errors are logged with the
+    :param runtime: the :class:`switchboard.plugin.Runtime`.
+    :param app: the same Runtime, under its original name.
+    :return: None, or an awaitable the host awaits. Errors are logged with the
         plugin's name and never stop the other implementations.
     """
 
@@ -74,16 +102,31 @@ def switchboard_shutdown(app: Any) -> Any:
 
 
 @hookspec
-def switchboard_register_sources(register: Any) -> None:
+def switchboard_register_sources(register: SourceRegistry, config: PluginConfig) -> None:
     """Register delivery sources (``cairn``, ``gitea``, ``github``, ``generic``, ...).
 
-    :param register: a :class:`switchboard.registry.SourceRegistry`; call
-        ``register.add(source)`` with an object satisfying
-        :class:`switchboard.sources.Source`: a ``name``, a ``trust_mode``
-        (``"signed"`` or ``"token"``), and ``verify(delivery, secret, now)`` which
-        checks the raw bytes in constant time and returns a
-        :class:`switchboard.sources.Verification` carrying the delivery id (the
-        idempotency key's second half) and the event kind.
+    :param register: call ``register.add(source)`` with a
+        :class:`switchboard.plugin.Source`:
+
+        * ``name`` (the ``--source`` of ``webhook create``) and ``trust_mode``
+          (``"signed"``: an HMAC proves the body; ``"token"``: only the secret URL does);
+        * ``verify(delivery, secret, now) -> Verification``: check the raw bytes in
+          constant time; the verdict carries the delivery id (the idempotency key's
+          second half) and the event kind. ``ok=False`` is a 401 and stores nothing.
+
+        Optional, recognised by their methods:
+
+        * ``identify(headers, body) -> Identity``
+          (:class:`switchboard.plugin.IdentifyingSource`): the kind and delivery id
+          without verifying. ``verify`` should report the same through the same
+          function; dry runs over a sample (``rules test``, ``test_webhook_rules``)
+          use it, so rules see the kind the live delivery would carry.
+        * ``sign(body, secret, kind) -> headers`` and
+          ``prepare(body, *, stamp, now) -> bytes``
+          (:class:`switchboard.plugin.ProducerSide`): what ``switchboard send`` uses to
+          deliver as the producer would (``prepare`` stamps fresh ids or clocks).
+          A source without ``sign`` is not offered by ``send --source``.
+    :param config: this plugin's section.
     """
 
 
@@ -93,29 +136,30 @@ def switchboard_register_sources(register: Any) -> None:
 
 
 @hookspec
-def switchboard_register_projections(register: Any) -> None:
+def switchboard_register_projections(register: ProjectionRegistry, config: PluginConfig) -> None:
     """Register envelope projections such as ``.artifact`` (cairn) or ``.issue`` (forges).
 
-    :param register: a :class:`switchboard.registry.ProjectionRegistry`; call
-        ``register.add(projection)`` with a
-        :class:`switchboard.envelope.Projection`: a top-level ``name``, the
-        ``sources`` it serves (several plugins may fill one name for different
-        sources), the ``keys`` it always fills, and a pure
-        ``build(source, kind, payload)`` returning a dict (missing keys become null)
-        or None when it does not apply.  The envelope
-        key is always present, null when the projection does not apply.
+    :param register: call ``register.add(projection)`` with a
+        :class:`switchboard.plugin.Projection`: a top-level ``name``, the ``sources`` it
+        serves (several plugins may fill one name for different sources), the ``keys``
+        it always fills, a pure ``build(source, kind, payload)`` returning a dict
+        (missing keys become null) or None when it does not apply, and optionally a
+        ``title_key`` whose string titles the delivery's todos. The envelope key is
+        always present, null when the projection does not apply; a projection never
+        overrides a switchboard fact (``.source``, ``.verified`` ...).
+    :param config: this plugin's section.
     """
 
 
 @hookspec
-def switchboard_register_subjects(register: Any) -> None:
+def switchboard_register_subjects(register: SubjectRegistry, config: PluginConfig) -> None:
     """Register subject extractors (the issue or artifact a delivery is about).
 
-    :param register: a :class:`switchboard.registry.SubjectRegistry`; call
-        ``register.add(extractor)`` with an object whose
-        ``subject(source, kind, payload)`` returns a stable subject key (e.g.
-        ``gitea:org/repo#12``) or None.  Subjects feed once-keys and work orders and
-        never depend on tenant-written expressions.
+    :param register: call ``register.add(extractor)`` with an object that has a
+        ``name`` and ``subject(source, kind, payload)`` returning a stable subject key
+        (e.g. ``gitea:org/repo#12``) or None. Subjects feed once-keys and work orders
+        and never depend on tenant-written expressions.
+    :param config: this plugin's section.
     """
 
 
@@ -125,39 +169,45 @@ def switchboard_register_subjects(register: Any) -> None:
 
 
 @hookspec
-def switchboard_register_routing_stages(register: Any) -> None:
+def switchboard_register_routing_stages(register: StageRegistry, config: PluginConfig) -> None:
     """Register routing stages (``rules``, ``llm``, ...).
 
-    :param register: a :class:`switchboard.registry.StageRegistry`; call
-        ``register.add(stage)`` with a :class:`switchboard.routing.model.RoutingStage`:
-        a ``name`` and ``async route(ctx)`` taking a
-        :class:`switchboard.routing.model.RoutingContext` (webhook row, envelope,
-        grant) and returning a :class:`switchboard.routing.model.StageResult` (a
-        decision, or none plus faults).  Stages are called per delivery through the
-        registry, never through ``pm.hook``.  The config's ``routing.stages`` list enables and orders stages; the
-        first stage that decides wins, otherwise the default action applies.
+    :param register: call ``register.add(stage)`` with a
+        :class:`switchboard.plugin.RoutingStage`: a ``name`` and ``async route(ctx)``
+        taking a :class:`switchboard.plugin.RoutingContext` (the webhook's
+        :class:`~switchboard.plugin.RoutingConfig`, the envelope, the grant) and
+        returning a :class:`switchboard.plugin.StageResult` (a decision, or none plus
+        faults). A stage may also define ``async validate(config)``
+        (:class:`switchboard.plugin.ValidatingStage`), called after the host's own
+        checks whenever a routing config is saved or dry-run; it raises
+        :class:`switchboard.plugin.RuleValidationError` (see ``rule_error``). The
+        config's ``routing.stages`` list enables and orders stages; the first stage
+        that decides wins, otherwise the default action applies.
+    :param config: this plugin's section (a stage reads its limits here).
     """
 
 
 @hookspec
-def switchboard_register_rule_packs(register: Any) -> None:
+def switchboard_register_rule_packs(register: RulePackRegistry, config: PluginConfig) -> None:
     """Register rule packs: named, ready-made routing configs owners can install.
 
-    :param register: a :class:`switchboard.registry.RulePackRegistry`; call
-        ``register.add(name, config, description=...)``.  A pack's config is
-        validated like any saved config when it is installed, never when registered.
+    :param register: call ``register.add_pack(name, config, description=...)`` where
+        ``config`` is a routing config document (``{rules, default_action?, params?}``).
+        A pack's config is validated like any saved config when it is installed, never
+        when registered.
+    :param config: this plugin's section.
     """
 
 
 @hookspec
-def switchboard_register_llm_providers(register: Any) -> None:
+def switchboard_register_llm_providers(register: LLMProviderRegistry, config: PluginConfig) -> None:
     """Register LLM providers for the triage stage.
 
-    :param register: a :class:`switchboard.registry.LLMProviderRegistry`; call
-        ``register.add(provider)`` with an object that has a ``name`` and
-        ``async complete(model, system, prompt, schema, timeout)`` returning the
-        model's raw text.  Providers never see the routing grant: the stage validates
+    :param register: call ``register.add(provider)`` with an object that has a ``name``
+        and ``async complete(model, system, prompt, schema, timeout)`` returning the
+        model's raw text. Providers never see the routing grant: the stage validates
         answers against it.
+    :param config: this plugin's section (API endpoints, key files ...).
     """
 
 
@@ -167,15 +217,19 @@ def switchboard_register_llm_providers(register: Any) -> None:
 
 
 @hookspec
-def switchboard_register_sinks(register: Any) -> None:
+def switchboard_register_sinks(register: SinkRegistry, config: PluginConfig) -> None:
     """Register sinks, called after a delivery's transaction commits.
 
-    :param register: a :class:`switchboard.registry.SinkRegistry`; call
-        ``register.add(sink)`` with an object that has a ``name`` and
-        ``async deliver(runtime, event, todos)`` (``event`` is the stored event row
-        with its ``routing_trace``; ``todos`` are ``{id, endpoint_id, queue}``).  Sinks
-        see newly created todos only (never a redelivery's, never a drop's).  A failing sink is logged with its plugin's
-        name and never fails the delivery.
+    :param register: call ``register.add(sink)`` with a
+        :class:`switchboard.plugin.Sink`: a ``name`` and
+        ``async deliver(runtime, event, todos)``, where ``event`` is a
+        :class:`switchboard.plugin.SinkEvent` (the stored event with its id, raw body,
+        headers and ``routing_trace``) and ``todos`` are
+        :class:`switchboard.plugin.SinkTodo` rows (``id``, ``endpoint_id``,
+        ``queue``). Sinks see newly created todos only (never a redelivery's, never a
+        drop's). A failing sink is logged with its plugin's name and never fails the
+        delivery.
+    :param config: this plugin's section.
     """
 
 
@@ -185,36 +239,38 @@ def switchboard_register_sinks(register: Any) -> None:
 
 
 @hookspec
-def switchboard_register_mcp_tools(register: Any) -> None:
+def switchboard_register_mcp_tools(register: MCPToolRegistry, config: PluginConfig) -> None:
     """Register MCP tools on the agent surface (``/mcp`` and ``switchboard mcp``).
 
-    :param register: a :class:`switchboard.registry.MCPToolRegistry`; call
-        ``register.add_tool(name, fn, description=..., verb=...)``.  ``fn`` is
-        ``async def fn(ctx: ToolContext, **arguments) -> T``: ``ctx`` is a
-        :class:`switchboard.registry.ToolContext` (the runtime and the authenticated
-        endpoint row); the parameters after it, with their type hints, become the input
-        schema and the return annotation the output schema.  ``verb`` (default: the tool
-        name) is the scope verb: ``tools/list`` shows the tool only to endpoints holding
-        it, and a call without it is ``forbidden``.  Raise
-        :mod:`switchboard.errors` exceptions; the caller sees ``"<code>: <message>"``.
+    :param register: call ``register.add_tool(name, fn, description=..., verb=...)``.
+        ``fn`` is ``async def fn(ctx: ToolContext, **arguments) -> T``: ``ctx`` is a
+        :class:`switchboard.plugin.ToolContext` (the runtime and the authenticated
+        endpoint row); the parameters after it, with their type hints, become the
+        input schema and the return annotation the output schema. ``verb`` (default:
+        the tool name) is the scope verb: ``tools/list`` shows the tool only to
+        endpoints holding it, and a call without it is ``forbidden``. Raise
+        :class:`switchboard.plugin.ServiceError` subclasses; the caller sees
+        ``"<code>: <message>"``.
+    :param config: this plugin's section.
     """
 
 
 @hookspec
-def switchboard_register_commands(register: Any) -> None:
+def switchboard_register_commands(register: CommandRegistry, config: PluginConfig) -> None:
     """Register ``switchboard`` CLI sub-commands.
 
-    :param register: a :class:`switchboard.registry.CommandRegistry`; call
-        ``register.add(name, configure, run, help=...)`` where ``configure(parser)``
-        adds arguments and ``run(args, runtime)`` is async and returns an exit code
-        (JSON goes to stdout).
+    :param register: call ``register.add_command(name, configure, run, help=...,
+        needs_store=True)`` where ``configure(parser)`` adds arguments to an
+        ``argparse`` parser and ``run(args, runtime)`` is async and returns an exit code
+        (JSON goes to stdout). ``needs_store=False`` runs without opening the database.
+    :param config: this plugin's section.
     """
 
 
 @hookspec
-def switchboard_register_routes(app: Any) -> None:
+def switchboard_register_routes(app: Any, runtime: Runtime) -> None:
     """Add HTTP routes to the Sanic application before it serves.
 
-    :param app: the ``sanic.Sanic`` application; its ``ctx.runtime`` is the
-        :class:`switchboard.runtime.Runtime`.
+    :param app: the ``sanic.Sanic`` application (``app.ctx.runtime`` is the runtime).
+    :param runtime: the :class:`switchboard.plugin.Runtime`.
     """

@@ -75,14 +75,21 @@ def call_each(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[t
     return results
 
 
-def build_registries(pm: pluggy.PluginManager) -> Registries:
-    """Call every registration hook once, so registries know which plugin added what."""
+def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> Registries:
+    """Call every registration hook once, so registries know which plugin added what.
+
+    Each implementation that asks for ``config`` gets its own plugin's
+    ``[plugins.<name>]`` section (schema defaults filled in), never another's.
+    """
     regs = Registries()
     for hook_name, attr in REGISTRATION_HOOKS.items():
         registry = getattr(regs, attr)
         for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
             registry.current_plugin = impl.plugin_name
-            impl.function(register=registry)
+            kwargs: dict[str, Any] = {"register": registry}
+            if "config" in impl.argnames:
+                kwargs["config"] = config.plugin(impl.plugin_name) if config else {}
+            impl.function(**kwargs)
         registry.current_plugin = "?"
     return regs
 

@@ -28,7 +28,7 @@ class Runtime:
         self.config = config
         self.pm = pm or make_plugin_manager(config.disabled_plugins)
         apply_config(self.pm, config)
-        self.registries: Registries = build_registries(self.pm)
+        self.registries: Registries = build_registries(self.pm, config)
         self._check_stages()
         self._store: Store | None = None
         self._embedded: EmbeddedPostgres | None = None
@@ -89,7 +89,7 @@ class Runtime:
     # -- lifecycle -------------------------------------------------------------------
 
     async def startup(self) -> None:
-        for plugin, result in call_each(self.pm, "switchboard_startup", app=self):
+        for plugin, result in call_each(self.pm, "switchboard_startup", runtime=self, app=self):
             if inspect.isawaitable(result):
                 try:
                     await result
@@ -97,7 +97,7 @@ class Runtime:
                     raise PluginError(f"plugin {plugin!r} failed to start: {exc}") from exc
 
     async def shutdown(self) -> None:
-        for plugin, result in call_each(self.pm, "switchboard_shutdown", app=self):
+        for plugin, result in call_each(self.pm, "switchboard_shutdown", runtime=self, app=self):
             try:
                 if inspect.isawaitable(result):
                     await result

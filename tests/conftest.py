@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from sbtest import CLI, Server, free_port, make_env
 
 from switchboard.config import load_config
 from switchboard.runtime import Runtime
+from switchboard.sources import Delivery, Headers
 from switchboard.store import migrate
 
 _counter = itertools.count()
@@ -27,11 +30,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every ``async def`` test runs on anyio's asyncio backend, no marker needed."""
-    for item in items:
-        if asyncio.iscoroutinefunction(getattr(item, "function", None)):
-            item.add_marker(pytest.mark.anyio)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
+    """Every ``async def`` test runs on anyio's asyncio backend, no marker needed.
+
+    Marked while collecting (before parametrization), so ``parametrize`` still applies.
+    """
+    if name.startswith("test") and asyncio.iscoroutinefunction(obj):
+        pytest.mark.anyio(obj)
 
 
 @pytest.fixture(scope="session")
@@ -123,3 +129,32 @@ def server_factory(tmp_path: Path) -> Iterator[Any]:
     yield make
     for srv in servers:
         srv.stop()
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The secret the recorded fixtures were signed with (tests/fixtures/README.md).
+FIXTURE_SECRET = b"fixture-signing-secret-9f3c2a7e51d04b68"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded delivery: its exact body bytes, its headers and the secret it was signed with."""
+
+    body: bytes
+    headers: dict[str, str]
+    secret: bytes = FIXTURE_SECRET
+
+    def delivery(self) -> Delivery:
+        return Delivery(Headers(self.headers), self.body, self.headers.get("Content-Type"))
+
+
+def _load(name: str) -> Recorded:
+    body = (FIXTURES / f"{name}.json").read_bytes()
+    headers = json.loads((FIXTURES / f"{name}.headers.json").read_text(encoding="utf-8"))
+    return Recorded(body, headers)
+
+
+@pytest.fixture
+def recorded() -> Callable[[str], Recorded]:
+    """Load a recorded delivery by fixture name (``github_issues_opened``)."""
+    return _load

@@ -23,7 +23,7 @@ from switchboard.plugins import (
 )
 from switchboard.registry import SourceRegistry
 
-HELLO = Path(__file__).parent / "plugins" / "hello"
+HELLO = Path(__file__).resolve().parent / "plugins" / "hello"
 FIRST_PARTY = {"cairn", "gitea", "github", "generic", "rules", "doorbell", "mcp"}
 
 

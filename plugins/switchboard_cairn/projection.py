@@ -48,5 +48,6 @@ def build_artifact(source: str, kind: str | None, payload: Any) -> dict[str, Any
 
 
 ARTIFACT_PROJECTION = Projection(
-    name="artifact", sources=("cairn",), keys=ARTIFACT_KEYS, build=build_artifact
+    name="artifact", sources=("cairn",), keys=ARTIFACT_KEYS, build=build_artifact,
+    title_key="title",
 )

@@ -1,44 +1,47 @@
-"""First-party plugin: the ``rules`` routing stage and the offline ``rules`` commands."""
+"""First-party plugin: the ``rules`` routing stage (jq in a sandbox) and its verbs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from switchboard import hookimpl
+from switchboard.plugin import CommandRegistry, Runtime, StageRegistry, hookimpl
 
 from . import commands
 from .stage import CONFIG_SCHEMA, RulesStage
 
 
-def stage_of(runtime: Any) -> RulesStage:
-    """This runtime's rules stage, configured from ``[plugins.rules]``."""
+def stage_of(runtime: Runtime) -> RulesStage:
+    """This runtime's rules stage (built at registration from ``[plugins.rules]``)."""
     stage = runtime.registries.stages.get("rules")
     assert isinstance(stage, RulesStage)
-    stage.configure(runtime.config.plugin("rules"))
     return stage
 
 
 @hookimpl
 def switchboard_config_schema() -> dict[str, Any]:
+    """``[plugins.rules]``: the sandbox's limits."""
     return CONFIG_SCHEMA
 
 
 @hookimpl
-def switchboard_register_routing_stages(register: Any) -> None:
-    register.add(RulesStage())
+def switchboard_register_routing_stages(register: StageRegistry, config: dict[str, Any]) -> None:
+    """The ``rules`` stage, configured from this plugin's own section."""
+    register.add(RulesStage(config))
 
 
 @hookimpl
-def switchboard_register_commands(register: Any) -> None:
+def switchboard_register_commands(register: CommandRegistry) -> None:
+    """``switchboard rules check|test``: validate and dry-run a routing config offline."""
     commands.register(register)
 
 
 @hookimpl
-async def switchboard_startup(app: Any) -> None:
-    # Warm the fork server so the first routed delivery does not pay for its start.
-    await stage_of(app).sandbox.start()
+async def switchboard_startup(runtime: Runtime) -> None:
+    """Warm the fork server so the first routed delivery does not pay for its start."""
+    await stage_of(runtime).sandbox.start()
 
 
 @hookimpl
-async def switchboard_shutdown(app: Any) -> None:
-    await stage_of(app).close()
+async def switchboard_shutdown(runtime: Runtime) -> None:
+    """Stop the fork server and every evaluator."""
+    await stage_of(runtime).close()

@@ -7,11 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from switchboard.errors import InvalidArgument
-from switchboard.routing.model import Grant
-from switchboard.routing.replay import sample_envelope
-from switchboard.routing.route import route
-from switchboard.routing.validate import RuleValidationError, validate_config
+from switchboard.plugin import (
+    CommandRegistry,
+    Grant,
+    InvalidArgument,
+    RuleValidationError,
+    Runtime,
+    dry_run,
+    sample_envelope,
+    validate_config,
+)
 
 DEFAULT_GRANT = {"target_queue": "inbox", "queues": ["inbox"], "endpoints": ["owner"]}
 
@@ -57,20 +62,25 @@ def configure(p: argparse.ArgumentParser) -> None:
     test.add_argument("--webhook-id", default="dry-run", metavar="ID")
 
 
-async def run(args: argparse.Namespace, rt: Any) -> int:
-    from . import stage_of
-
-    stage = stage_of(rt)
+async def run(args: argparse.Namespace, rt: Runtime) -> int:
     grant = _grant(args.grant)
     config = _read_json(args.file, "FILE")
     try:
-        normalized = await validate_config(config, grant, stage.sandbox)
+        if args.action == "check":
+            normalized = await validate_config(config, grant, rt.stages)
+            _emit({"ok": True, "config": normalized.to_json()})
+            return 0
+        envelope = _sample(args, rt)
+        result = await dry_run(rt.stages, config, envelope, grant)
     except RuleValidationError as exc:
         _emit({"error": {"code": exc.code, "message": exc.message, "index": exc.index}})
         return 2
-    if args.action == "check":
-        _emit({"ok": True, "config": normalized})
-        return 0
+    del result["config"]
+    _emit(result)
+    return 0
+
+
+def _sample(args: argparse.Namespace, rt: Runtime) -> dict[str, Any]:
     source = rt.registries.sources.get(args.source)
     if source is None:
         raise InvalidArgument(f"--source: unknown source {args.source!r}")
@@ -79,7 +89,7 @@ async def run(args: argparse.Namespace, rt: Any) -> int:
     headers = _read_json(args.headers, "--headers") if args.headers else {}
     if not isinstance(headers, dict):
         raise InvalidArgument("--headers: must be a JSON object of header names to values")
-    envelope = sample_envelope(
+    return sample_envelope(
         rt.registries.projections,
         sources=rt.registries.sources,
         source=args.source,
@@ -89,16 +99,8 @@ async def run(args: argparse.Namespace, rt: Any) -> int:
         headers={str(k): str(v) for k, v in headers.items()},
         verified=None if args.verified is None else args.verified == "true",
     )
-    webhook = {
-        "routing_rules": normalized["rules"],
-        "default_action": normalized["default_action"],
-        "routing_params": normalized["params"],
-    }
-    decision = await route([stage], webhook, envelope, grant)
-    _emit({"decision": decision.to_json(), "trace": decision.trace, "envelope": envelope})
-    return 0
 
 
-def register(register: Any) -> None:
+def register(register: CommandRegistry) -> None:
     register.add_command("rules", configure, run, needs_store=False,
                          help="check or test a routing config offline")

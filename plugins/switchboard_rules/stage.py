@@ -4,36 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchboard.routing.decide import decide
-from switchboard.routing.model import RoutingContext, StageResult
+from switchboard.plugin import (
+    MatchResult,
+    RoutingConfig,
+    RoutingContext,
+    StageResult,
+    decide,
+    rule_error,
+)
+from switchboard.routing.jqscan import forbidden_names
 from switchboard.routing.sandbox import Sandbox
 
-#: ``[plugins.rules]`` keys and their defaults (the operator's limits).
-DEFAULTS: dict[str, Any] = {
-    "max_concurrency": 2,
-    "slot_wait_ms": 1000,
-    "memory_mib": 128,
-    "rule_ms": 50,
-    "event_ms": 250,
-    "kill_grace_ms": 1750,
-    "cache_size": 64,
-    "compile_ms": 1000,
-}
-
+#: ``[plugins.rules]``: the operator's limits. The only place their defaults are written.
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 64},
-        "slot_wait_ms": {"type": "integer", "minimum": 0, "maximum": 60000},
-        "memory_mib": {"type": "integer", "minimum": 32, "maximum": 4096},
-        "rule_ms": {"type": "integer", "minimum": 1, "maximum": 10000},
-        "event_ms": {"type": "integer", "minimum": 1, "maximum": 60000},
-        "kill_grace_ms": {"type": "integer", "minimum": 100, "maximum": 60000},
-        "cache_size": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "compile_ms": {"type": "integer", "minimum": 10, "maximum": 60000},
+        "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2},
+        "slot_wait_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": 1000},
+        "memory_mib": {"type": "integer", "minimum": 32, "maximum": 4096, "default": 128},
+        "rule_ms": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50},
+        "event_ms": {"type": "integer", "minimum": 1, "maximum": 60000, "default": 250},
+        "kill_grace_ms": {"type": "integer", "minimum": 100, "maximum": 60000, "default": 1750},
+        "cache_size": {"type": "integer", "minimum": 1, "maximum": 4096, "default": 64},
+        "compile_ms": {"type": "integer", "minimum": 10, "maximum": 60000, "default": 1000},
     },
 }
+
+DEFAULTS: dict[str, Any] = {k: v["default"] for k, v in CONFIG_SCHEMA["properties"].items()}
 
 
 class RulesStage:
@@ -41,12 +39,9 @@ class RulesStage:
 
     name = "rules"
 
-    def __init__(self) -> None:
-        self.settings: dict[str, Any] = dict(DEFAULTS)
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}
         self._sandbox: Sandbox | None = None
-
-    def configure(self, section: dict[str, Any]) -> None:
-        self.settings = {**DEFAULTS, **section}
 
     @property
     def sandbox(self) -> Sandbox:
@@ -70,16 +65,29 @@ class RulesStage:
             await self._sandbox.close()
             self._sandbox = None
 
+    async def validate(self, config: RoutingConfig) -> None:
+        """Refuse forbidden builtins, then compile every expression in the sandbox."""
+        for index, rule in enumerate(config.rules):
+            bad = forbidden_names(rule["expr"])
+            if bad:
+                raise rule_error(index, rule, "forbidden_function",
+                                 f"expression uses forbidden {', '.join(bad)}")
+        if not config.rules:
+            return
+        errors = await self.sandbox.compile([r["expr"] for r in config.rules], config.params)
+        if errors:
+            index, message = min(errors)
+            raise rule_error(index, config.rules[index], "invalid_expression",
+                             f"expression does not compile: {message}")
+
     async def route(self, ctx: RoutingContext) -> StageResult:
-        rules = list(ctx.webhook.get("routing_rules") or [])
+        rules = ctx.config.rules
         if not rules:
             return StageResult()
-        params = dict(ctx.webhook.get("routing_params") or {})
-        match = await self.sandbox.evaluate(
-            [(r.get("id"), r["expr"]) for r in rules], params, ctx.envelope
+        match: MatchResult = await self.sandbox.evaluate(
+            [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), ctx.envelope
         )
         if match.rule_index is None:
             # No match: later stages (LLM triage) or the default decide; faults carry on.
             return StageResult(None, match.faults)
-        config = {"rules": rules, "default_action": ctx.webhook.get("default_action")}
-        return StageResult(decide(config, match, ctx.grant))
+        return StageResult(decide(ctx.config, match, ctx.grant))

@@ -15,6 +15,7 @@ from switchboard.routing.model import (
     Fault,
     Grant,
     MatchResult,
+    RoutingConfig,
 )
 
 _ACTION_KEYS = ("queue", "endpoints", "drop", "exclusive", "once", "work_order")
@@ -89,10 +90,10 @@ def _rule_ref(index: int, rule: dict[str, Any]) -> dict[str, Any]:
     return ref
 
 
-def decide(config: dict[str, Any], match: MatchResult, grant: Grant) -> Decision:
+def decide(config: RoutingConfig, match: MatchResult, grant: Grant) -> Decision:
     """Apply the matched rule's action (or the default) to ``grant``; see the design doc."""
-    rules: list[dict[str, Any]] = list(config.get("rules") or [])
-    default_action = config.get("default_action")
+    rules = config.rules
+    default_action = config.default_action
     index = match.rule_index
     if index is None or not 0 <= index < len(rules):
         return default_decision(grant, default_action, match.faults)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 #: Trace stages and causes (``schemas/trace.schema.json`` is the authority).
 STAGE_RULE = "rule"
@@ -12,6 +13,11 @@ STAGE_LLM = "llm"
 CAUSE_NO_MATCH = "no_match_default"
 CAUSE_RULE_NOT_GRANTED = "rule_not_granted"
 CAUSE_DEFAULT_NOT_GRANTED = "default_not_granted"
+#: What became of a delivery, stored with its event (never re-derived from the trace).
+#: ``repeat`` and ``held`` are reserved for the lanes (work orders) stage.
+DISPOSITION_ROUTED = "routed"
+DISPOSITION_DROPPED = "dropped"
+DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED)
 FAULT_CAUSES = (
     "timeout",
     "error",
@@ -99,17 +105,61 @@ class Decision:
     endpoints: tuple[str, ...]
     trace: dict[str, Any]
 
+    @property
+    def disposition(self) -> str:
+        """What is stored with the event: ``dropped`` or ``routed``."""
+        return DISPOSITION_DROPPED if self.drop else DISPOSITION_ROUTED
+
     def to_json(self) -> dict[str, Any]:
         return {"drop": self.drop, "queue": self.queue, "endpoints": list(self.endpoints)}
 
 
+@dataclass(frozen=True)
+class RoutingConfig:
+    """A webhook's routing configuration, spelled the same from the database to the API.
+
+    ``rules`` are ordered (first match wins), each ``{id, name?, expr, action}``;
+    ``default_action`` is None (the target queue) or an action; ``params`` is bound as
+    ``$params``. Built only by :func:`switchboard.routing.config.check_structure` (which
+    normalizes and mints rule ids) or from a stored, already validated document.
+    """
+
+    rules: tuple[dict[str, Any], ...] = ()
+    default_action: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown)."""
+        return copy.deepcopy({
+            "rules": list(self.rules),
+            "default_action": self.default_action,
+            "params": self.params,
+        })
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> RoutingConfig:
+        """A config from its stored form; missing keys read as empty."""
+        doc = copy.deepcopy(doc or {})
+        return cls(
+            rules=tuple(doc.get("rules") or ()),
+            default_action=doc.get("default_action"),
+            params=dict(doc.get("params") or {}),
+        )
+
+
 @dataclass
 class RoutingContext:
-    """What a routing stage sees for one delivery."""
+    """What a routing stage sees for one delivery.
+
+    ``config`` is the webhook's routing configuration, ``envelope`` what rules see,
+    ``grant`` what the delivery may reach; ``webhook`` is the resolved webhook row (its
+    ``id``, ``source_type``, ``target_queue`` ...), read-only by convention.
+    """
 
     webhook: dict[str, Any]
     envelope: dict[str, Any]
     grant: Grant
+    config: RoutingConfig = field(default_factory=RoutingConfig)
     faults: list[Fault] = field(default_factory=list)
 
 
@@ -121,6 +171,7 @@ class StageResult:
     faults: tuple[Fault, ...] = ()
 
 
+@runtime_checkable
 class RoutingStage(Protocol):
     """What ``switchboard_register_routing_stages`` registers."""
 
@@ -128,4 +179,21 @@ class RoutingStage(Protocol):
 
     async def route(self, ctx: RoutingContext) -> StageResult:
         """Decide ``ctx`` or pass (decision None); never raise for tenant faults."""
+        ...
+
+
+@runtime_checkable
+class ValidatingStage(Protocol):
+    """A stage that checks its own part of a routing config when it is saved (optional).
+
+    The host has already checked the structure, actions, params and grant; the stage
+    checks what only it understands (the rules stage compiles every expression) and
+    raises :class:`switchboard.errors.RuleValidationError` naming the rule. Dry runs call
+    it too, so a candidate config is refused exactly as a save would refuse it.
+    """
+
+    name: str
+
+    async def validate(self, config: RoutingConfig) -> None:
+        """Raise ``RuleValidationError`` when ``config`` is not acceptable to this stage."""
         ...

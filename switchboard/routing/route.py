@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .decide import default_decision
-from .model import Decision, Fault, Grant, RoutingContext, RoutingStage, Target
+from .model import Decision, Fault, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
 
 
 def grant_for(webhook: dict[str, Any]) -> Grant:
@@ -21,14 +22,24 @@ def grant_for(webhook: dict[str, Any]) -> Grant:
     return Grant(target_queue=target_queue, queues=tuple(queues), targets=targets)
 
 
+def config_of(webhook: dict[str, Any]) -> RoutingConfig:
+    """The routing config stored on a webhook row (its ``routing`` column)."""
+    return RoutingConfig.from_json(webhook.get("routing"))
+
+
 async def route(
-    stages: list[RoutingStage], webhook: dict[str, Any], envelope: dict[str, Any], grant: Grant
+    stages: Sequence[RoutingStage],
+    webhook: dict[str, Any],
+    config: RoutingConfig,
+    envelope: dict[str, Any],
+    grant: Grant,
 ) -> Decision:
-    ctx = RoutingContext(webhook=webhook, envelope=envelope, grant=grant)
+    """The decision for one delivery: live (the saved config) or a dry run (any config)."""
+    ctx = RoutingContext(webhook=webhook, envelope=envelope, grant=grant, config=config)
     faults: list[Fault] = []
     for stage in stages:
         result = await stage.route(ctx)
         faults.extend(result.faults)
         if result.decision is not None:
             return result.decision
-    return default_decision(grant, webhook.get("default_action"), faults)
+    return default_decision(grant, config.default_action, faults)

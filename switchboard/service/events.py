@@ -10,20 +10,14 @@ from typing import Any
 
 from ..errors import InvalidArgument, NotFound
 from ..routing.envelope import parse_payload
+from ..routing.model import DISPOSITIONS
 from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
 from .common import jsonable
 from .webhooks import owned_webhook
 
-DISPOSITIONS = ("routed", "dropped")
 LIMIT_DEFAULT, LIMIT_MAX = 20, 100
-
-
-def disposition(trace: Any) -> str:
-    """``dropped`` iff the trace's action is a drop; everything else was routed."""
-    action = trace.get("action") if isinstance(trace, dict) else None
-    return "dropped" if isinstance(action, dict) and action.get("drop") is True else "routed"
 
 
 def event_view(row: Row) -> dict[str, Any]:
@@ -37,7 +31,7 @@ def event_view(row: Row) -> dict[str, Any]:
         "size": row.get("size"),
         "content_type": row.get("content_type"),
         "received_at": row.get("received_at"),
-        "disposition": disposition(row.get("routing_trace")),
+        "disposition": row.get("disposition"),
         "routing_trace": row.get("routing_trace"),
     }))
 
@@ -67,7 +61,7 @@ async def list_events(
     """The webhook's events, newest first, one page at a time."""
     hook = await owned_webhook(rt, caller, webhook_id)
     if disposition is not None and disposition not in DISPOSITIONS:
-        raise InvalidArgument("disposition: must be routed or dropped")
+        raise InvalidArgument(f"disposition: must be one of {', '.join(DISPOSITIONS)}")
     size = LIMIT_DEFAULT if limit is None else limit
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= LIMIT_MAX:
         raise InvalidArgument(f"limit: must be an integer from 1 to {LIMIT_MAX}")

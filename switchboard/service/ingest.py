@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
+from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
-from ..routing.route import grant_for, route
+from ..routing.route import config_of, grant_for, route
 from ..routing.trace import validate_trace
 from ..runtime import Runtime
 from ..sanitize import sanitize_headers
@@ -33,11 +34,13 @@ UNVERIFIED = IngestReply(401, {"error": "signature verification failed"})
 UNCONFIGURED = IngestReply(503, {"error": "webhook not configured"})
 
 
-def todo_title(envelope: dict[str, Any]) -> str:
-    for key in ("artifact", "issue"):
-        sub = envelope.get(key)
-        if isinstance(sub, dict) and sub.get("title"):
-            return str(sub["title"])[:200]
+def todo_title(envelope: dict[str, Any], projections: ProjectionRegistry) -> str:
+    """The first non-empty title a projection of this source offers, else source and kind."""
+    for projection in projections.for_source(envelope["source"]):
+        key = projection.title_key
+        sub = envelope.get(projection.name)
+        if key and isinstance(sub, dict) and isinstance(sub.get(key), str) and sub[key]:
+            return sub[key][:200]
     return f"{envelope['source']} {envelope.get('kind') or 'delivery'}"
 
 
@@ -89,7 +92,7 @@ async def ingest(
         body=body,
         projections=rt.registries.projections,
     )
-    decision = await route(rt.stages, webhook, envelope, grant)
+    decision = await route(rt.stages, webhook, config_of(webhook), envelope, grant)
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)
     validate_trace(trace)
@@ -107,16 +110,15 @@ async def ingest(
         "verify_detail": clean_text(verdict.detail) or None,
         "webhook_id": webhook["id"],
         "routing_trace": trace,
+        "disposition": decision.disposition,
     }
     todo = {
         "queue": decision.queue,
-        "title": todo_title(envelope),
+        "title": todo_title(envelope, rt.registries.projections),
         "payload": todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id}),
         "work_order": None,
     }
-    outcome = await rt.store.record_delivery(
-        event, todo, list(decision.endpoints), drop=decision.drop
-    )
+    outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints))
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
     if outcome.dropped:
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})

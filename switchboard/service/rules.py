@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable
 
 from ..errors import InvalidArgument, NotFound
-from ..routing.model import Grant
+from ..routing.config import validate_config
+from ..routing.dryrun import dry_run
+from ..routing.model import Grant, RoutingConfig
 from ..routing.replay import raw_body, sample_envelope, stored_envelope
-from ..routing.route import grant_for, route
-from ..routing.validate import validate_config
+from ..routing.route import config_of, grant_for
 from ..runtime import Runtime
 from ..store import Row
 from .webhooks import owned_webhook
 
+#: The mutable form a verb edits: ``RoutingConfig.to_json()``.
 Config = dict[str, Any]
-
-
-def _sandbox(rt: Runtime) -> Any:
-    stage = rt.registries.stages.get("rules")
-    if stage is None:
-        raise InvalidArgument("rules: the rules plugin is disabled on this server")
-    stage.configure(rt.config.plugin("rules"))
-    return stage.sandbox
 
 
 async def _grant(rt: Runtime, webhook_id: str) -> Grant:
@@ -32,27 +25,13 @@ async def _grant(rt: Runtime, webhook_id: str) -> Grant:
     return grant_for(resolved)
 
 
-def _config_of(row: Row) -> Config:
-    return {
-        "rules": copy.deepcopy(list(row.get("routing_rules") or [])),
-        "default_action": copy.deepcopy(row.get("default_action")),
-        "params": copy.deepcopy(dict(row.get("routing_params") or {})),
-    }
-
-
-def _view(webhook_id: str, config: Config, grant: Grant) -> dict[str, Any]:
-    return {
-        "webhook_id": webhook_id,
-        "rules": config["rules"],
-        "default_action": config.get("default_action"),
-        "params": config.get("params") or {},
-        "grant": grant.to_json(),
-    }
+def _view(webhook_id: str, config: RoutingConfig, grant: Grant) -> dict[str, Any]:
+    return {"webhook_id": webhook_id, **config.to_json(), "grant": grant.to_json()}
 
 
 async def list_rules(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
     row = await owned_webhook(rt, caller, webhook_id)
-    return _view(row["id"], _config_of(row), await _grant(rt, row["id"]))
+    return _view(row["id"], config_of(row), await _grant(rt, row["id"]))
 
 
 async def _mutate(
@@ -65,8 +44,8 @@ async def _mutate(
         row = await rt.store.lock_webhook(conn, webhook_id)
         if row is None:
             raise NotFound(f"webhook {webhook_id} not found")
-        candidate = change(_config_of(row))
-        normalized = await validate_config(candidate, grant, _sandbox(rt))
+        candidate = change(config_of(row).to_json())
+        normalized = await validate_config(candidate, grant, rt.stages)
         await rt.store.save_routing(conn, webhook_id, normalized)
     return _view(webhook_id, normalized, grant)
 
@@ -155,7 +134,7 @@ async def test_rules(
     """Dry-run saved or candidate rules against a stored event or a sample; saves nothing."""
     row = await owned_webhook(rt, caller, webhook_id)
     grant = await _grant(rt, row["id"])
-    config = _config_of(row)
+    config = config_of(row).to_json()
     if rules is not None:
         config = {"rules": rules, "default_action": default_action, "params": params}
     else:
@@ -163,7 +142,6 @@ async def test_rules(
             config["default_action"] = default_action
         if params is not None:
             config["params"] = params
-    normalized = await validate_config(config, grant, _sandbox(rt))
     if (event_id is None) == (payload is None):
         raise InvalidArgument("give exactly one of event_id or payload")
     if event_id is not None:
@@ -183,13 +161,9 @@ async def test_rules(
             body=raw_body(payload),
             headers={str(k): str(v) for k, v in (headers or {}).items()},
         )
-    webhook = {
-        "routing_rules": normalized["rules"],
-        "default_action": normalized["default_action"],
-        "routing_params": normalized["params"],
-    }
-    decision = await route(rt.stages, webhook, envelope, grant)
-    return {"decision": decision.to_json(), "trace": decision.trace, "envelope": envelope}
+    result = await dry_run(rt.stages, config, envelope, grant, row)
+    del result["config"]
+    return result
 
 
 # Not a pytest test, whatever its name says.

@@ -89,7 +89,7 @@ def webhook_view(rt: Runtime, row: Row) -> dict[str, Any]:
         "source_type": row["source_type"],
         "target_queue": row["target_queue"],
         "trust_mode": row["trust_mode"],
-        "rule_count": len(row.get("routing_rules") or []),
+        "rule_count": len((row.get("routing") or {}).get("rules") or []),
         "created_at": row["created_at"],
         "rotated_at": row["rotated_at"],
     }))

@@ -7,6 +7,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..routing.model import DISPOSITION_DROPPED
 from .db import Database, Row, is_uuid
 
 
@@ -26,10 +27,10 @@ _RECORD = """
     WITH ev AS (
         INSERT INTO events (source, kind, external_id, headers, raw_headers, body,
                             content_type, size, verified, trust_mode, verify_detail,
-                            webhook_id, routing_trace)
+                            webhook_id, routing_trace, disposition)
         VALUES (%(source)s, %(kind)s, %(external_id)s, %(headers)s, %(raw_headers)s, %(body)s,
                 %(content_type)s, %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s,
-                %(webhook_id)s, %(routing_trace)s)
+                %(webhook_id)s, %(routing_trace)s, %(disposition)s)
         ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
         RETURNING id
     ), td AS (
@@ -59,16 +60,16 @@ class EventQueries:
         event: dict[str, Any],
         todo: dict[str, Any],
         endpoints: list[str],
-        *,
-        drop: bool,
     ) -> DeliveryOutcome:
         """Write the event and one todo per endpoint atomically; redeliveries collapse.
 
         ``todo`` holds the fields every todo of this delivery shares (queue, title,
         payload, work_order); the idempotency key and trace are the event's. A redelivery
         (same source and external id) writes nothing: it reports the first delivery's
-        todos, and stays dropped if the first delivery was dropped.
+        todos, and stays dropped if the first delivery was dropped. ``event["disposition"]``
+        is stored as given; ``dropped`` writes no todos.
         """
+        drop = event["disposition"] == DISPOSITION_DROPPED
         params = dict(event)
         params.update(
             headers=Jsonb(event["headers"]),
@@ -107,13 +108,12 @@ class EventQueries:
 
     async def _redelivery(self, conn: Any, source: str, external_id: str) -> DeliveryOutcome:
         cur = await conn.execute(
-            "SELECT id, routing_trace FROM events WHERE source = %s AND external_id = %s",
+            "SELECT id, disposition FROM events WHERE source = %s AND external_id = %s",
             (source, external_id),
         )
         first = await cur.fetchone()
         assert first is not None, "ON CONFLICT saw a row that is not visible"
-        trace = first["routing_trace"] or {}
-        if (trace.get("action") or {}).get("drop") is True:
+        if first["disposition"] == DISPOSITION_DROPPED:
             return DeliveryOutcome(first["id"], False, True)
         cur = await conn.execute(
             "SELECT id, endpoint_id, queue FROM todos WHERE event_id = %s"
@@ -139,16 +139,15 @@ class EventQueries:
         """Newest first; ``before`` is a (received_at, id) keyset cursor."""
         where = ["webhook_id = %(w)s"]
         params: dict[str, Any] = {"w": webhook_id, "limit": limit}
-        if disposition == "dropped":
-            where.append("(routing_trace -> 'action' ->> 'drop') = 'true'")
-        elif disposition == "routed":
-            where.append("coalesce(routing_trace -> 'action' ->> 'drop', 'false') <> 'true'")
+        if disposition is not None:
+            where.append("disposition = %(disposition)s")
+            params["disposition"] = disposition
         if before is not None:
             where.append("(received_at, id) < (%(ts)s, %(id)s)")
             params.update(ts=before[0], id=before[1])
         return await self.db.fetchall(
             "SELECT id, webhook_id, source, kind, external_id, verified, trust_mode, size,"
-            " content_type, received_at, routing_trace FROM events WHERE "
+            " content_type, received_at, routing_trace, disposition FROM events WHERE "
             + " AND ".join(where)
             + " ORDER BY received_at DESC, id DESC LIMIT %(limit)s",
             params,

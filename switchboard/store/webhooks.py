@@ -6,13 +6,14 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..routing.model import RoutingConfig
 from .db import Database, Row, is_uuid
 from .identity import LIVE_ENDPOINT
 
 _WEBHOOK_COLS = (
     "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, "
-    "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing_rules, w.default_action, "
-    "w.routing_params, e.owner_human, e.webhook_queues AS owner_webhook_queues"
+    "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing, "
+    "e.owner_human, e.webhook_queues AS owner_webhook_queues"
 )
 
 # Live, authorized targets in delivery order: the owner endpoint first, then routes by
@@ -43,7 +44,7 @@ _HUMAN_QUEUES = f"""
 
 _RESOLVED = f"""
     SELECT w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode,
-           w.signing_secret_enc, w.routing_rules, w.default_action, w.routing_params,
+           w.signing_secret_enc, w.routing,
            o.owner_human, o.webhook_queues AS owner_webhook_queues,
            ({_TARGETS}) AS targets, ({_HUMAN_QUEUES}) AS human_queues
     FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
@@ -131,16 +132,10 @@ class WebhookQueries:
 
     # -- routing config ----------------------------------------------------------------
 
-    async def save_routing(self, conn: Any, webhook_id: str, config: dict[str, Any]) -> None:
+    async def save_routing(self, conn: Any, webhook_id: str, config: RoutingConfig) -> None:
         await conn.execute(
-            "UPDATE endpoint_webhooks SET routing_rules = %s, default_action = %s,"
-            " routing_params = %s WHERE id = %s",
-            (
-                Jsonb(config.get("rules") or []),
-                Jsonb(config["default_action"]) if config.get("default_action") else None,
-                Jsonb(config.get("params") or {}),
-                webhook_id,
-            ),
+            "UPDATE endpoint_webhooks SET routing = %s WHERE id = %s",
+            (Jsonb(config.to_json()), webhook_id),
         )
 
     async def lock_webhook(self, conn: Any, webhook_id: str) -> Row | None:

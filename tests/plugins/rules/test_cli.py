@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sbtest import SWITCHBOARD, make_env
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def _cli(tmp_path: Path) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from switchboard_rules import stage_of
 
 from switchboard.config import load_config
-from switchboard.routing.model import Grant, RoutingContext, Target
+from switchboard.plugin import Grant, RoutingConfig, RoutingContext, Target
 from switchboard.runtime import Runtime
 
 GRANT = Grant("inbox", ("inbox", "triage"), (Target("owner"), Target("pool")))
@@ -14,7 +14,7 @@ ENVELOPE = {"source": "generic", "kind": None, "payload": {"n": 2}, "headers": {
 
 async def test_webhooks_without_rules_never_touch_the_sandbox() -> None:
     stage = stage_of(Runtime(load_config(env={})))
-    result = await stage.route(RoutingContext({"routing_rules": []}, ENVELOPE, GRANT))
+    result = await stage.route(RoutingContext({}, ENVELOPE, GRANT, RoutingConfig()))
     assert result.decision is None and result.faults == ()
     assert stage._sandbox is None  # no fork server was even created
 
@@ -25,11 +25,11 @@ async def test_match_decides_and_no_match_passes_to_the_next_stage() -> None:
         rules = [{"id": "big", "expr": ".payload.n > $params.min",
                   "action": {"queue": "triage", "endpoints": ["pool"]}}]
         hit = await stage.route(RoutingContext(
-            {"routing_rules": rules, "routing_params": {"min": 1}}, ENVELOPE, GRANT))
+            {}, ENVELOPE, GRANT, RoutingConfig(tuple(rules), params={"min": 1})))
         assert hit.decision is not None and hit.decision.endpoints == ("pool",)
         assert hit.decision.trace["rule_id"] == "big"
         miss = await stage.route(RoutingContext(
-            {"routing_rules": rules, "routing_params": {"min": 5}}, ENVELOPE, GRANT))
+            {}, ENVELOPE, GRANT, RoutingConfig(tuple(rules), params={"min": 5})))
         assert miss.decision is None  # the next stage or the default decides
     finally:
         await stage.close()

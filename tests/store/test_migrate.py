@@ -14,11 +14,11 @@ from switchboard.secrets_box import hash_token
 from switchboard.store import migrate
 
 EXPECTED_COLUMNS = {
-    "endpoint_webhooks": {"routing_rules", "default_action", "routing_params",
+    "endpoint_webhooks": {"routing",
                           "ingest_token_hash", "signing_secret_enc", "rotated_at", "trust_mode", "target_queue"},
     "events": {"webhook_id", "routing_trace", "external_id", "headers", "body", "verified",
                "trust_mode", "verify_detail", "received_at", "size", "content_type",
-               "raw_headers"},
+               "raw_headers", "disposition"},
     "todos": {"routing_trace", "work_order", "idempotency_key", "lease_expires_at", "attempts",
               "owner", "event_id", "payload", "title", "state", "queue"},
     "routing_once": {"webhook_id", "once_key", "event_id", "created_at"},

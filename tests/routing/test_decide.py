@@ -7,19 +7,19 @@ from typing import Any
 import pytest
 
 from switchboard.routing.decide import decide, default_decision
-from switchboard.routing.model import Fault, Grant, MatchResult
+from switchboard.routing.model import Fault, Grant, MatchResult, RoutingConfig
 from switchboard.routing.trace import validate_trace
 
 ALL = ("ep-owner", "ep-a", "ep-b")
 
 
-def config(*actions: dict[str, Any], default: dict[str, Any] | None = None) -> dict[str, Any]:
+def config(*actions: dict[str, Any], default: dict[str, Any] | None = None) -> RoutingConfig:
     rules = [{"id": f"r{i}", "name": f"rule {i}", "expr": "true", "action": a}
              for i, a in enumerate(actions)]  # fmt: skip
-    return {"rules": rules, "default_action": default, "params": {}}
+    return RoutingConfig(rules=tuple(rules), default_action=default)
 
 
-CASES: list[tuple[str, dict[str, Any], int | None, tuple[bool, str | None, tuple[str, ...]], dict[str, Any]]] = [
+CASES: list[tuple[str, RoutingConfig, int | None, tuple[bool, str | None, tuple[str, ...]], dict[str, Any]]] = [
     ("queue to all", config({"queue": "forge"}), 0, (False, "forge", ALL),
      {"stage": "rule", "rule_index": 0, "rule_id": "r0", "rule_name": "rule 0"}),
     ("narrowed in target order", config({"queue": "forge", "endpoints": ["ep-b", "ep-owner"]}), 0,
@@ -53,7 +53,7 @@ CASES: list[tuple[str, dict[str, Any], int | None, tuple[bool, str | None, tuple
 @pytest.mark.parametrize(
     ("label", "cfg", "index", "expected", "trace"), CASES, ids=[c[0] for c in CASES]
 )
-def test_decide(label: str, cfg: dict[str, Any], index: int | None,
+def test_decide(label: str, cfg: RoutingConfig, index: int | None,
                 expected: tuple[bool, str | None, tuple[str, ...]], trace: dict[str, Any],
                 grant: Grant) -> None:  # fmt: skip
     d = decide(cfg, MatchResult(index), grant)

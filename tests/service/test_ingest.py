@@ -17,7 +17,7 @@ from sbworld import World
 
 from switchboard.cli.send import build_request
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture

@@ -7,12 +7,13 @@ from typing import Any
 
 import jq
 import pytest
+from switchboard_rules import stage as rules_stage
+from switchboard_rules.stage import RulesStage
 
-from switchboard.routing import sandbox_child, validate
+from switchboard.plugin import RuleValidationError, check_structure, validate_config
+from switchboard.routing import sandbox_child
 from switchboard.routing.jqscan import FORBIDDEN_ARITIES, FORBIDDEN_FUNCTIONS, shadow_prelude
-from switchboard.routing.sandbox import Sandbox
 from switchboard.routing.sandbox_child import PRELUDE, RuleSet, build_program
-from switchboard.routing.validate import RuleValidationError, check_structure, validate_config
 
 ENVELOPE = {"kind": "push", "nope": None, "a": 1}
 MARKER = "swb-marker-31"
@@ -48,10 +49,12 @@ def rule(expr: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("expr", "name"), BYPASSES)
-def test_bypasses_are_refused_at_save(expr: str, name: str) -> None:
+async def test_bypasses_are_refused_at_save(expr: str, name: str) -> None:
     jq.compile(expr)  # each one is real jq: libjq compiles it
+    stage = RulesStage()
     with pytest.raises(RuleValidationError) as info:
-        check_structure({"rules": [rule(expr)]}, None)
+        await stage.validate(check_structure({"rules": [rule(expr)]}, None))
+    assert stage._sandbox is None  # refused before anything was compiled
     assert info.value.code == "forbidden_function"
     assert info.value.message == f"rule 0 (id r1): expression uses forbidden {name}"
 
@@ -142,17 +145,16 @@ def test_trial_and_zygote_compile_the_prelude(monkeypatch: pytest.MonkeyPatch) -
 async def test_scanner_bypassed_save_still_cannot_run_a_forbidden_builtin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(validate, "forbidden_names", lambda expr: [])  # a scanner that misses
-    sandbox = Sandbox()
-    await sandbox.start()
+    monkeypatch.setattr(rules_stage, "forbidden_names", lambda expr: [])  # a scanner that misses
+    stage = RulesStage()
     try:
         exprs = ["env | length == 0", "now > 0", "[inputs] | length == 0", "$ENV == {}"]
         config = {"rules": [{**rule(e), "id": f"r{i}"} for i, e in enumerate(exprs)]}
-        saved = await validate_config(config, None, sandbox)  # the save-time compile passes
-        rules = [(r["id"], r["expr"]) for r in saved["rules"]]
-        result = await sandbox.evaluate(rules, {}, ENVELOPE)
+        saved = await validate_config(config, None, [stage])  # the save-time compile passes
+        rules = [(r["id"], r["expr"]) for r in saved.rules]
+        result = await stage.sandbox.evaluate(rules, {}, ENVELOPE)
     finally:
-        await sandbox.close()
+        await stage.close()
     assert result.rule_index == 3  # $ENV == {}
     assert [(f.rule_index, f.cause) for f in result.faults] == [(i, "error") for i in range(3)]
     assert all("is forbidden in routing rules" in str(f.detail) for f in result.faults)

@@ -1,18 +1,24 @@
-"""Save-time validation of a webhook's routing configuration (rules, default, params)."""
+"""Save-time validation of a webhook's routing configuration: structure, actions, params, grant.
+
+The host checks everything any stage relies on; each enabled stage then checks its own
+part through :class:`switchboard.routing.model.ValidatingStage` (the rules stage
+compiles every expression in its sandbox). Dry runs validate the same way.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import secrets
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
-from switchboard.errors import InvalidArgument
-from switchboard.routing.jqscan import forbidden_names
-from switchboard.routing.model import Grant
+from switchboard.errors import RuleValidationError
+from switchboard.routing.model import Grant, RoutingConfig, ValidatingStage
 from switchboard.routing.trace import validator
 
 MAX_RULES = 32
+#: A storage bound on any stage's expression text; stages may refuse more.
 MAX_EXPR_BYTES = 4096
 MAX_NAME_BYTES = 128
 MAX_ENDPOINTS = 16
@@ -20,31 +26,10 @@ MAX_PARAMS_BYTES = 16 * 1024
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _NOT_TARGET = "endpoint is not a delivery target of this webhook"
 
-
-class RuleValidationError(InvalidArgument):
-    """A routing configuration was refused; ``message`` names the rule by index, id and name."""
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        index: int | None = None,
-        rule_id: str | None = None,
-        rule_name: str | None = None,
-    ) -> None:
-        super().__init__(message, code=code, index=index, rule_id=rule_id, rule_name=rule_name)
-        self.index = index
-        self.rule_id = rule_id
-        self.rule_name = rule_name
-
-
-class Compiler(Protocol):
-    """What ``validate_config`` needs from the sandbox."""
-
-    async def compile(self, exprs: list[str], params: dict[str, Any]) -> list[tuple[int, str]]:
-        """Compile errors by index."""
-        ...
+__all__ = [
+    "MAX_EXPR_BYTES", "MAX_RULES", "RuleValidationError", "check_structure", "mint_rule_id",
+    "rule_error", "validate_config",
+]
 
 
 def mint_rule_id() -> str:
@@ -77,6 +62,11 @@ class _Where:
 #: gives them meaning a save refuses them: stored and silently ignored, an owner would
 #: believe a delivery is exclusive or at-most-once when it is neither.
 UNBUILT_FLAGS = ("exclusive", "once", "work_order")
+
+
+def rule_error(index: int, rule: dict[str, Any], code: str, problem: str) -> RuleValidationError:
+    """The error a stage raises about rule ``index`` of a normalized config."""
+    return _Where(index, rule.get("id"), rule.get("name")).fail(code, problem)
 
 
 def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, Any]:
@@ -186,9 +176,6 @@ def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> d
         raise where.fail("invalid_expression", "expression is empty")
     if len(expr.encode("utf-8")) > MAX_EXPR_BYTES:
         raise where.fail("invalid_expression", f"expression is over {MAX_EXPR_BYTES} bytes")
-    bad = forbidden_names(expr)
-    if bad:
-        raise where.fail("forbidden_function", f"expression uses forbidden {', '.join(bad)}")
     if "action" not in rule:
         raise where.fail("invalid_rule", "action is required")
     action = _check_action(rule["action"], where, grant)
@@ -198,11 +185,13 @@ def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> d
     return out
 
 
-def check_structure(config: dict[str, Any], grant: Grant | None) -> dict[str, Any]:
-    """Validate everything but compilation; return the normalized config (ids minted).
+def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
+    """Validate everything but what a stage owns; return the normalized config (ids minted).
 
     ``grant`` None skips the grant checks (queues and endpoints).
     """
+    if isinstance(config, RoutingConfig):
+        config = config.to_json()
     if not isinstance(config, dict):
         raise RuleValidationError("invalid_rule", "routing configuration must be an object")
     unknown = sorted(set(config) - {"rules", "default_action", "params"})
@@ -221,20 +210,15 @@ def check_structure(config: dict[str, Any], grant: Grant | None) -> dict[str, An
     if default is not None:
         default = _check_action(default, _Where(None, None, None), grant)
     params = _check_params(config.get("params"))
-    return {"rules": normalized, "default_action": default, "params": params}
+    return RoutingConfig(rules=tuple(normalized), default_action=default, params=params)
 
 
 async def validate_config(
-    config: dict[str, Any], grant: Grant | None, sandbox: Compiler
-) -> dict[str, Any]:
-    """``check_structure`` and then compile every expression in the sandbox."""
+    config: Any, grant: Grant | None, stages: Iterable[object]
+) -> RoutingConfig:
+    """``check_structure``, then every enabled stage's own ``validate`` (in stage order)."""
     normalized = check_structure(config, grant)
-    rules = normalized["rules"]
-    if rules:
-        errors = await sandbox.compile([r["expr"] for r in rules], normalized["params"])
-        if errors:
-            index, message = min(errors)
-            rule = rules[index]
-            where = _Where(index, rule["id"], rule.get("name"))
-            raise where.fail("invalid_expression", f"expression does not compile: {message}")
+    for stage in stages:
+        if isinstance(stage, ValidatingStage):
+            await stage.validate(normalized)
     return normalized

@@ -17,7 +17,7 @@ from switchboard.registry import ProjectionRegistry
 from switchboard.routing.envelope import build_envelope, parse_payload
 from switchboard.sanitize import sanitize_headers
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FACTS = (
     "source",
     "kind",

@@ -139,8 +139,8 @@ def _store_rules_by_sql(dsn: str, webhook_id: str, exprs: list[str]) -> None:
     """The operator's SQL bypass: skips save-time validation, as the design warns."""
     rules = [{"id": f"r{i}", "expr": e, "action": {"queue": "triage"}} for i, e in enumerate(exprs)]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE endpoint_webhooks SET routing_rules = %s WHERE id = %s",
-                     (Jsonb(rules), webhook_id))
+        conn.execute("UPDATE endpoint_webhooks SET routing = jsonb_set(routing, '{rules}', %s)"
+                     " WHERE id = %s", (Jsonb(rules), webhook_id))
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import httpx
 
 from switchboard.cli.send import build_request
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ARTIFACT = json.loads((FIXTURES / "cairn_artifact_created.json").read_text())
 
 HANDOFF_EXPR = (

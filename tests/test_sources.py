@@ -34,7 +34,7 @@ from switchboard.sources import (
 )
 
 SECRET = b"third-party-secret-0123456789abcdef"
-HOST = Path(__file__).resolve().parents[2] / "switchboard"
+HOST = Path(__file__).resolve().parents[1] / "switchboard"
 
 
 class AcmeSource:

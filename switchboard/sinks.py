@@ -1,0 +1,59 @@
+"""The sink contract: what runs after a delivery commits, and exactly what it is handed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+class SinkEvent(TypedDict):
+    """The stored event a sink receives (read-only by convention; bytes as stored).
+
+    ``headers`` are the sanitized producer headers; ``raw_headers`` the header block as
+    received (secret values redacted); ``body`` the raw body bytes; ``external_id`` the
+    idempotency key (``<webhook id>:<delivery id>``); ``disposition`` ``routed`` (sinks
+    never see a drop); ``routing_trace`` the trace (``schemas/trace.schema.json``).
+    """
+
+    id: str
+    webhook_id: str
+    source: str
+    kind: str | None
+    external_id: str
+    headers: dict[str, str]
+    raw_headers: bytes
+    body: bytes
+    content_type: str | None
+    size: int
+    verified: bool
+    trust_mode: str
+    verify_detail: str | None
+    routing_trace: dict[str, Any]
+    disposition: str
+
+
+class SinkTodo(TypedDict):
+    """A todo this delivery created: its id, the endpoint it is for and its queue."""
+
+    id: str
+    endpoint_id: str
+    queue: str
+    created: bool
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """What ``switchboard_register_sinks`` registers."""
+
+    name: str
+
+    async def deliver(self, runtime: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
+        """Act on a committed delivery; ``todos`` are only the newly created ones.
+
+        Called off the response path, after commit, never for a redelivery or a drop. An
+        exception is logged with the plugin's name and never fails the delivery; the
+        service waits for in-flight calls when it stops.
+        """
+        ...
