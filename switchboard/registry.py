@@ -6,7 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Generic, Iterator, TypeVar
 
+from .envelope import Projection
 from .errors import PluginError
+from .routing.model import RoutingStage
+from .sinks import Sink
+from .sources import Source
 
 T = TypeVar("T")
 
@@ -57,11 +61,11 @@ class NamedRegistry(Generic[T]):
         return len(self._items)
 
 
-class SourceRegistry(NamedRegistry[Any]):
+class SourceRegistry(NamedRegistry[Source]):
     kind = "source"
 
 
-class ProjectionRegistry(NamedRegistry[Any]):
+class ProjectionRegistry(NamedRegistry[Projection]):
     """Projections keyed by ``name:source``: one builder per envelope key and source."""
 
     kind = "projection"
@@ -70,7 +74,7 @@ class ProjectionRegistry(NamedRegistry[Any]):
         super().__init__()
         self._names: dict[str, None] = {}
 
-    def add(self, item: Any) -> Any:
+    def add(self, item: Projection) -> Projection:
         for source in item.sources:
             self._put(f"{item.name}:{source}", item)
         self._names[item.name] = None
@@ -80,7 +84,7 @@ class ProjectionRegistry(NamedRegistry[Any]):
         """Every top-level key some projection fills (always present in envelopes)."""
         return list(self._names)
 
-    def for_source(self, source: str) -> list[Any]:
+    def for_source(self, source: str) -> list[Projection]:
         return [p for k, p in self._items.items() if k.endswith(":" + source)]
 
 
@@ -88,11 +92,11 @@ class SubjectRegistry(NamedRegistry[Any]):
     kind = "subject extractor"
 
 
-class StageRegistry(NamedRegistry[Any]):
+class StageRegistry(NamedRegistry[RoutingStage]):
     kind = "routing stage"
 
 
-class SinkRegistry(NamedRegistry[Any]):
+class SinkRegistry(NamedRegistry[Sink]):
     kind = "sink"
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from switchboard import hookimpl
+from switchboard.plugin import Runtime, SinkEvent, SinkRegistry, SinkTodo, hookimpl
 
 CHANNEL = "todo_ready"
 
@@ -24,19 +23,20 @@ class Doorbell:
         self._pending: dict[str, None] = {}
         self._flushing: asyncio.Task[None] | None = None
 
-    async def deliver(self, runtime: Any, event: dict[str, Any], todos: list[dict[str, Any]]) -> None:
+    async def deliver(self, runtime: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
         for t in todos:
             self._pending[f"{t['endpoint_id']}:{t['queue']}"] = None
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush(runtime))
         await asyncio.shield(self._flushing)
 
-    async def _flush(self, runtime: Any) -> None:
+    async def _flush(self, runtime: Runtime) -> None:
         while self._pending:
             rings, self._pending = list(self._pending), {}
             await runtime.store.notify_many(CHANNEL, rings)
 
 
 @hookimpl
-def switchboard_register_sinks(register: Any) -> None:
+def switchboard_register_sinks(register: SinkRegistry) -> None:
+    """The ``doorbell`` sink."""
     register.add(Doorbell())

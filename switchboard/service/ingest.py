@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
@@ -16,6 +16,7 @@ from ..routing.trace import validate_trace
 from ..runtime import Runtime
 from ..sanitize import sanitize_headers
 from ..secrets_box import hash_token
+from ..sinks import SinkEvent, SinkTodo
 from ..sources import Delivery, Headers, body_key
 
 log = logging.getLogger("switchboard.ingest")
@@ -124,7 +125,12 @@ async def ingest(
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})
     created = [t for t in outcome.todos if t["created"]]
     if created:
-        _run_sinks(rt, {"id": outcome.event_id, **event}, created)
+        _run_sinks(
+            rt,
+            cast(SinkEvent, {"id": outcome.event_id, **event}),
+            [SinkTodo(id=str(t["id"]), endpoint_id=str(t["endpoint_id"]), queue=t["queue"],
+                      created=True) for t in created],
+        )
     return IngestReply(
         202,
         {
@@ -139,7 +145,7 @@ async def ingest(
     )
 
 
-def _run_sinks(rt: Runtime, event: dict[str, Any], todos: list[dict[str, Any]]) -> None:
+def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
     """Sinks run after commit, off the response path; a failure is logged, never raised."""
     sinks = list(rt.registries.sinks)
     if not sinks:

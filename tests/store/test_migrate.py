@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 
 import psycopg
+import pytest
+from psycopg.types.json import Jsonb
 from sbtest import SWITCHBOARD, make_env
 
 from switchboard.resources import migrations_dir
@@ -75,6 +77,45 @@ def test_existing_ingest_tokens_are_hashed_in_place(empty_dsn: str) -> None:
         assert "ingest_token" not in cols
         row = conn.execute("SELECT ingest_token_hash FROM endpoint_webhooks").fetchone()
         assert row is not None and row[0] == hash_token("tok-1")
+
+
+def test_routing_config_and_dispositions_are_carried_over(empty_dsn: str) -> None:
+    """0022 folds the three routing columns into one and stores each event's disposition."""
+    migs = migrate.collect()
+    asyncio.run(migrate.apply(empty_dsn, [m for m in migs if m.key < "0022"]))
+    rules = [{"id": "r1", "expr": "true", "action": {"drop": True}}]
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO humans (name) VALUES ('old')")
+        conn.execute(
+            "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs)"
+            " SELECT id, 'ep', 'h', '{inbox}', '{}' FROM humans")
+        for n, (routing_rules, default) in enumerate(
+                [(rules, {"queue": "inbox"}), ([], None)]):
+            conn.execute(
+                "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue, trust_mode,"
+                " ingest_token_hash, routing_rules, default_action, routing_params)"
+                " SELECT id, 'generic', 'inbox', 'token', %s, %s, %s, %s FROM endpoints",
+                (f"h{n}", Jsonb(routing_rules), Jsonb(default) if default else None,
+                 Jsonb({"n": n})))
+        for n, trace in enumerate([{"stage": "rule", "action": {"drop": True}},
+                                   {"stage": "default", "action": {"queue": "inbox"}}]):
+            conn.execute(
+                "INSERT INTO events (source, external_id, headers, body, verified, trust_mode,"
+                " routing_trace, size) VALUES ('generic', %s, '{}', '', false, 'token', %s, 0)",
+                (f"e{n}", Jsonb(trace)))
+    assert asyncio.run(migrate.apply(empty_dsn, migs))
+    with psycopg.connect(empty_dsn) as conn:
+        routing = [r[0] for r in conn.execute(
+            "SELECT routing FROM endpoint_webhooks ORDER BY ingest_token_hash")]
+        assert routing == [
+            {"rules": rules, "default_action": {"queue": "inbox"}, "params": {"n": 0}},
+            {"rules": [], "default_action": None, "params": {"n": 1}},
+        ]
+        dispositions = [r[0] for r in conn.execute(
+            "SELECT disposition FROM events ORDER BY external_id")]
+        assert dispositions == ["dropped", "routed"]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE events SET disposition = 'lost'")
 
 
 def test_two_concurrent_migrate_commands_both_succeed(empty_dsn: str, tmp_path: Path) -> None:
