@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sbtest import CLI, database_refusing
 from sbworld import World
@@ -74,6 +75,7 @@ def test_expect_continue_with_an_oversized_length_gets_413_without_continue(
         assert sock.recv(65536).startswith(b"HTTP/1.1 202 ")
 
 
+@pytest.mark.slow
 def test_database_down_answers_503_within_the_configured_bound_without_driver_text(
     server_factory: Any, pg_server: Any, dsn: str, tmp_path: Path,
 ) -> None:
@@ -103,6 +105,7 @@ def test_database_down_answers_503_within_the_configured_bound_without_driver_te
     assert "not currently accepting connections" in srv.log.read_text()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_new_requests_at_once_and_finishes_in_flight_ones(
     server_factory: Any, dsn: str,
 ) -> None:

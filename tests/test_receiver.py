@@ -30,6 +30,9 @@ from switchboard.config import load_config
 from switchboard.runtime import Runtime
 from switchboard.service.rules import test_rules
 
+#: The hostile-bytes corpus: ~350 requests; part of the full run, not the fast subset.
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 #: Strings PostgreSQL refuses as text or jsonb, and neighbours that must pass untouched.

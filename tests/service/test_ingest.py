@@ -158,6 +158,7 @@ def test_no_live_target_is_503(world: Any, dsn: str) -> None:
     assert _count(dsn, "events") == 0
 
 
+@pytest.mark.slow
 async def test_fifty_concurrent_redeliveries_make_one_event(world: Any, dsn: str) -> None:
     srv, w = world
     w.endpoint("alice", "pool-a")
@@ -197,6 +198,7 @@ def test_doorbell_rings_for_new_todos_only(world: Any, dsn: str) -> None:
         assert rings == [f"{w.endpoints['owner']['endpoint_id']}:inbox"]
 
 
+@pytest.mark.slow
 def test_database_failure_mid_delivery_leaves_nothing(world: Any, dsn: str) -> None:
     srv, w = world
     hook = w.webhook("owner", "generic")
@@ -242,6 +244,7 @@ def test_send_command_posts_like_the_producer(world: Any, tmp_path: Path) -> Non
     assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == 401
 
 
+@pytest.mark.slow
 def test_database_going_away_answers_503_and_the_retry_lands_once(
     world: Any, dsn: str, pg_server: Any
 ) -> None:

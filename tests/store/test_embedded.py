@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from sbtest import CLI, database_refusing, make_env
 
 
@@ -20,6 +21,7 @@ def _postgres_for(pgdata: Path) -> list[psutil.Process]:
     return out
 
 
+@pytest.mark.slow
 def test_serve_on_the_embedded_database_and_reuse_it(server_factory: Any, tmp_path: Path) -> None:
     data = tmp_path / "embedded"
     srv = server_factory(None, data_dir=data)
@@ -52,6 +54,7 @@ def test_with_a_dsn_nothing_is_started(server_factory: Any, dsn: str, tmp_path: 
     assert "embedded" not in srv.log.read_text()
 
 
+@pytest.mark.slow
 def test_healthz_answers_503_when_the_database_goes_away(
     server_factory: Any, pg_server: Any, dsn: str
 ) -> None:

@@ -118,6 +118,7 @@ def test_routing_config_and_dispositions_are_carried_over(empty_dsn: str) -> Non
             conn.execute("UPDATE events SET disposition = 'lost'")
 
 
+@pytest.mark.slow
 def test_two_concurrent_migrate_commands_both_succeed(empty_dsn: str, tmp_path: Path) -> None:
     env = make_env(empty_dsn, tmp_path / "data")
     procs = [

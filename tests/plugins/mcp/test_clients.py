@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -34,6 +35,7 @@ async def test_claude_code_style_http_config(people: Any) -> None:
             assert bad.content[0].text == "not_found: webhook nope not found"  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 async def test_stdio_command(people: Any) -> None:
     ep = await people.vend(people.alice, "local", queues="inbox", verbs="list_webhooks,list_todos")
     params = StdioServerParameters(command=SWITCHBOARD, args=["mcp", "--token", ep["token"]],
@@ -58,6 +60,7 @@ async def test_stdio_command(people: Any) -> None:
     assert proc.returncode == 1 and "forbidden" in proc.stderr
 
 
+@pytest.mark.slow
 async def test_several_workers_serve_stateless_mcp(server_factory: Any, dsn: str,
                                                    tmp_path: Path) -> None:
     srv = server_factory(dsn, "--workers", "2")

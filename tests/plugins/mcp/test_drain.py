@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
+import pytest
 
 
 async def _deliveries(people: Any, connect: Any, token: str, n: int) -> str:
@@ -22,6 +23,7 @@ async def _deliveries(people: Any, connect: Any, token: str, n: int) -> str:
     return str(hook["webhook_id"])
 
 
+@pytest.mark.slow
 async def test_ten_workers_race_for_ten_todos(people: Any, connect: Any) -> None:
     ep = await people.vend(people.alice, "lane", queues="inbox")
     await _deliveries(people, connect, ep["token"], 10)
