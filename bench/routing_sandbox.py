@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 import psutil
-
-from switchboard.routing.sandbox import Sandbox
+from switchboard_rules.sandbox import Limits, Sandbox
+from switchboard_rules.stage import DEFAULTS
 
 N = 300
 
@@ -78,7 +78,7 @@ async def run(label: str, sb: Sandbox, per_call_params: bool) -> None:
 
 async def main() -> None:
     print(f"32 rules, envelope {len(str(envelope()))} bytes, {N} sequential evaluations")
-    sb = Sandbox(cache_size=64)
+    sb = Sandbox(Limits.from_config(DEFAULTS))
     await sb.start()
     try:
         await run("warm zygote (compile once)", sb, per_call_params=False)

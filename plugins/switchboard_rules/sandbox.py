@@ -1,24 +1,47 @@
-"""Run tenant jq rules out of process: a fork server, one zygote per rule set, a child per event."""
+"""Run tenant jq rules out of process: a fork server, one zygote per rule set, a child per event.
+
+This module is the server's side: it starts the fork server (:mod:`.sandbox_child`), talks
+to it in :mod:`.protocol`, folds what each evaluator reports into an :class:`Attempt` and
+lets :func:`.policy.judge` decide what the attempts mean.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
-from switchboard.errors import StoreUnavailable
-from switchboard.routing.model import Fault, MatchResult
+from switchboard.plugin import MatchResult, StoreUnavailable
 
-_CHILD_MODULE = "switchboard.routing.sandbox_child"
+from . import protocol as wire
+from .policy import BUSY, Attempt, judge
+
+__all__ = ["Attempt", "Limits", "Sandbox", "SandboxUnavailable", "parse_line"]
+
+#: This plugin's package, and the fork server's module in it.
+_PACKAGE = __name__.rpartition(".")[0]
+_CHILD_MODULE = f"{_PACKAGE}.sandbox_child"
+#: How the fork server starts: ``python -I -c _BOOTSTRAP PACKAGE DIR MODULE CTRL_FD CONFIG``.
+#: The package is stood in for by an empty module whose path is its directory, so the child
+#: imports only its own modules (the child module, the protocol, the scanner) and jq: never
+#: the package's ``__init__`` (the plugin's hooks and, through them, the whole host), which
+#: would slow every start and leave the zygotes less of their address-space cap.
+_BOOTSTRAP = (
+    "import sys, types\n"
+    "name, path, module = sys.argv[1:4]\n"
+    "package = types.ModuleType(name)\n"
+    "package.__path__ = [path]\n"
+    "sys.modules[name] = package\n"
+    "__import__(module, fromlist=['main']).main(sys.argv[3:])\n"
+)
 #: Time allowed for parsing the envelope on top of the budgets (~0.1 ms per KB measured).
 PARSE_S_PER_BYTE = 0.25e-3 / 1024
 
@@ -27,99 +50,76 @@ class SandboxUnavailable(StoreUnavailable):
     """The sandbox could not answer (busy or broken); the caller may retry later."""
 
 
-@dataclass
-class Attempt:
-    """What one evaluator process reported before it finished or died."""
+@dataclass(frozen=True)
+class Limits:
+    """The sandbox's limits, named and counted as in ``[plugins.rules]``.
 
-    pid: int | None = None
-    compile_errors: dict[int, str] = field(default_factory=dict)
-    errors: list[tuple[int, str]] = field(default_factory=list)
-    matched: int | None = None
-    armed: tuple[int, str] | None = None
-    first_arm: float | None = None
-    budget_at: int | None = None
-    done: bool = False
-    status: int | None = None
-    garbage: str | None = None
+    No defaults here: those are written once, in ``stage.CONFIG_SCHEMA``, and filled into
+    the plugin's config section before :meth:`from_config` reads it.
+    """
+
+    max_concurrency: int  #: evaluations and compiles running at once
+    slot_wait_ms: int  #: how long a request waits for one of them (then: sandbox_busy)
+    memory_mib: int  #: address space of each zygote and evaluator
+    rule_ms: int  #: one rule's time
+    event_ms: int  #: one event's time across all its rules
+    kill_grace_ms: int  #: on top of event_ms, before the server kills an evaluator
+    cache_size: int  #: zygotes kept, one per rule set
+    compile_ms: int  #: one trial compile's time
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> Limits:
+        """The limits in the plugin's config section (its schema's defaults filled in)."""
+        return cls(**{f.name: section[f.name] for f in fields(cls)})
+
+    @property
+    def slot_wait_s(self) -> float:
+        return self.slot_wait_ms / 1000
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * 2**20
 
 
 def parse_line(line: str, att: Attempt, now: float) -> None:
-    """Fold one protocol line into ``att``; anything unexpected marks it garbage."""
-    kind, _, rest = line.partition(" ")
+    """Fold one report line into ``att``; anything unexpected marks it garbage."""
     try:
-        if kind == "p":
-            att.pid = int(rest)
-        elif kind == "c":
-            idx, _, msg = rest.partition(" ")
-            att.compile_errors[int(idx)] = str(json.loads(msg))
-        elif kind == "a":
-            idx, _, how = rest.partition(" ")
-            if how not in ("t", "b"):
-                raise ValueError(line)
-            att.armed = (int(idx), how)
-            att.first_arm = att.first_arm or now
-        elif kind == "r":
-            idx, _, verdict = rest.partition(" ")
-            if verdict == "m":
-                att.matched = int(idx)
-            elif verdict.startswith("e "):
-                att.errors.append((int(idx), str(json.loads(verdict[2:]))))
-            elif verdict != "n":
-                raise ValueError(line)
-            att.armed = None
-        elif kind == "b":
-            att.budget_at = int(rest)
-        elif kind == "d":
-            att.done = True
-        elif kind == "x":
-            att.status = int(rest)
-        elif kind == "g":
-            att.garbage = str(json.loads(rest))
-        else:
-            raise ValueError(line)
+        msg = wire.decode(line)
     except ValueError:
         att.garbage = f"unreadable sandbox output: {line[:80]!r}"
-
-
-def _frame(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
-def _describe(status: int | None) -> str:
-    if status is None:
-        return "sandbox process exited without an answer"
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = str(-status)
-        return f"evaluation process killed by {name} (memory cap, crash or abort)"
-    return f"evaluation process exited with status {status}"
+        return
+    match msg:
+        case wire.Pid(pid):
+            att.pid = pid
+        case wire.CompileError(index, message):
+            att.compile_errors[index] = message
+        case wire.Armed(index, how):
+            att.armed = (index, how)
+            att.first_arm = att.first_arm or now
+        case wire.Matched(index):
+            att.matched = index
+            att.armed = None
+        case wire.NoMatch():
+            att.armed = None
+        case wire.RuleError(index, message):
+            att.errors.append((index, message))
+            att.armed = None
+        case wire.BudgetSpent(index):
+            att.budget_at = index
+        case wire.Done():
+            att.done = True
+        case wire.Exited(status):
+            att.status = status
+        case wire.Garbage(message):
+            att.garbage = message
 
 
 class Sandbox:
     """Evaluates and compiles rule sets in isolated, resource-capped child processes."""
 
-    def __init__(
-        self,
-        *,
-        max_concurrency: int = 2,
-        slot_wait_s: float = 1.0,
-        memory_bytes: int = 128 * 2**20,
-        rule_ms: int = 50,
-        event_ms: int = 250,
-        kill_grace_ms: int = 1750,
-        cache_size: int = 64,
-        compile_ms: int = 1000,
-    ) -> None:
-        self.slot_wait_s = slot_wait_s
-        self.memory_bytes = memory_bytes
-        self.rule_ms = rule_ms
-        self.event_ms = event_ms
-        self.kill_grace_ms = kill_grace_ms
-        self.cache_size = cache_size
-        self.compile_ms = compile_ms
-        self._slots = asyncio.Semaphore(max_concurrency)
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._slots = asyncio.Semaphore(limits.max_concurrency)
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
@@ -138,20 +138,23 @@ class Sandbox:
                 return
             self._reset()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            cfg = {
-                "memory_bytes": self.memory_bytes,
-                "rule_ms": self.rule_ms,
-                "compile_ms": self.compile_ms,
-                "cache_size": self.cache_size,
-                "parse_s_per_byte": PARSE_S_PER_BYTE,
-            }
+            cfg = wire.ChildConfig(
+                memory_bytes=self.limits.memory_bytes,
+                rule_ms=self.limits.rule_ms,
+                compile_ms=self.limits.compile_ms,
+                cache_size=self.limits.cache_size,
+                parse_s_per_byte=PARSE_S_PER_BYTE,
+            )
             argv = [
                 sys.executable,
                 "-I",
-                "-m",
+                "-c",
+                _BOOTSTRAP,
+                _PACKAGE,
+                str(Path(__file__).resolve().parent),
                 _CHILD_MODULE,
                 str(theirs.fileno()),
-                json.dumps(cfg),
+                cfg.encode(),
             ]
             try:
                 self._proc = subprocess.Popen(
@@ -174,7 +177,7 @@ class Sandbox:
                     hello = await loop.sock_recv(mine, 16)
             except TimeoutError:
                 hello = b""
-            if hello != b"ready":
+            if hello != wire.READY:
                 self._reset()
                 raise SandboxUnavailable("the routing sandbox did not start")
 
@@ -215,7 +218,7 @@ class Sandbox:
     async def _request(self, op: str, spec: bytes, extra: bytes, deadline: float) -> Attempt:
         """Send one request and collect the answer until done, death or ``deadline``."""
         loop = asyncio.get_running_loop()
-        key = hashlib.sha256(spec).hexdigest()
+        request = wire.Request(op, hashlib.sha256(spec).hexdigest())
         att = Attempt()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -223,9 +226,7 @@ class Sandbox:
             for retry in (True, False):
                 ctrl = await self._ctrl_socket()
                 try:
-                    socket.send_fds(
-                        ctrl, [json.dumps({"op": op, "key": key}).encode()], [theirs.fileno()]
-                    )
+                    socket.send_fds(ctrl, [request.encode()], [theirs.fileno()])
                     break
                 except OSError:
                     async with self._lock:
@@ -233,7 +234,7 @@ class Sandbox:
                     if not retry:
                         raise
             theirs.close()
-            await loop.sock_sendall(mine, _frame(spec) + extra)
+            await loop.sock_sendall(mine, wire.frame(spec) + extra)
             buf = b""
             async with asyncio.timeout_at(deadline):
                 while not att.done and att.status is None and att.garbage is None:
@@ -257,6 +258,7 @@ class Sandbox:
         finally:
             mine.close()
             theirs.close()
+            att.ended = loop.time()
         return att
 
     async def evaluate(
@@ -269,70 +271,34 @@ class Sandbox:
         if not rules:
             return MatchResult(None)
         if not await self._take_slot():
-            return MatchResult(None, (Fault(-1, "sandbox_busy"),))
+            return BUSY
         try:
-            return await self._evaluate(rules, params or {}, envelope)
+            loop = asyncio.get_running_loop()
+            ids = [rid for rid, _ in rules]
+            spec = wire.encode_spec([e for _, e in rules], params or {})
+            env = wire.encode_envelope(envelope)
+            allowance = len(env) * PARSE_S_PER_BYTE
+            deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
+            deadline += allowance
+            attempts: list[Attempt] = []
+            while True:
+                step = judge(ids, attempts, rule_ms=self.limits.rule_ms,
+                             event_ms=self.limits.event_ms)
+                if isinstance(step, MatchResult):
+                    return step
+                body = wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env)
+                attempts.append(await self._request(wire.EVAL, spec, wire.frame(body), deadline))
         finally:
             self._slots.release()
 
     async def _take_slot(self) -> bool:
         """Wait up to ``slot_wait_s`` for one of the concurrency slots."""
         try:
-            async with asyncio.timeout(self.slot_wait_s):
+            async with asyncio.timeout(self.limits.slot_wait_s):
                 await self._slots.acquire()
         except TimeoutError:
             return False
         return True
-
-    async def _evaluate(
-        self,
-        rules: Sequence[tuple[str | None, str]],
-        params: dict[str, Any],
-        envelope: dict[str, Any],
-    ) -> MatchResult:
-        loop = asyncio.get_running_loop()
-        ids = [rid for rid, _ in rules]
-        spec = json.dumps({"exprs": [e for _, e in rules], "params": params}, sort_keys=True)
-        env = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode()
-        allowance = len(env) * PARSE_S_PER_BYTE
-        deadline = loop.time() + (self.event_ms + self.kill_grace_ms) / 1000 + allowance
-        compile_errors: dict[int, str] = {}
-        faults: list[Fault] = []
-
-        def result(index: int | None, *extra: Fault) -> MatchResult:
-            found = [Fault(i, "compile_error", ids[i], m) for i, m in compile_errors.items()]
-            found += faults
-            found.sort(key=lambda f: f.rule_index)
-            return MatchResult(index, tuple(found) + extra)
-
-        start, spent = 0, 0.0
-        while start < len(rules):
-            budget_ms = max(self.event_ms - spent * 1000, 0)
-            head = json.dumps({"start": start, "budget_ms": budget_ms}).encode()
-            att = await self._request("eval", spec.encode(), _frame(head + b"\n" + env), deadline)
-            compile_errors.update(att.compile_errors)
-            faults.extend(Fault(i, "error", ids[i], m) for i, m in att.errors)
-            if att.matched is not None:
-                return result(att.matched)
-            if att.budget_at is not None:
-                faults.append(Fault(att.budget_at, "budget_exhausted", ids[att.budget_at]))
-                return result(None)
-            if att.done:
-                return result(None)
-            if att.garbage is not None or att.status != -signal.SIGALRM or att.armed is None:
-                detail = att.garbage or _describe(att.status)
-                return result(None, Fault(-1, "sandbox_failure", detail=detail))
-            index, how = att.armed
-            if how == "b":
-                faults.append(Fault(index, "budget_exhausted", ids[index]))
-                return result(None)
-            faults.append(Fault(index, "timeout", ids[index], f"rule exceeded {self.rule_ms} ms"))
-            spent += loop.time() - (att.first_arm or loop.time())
-            start = index + 1
-            if start < len(rules) and spent * 1000 >= self.event_ms - 1:
-                faults.append(Fault(start, "budget_exhausted", ids[start]))
-                return result(None)
-        return result(None)
 
     async def compile(self, exprs: list[str], params: dict[str, Any]) -> list[tuple[int, str]]:
         """Compile errors by rule index (empty when every expression compiles)."""
@@ -342,9 +308,10 @@ class Sandbox:
             raise SandboxUnavailable("the routing sandbox is busy; try again")
         try:
             loop = asyncio.get_running_loop()
-            spec = json.dumps({"exprs": exprs, "params": params or {}}, sort_keys=True)
-            budget = (len(exprs) + 3) * self.compile_ms / 1000 + self.kill_grace_ms / 1000
-            att = await self._request("compile", spec.encode(), b"", loop.time() + budget)
+            spec = wire.encode_spec(exprs, params or {})
+            limits = self.limits
+            budget = ((len(exprs) + 3) * limits.compile_ms + limits.kill_grace_ms) / 1000
+            att = await self._request(wire.COMPILE, spec, b"", loop.time() + budget)
         finally:
             self._slots.release()
         if not att.done:

@@ -6,11 +6,9 @@ Process tree (one process group, the fork server is a child subreaper)::
     └── zygote    RLIMIT_AS, compiles its rule set once (after proving it safe in a forked trial)
         └── evaluator, one per evaluation: SIGALRM hard stop per rule, writes one line per rule
 
-The parent sends every request as a control message on a SEQPACKET socket carrying a fresh
-socket; the request's frames go over that socket and the evaluator answers on it directly:
-``p PID``, ``c I MSG`` (compile error), ``a I t|b`` (armed rule I: rule or budget limit),
-``r I m|n`` / ``r I e MSG`` (verdict), ``b I`` (budget spent before I), ``g MSG`` (garbage),
-``d`` (done); the zygote appends ``x STATUS`` when the evaluator exits.
+Every message these processes exchange with the server, and with each other, is defined
+in :mod:`.protocol`. The server starts this module without importing its package (see
+``sandbox._BOOTSTRAP``): nothing here may import the host or the plugin's hooks.
 """
 
 from __future__ import annotations
@@ -24,15 +22,15 @@ import resource
 import select
 import signal
 import socket
-import struct
 import sys
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NoReturn
 
 import jq
 
-from switchboard.routing.jqscan import balanced, shadow_prelude
+from . import protocol as wire
+from .jqscan import balanced, shadow_prelude
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -58,19 +56,21 @@ def _prctl(option: int, arg: int) -> None:
 
 def build_program(exprs: list[str], indices: list[int]) -> str:
     """One program over ``[start, envelope]`` streaming one short verdict string per rule."""
+    match, no_match = json.dumps(wire.JQ_MATCH), json.dumps(wire.JQ_NO_MATCH)
+    error, garbage = json.dumps(wire.JQ_ERROR), json.dumps(wire.JQ_GARBAGE)
     parts = []
     for i in indices:
         # newlines (twice: a comment's backslash continuation eats one) keep a trailing
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
         parts.append(
             f"(if $__s <= {i} then (try ([$__e | first((\n{exprs[i]}\n\n))] | "
-            'if length == 0 then "n" elif (.[0] == null or .[0] == false) then "n" '
-            'else "m" end) catch ("e" + tostring)) else empty end)'
+            f"if length == 0 then {no_match} elif (.[0] == null or .[0] == false) then "
+            f"{no_match} else {match} end) catch ({error} + tostring)) else empty end)"
         )
     body = ",\n".join(parts)
     return (
         f"{PRELUDE}.[0] as $__s | .[1] as $__e | ({body}) | "
-        'if type == "string" then .[:600] else "g" end'
+        f'if type == "string" then .[:{wire.JQ_VERDICT_MAX}] else {garbage} end'
     )
 
 
@@ -92,9 +92,9 @@ def trial(program: str, params: dict[str, Any], compile_ms: int) -> str | None:
         signal.setitimer(signal.ITIMER_REAL, compile_ms / 1000)
         try:
             _compile(program, params)
-            out = b"K"
+            out = wire.encode_trial(None)
         except Exception as exc:  # noqa: BLE001 - any compile failure is reported
-            out = b"E" + _clean(str(exc)).encode("utf-8", "replace")
+            out = wire.encode_trial(_clean(str(exc)))
         os.write(w, out)
         os._exit(0)
     os.close(w)
@@ -103,11 +103,10 @@ def trial(program: str, params: dict[str, Any], compile_ms: int) -> str | None:
         chunks.append(chunk)
     os.close(r)
     _, status = os.waitpid(pid, 0)
-    data = b"".join(chunks)
-    if data == b"K":
-        return None
-    if data.startswith(b"E"):
-        return data[1:].decode("utf-8", "replace")
+    try:
+        return wire.decode_trial(b"".join(chunks))
+    except ValueError:  # killed by its alarm or its memory cap before it answered
+        pass
     code = os.waitstatus_to_exitcode(status)
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
     return f"{LIMIT_MSG} ({how})"
@@ -137,22 +136,7 @@ class RuleSet:
         self.program = _compile(build_program(exprs, good), params) if good else None
 
     def error_lines(self) -> list[str]:
-        return [f"c {i} {json.dumps(m)}\n" for i, m in sorted(self.errors.items())]
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise EOFError("request socket closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def read_frame(sock: socket.socket) -> bytes:
-    (n,) = struct.unpack(">I", _read_exact(sock, 4))
-    return _read_exact(sock, n)
+        return [wire.CompileError(i, m).encode() for i, m in sorted(self.errors.items())]
 
 
 def _send(fd: int, text: str) -> None:
@@ -161,11 +145,7 @@ def _send(fd: int, text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
-#: Progress page layout shared by a zygote and its evaluator: armed rule, how, finished.
-_PROGRESS = struct.Struct("<icc")
-
-
-def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any], progress: mmap.mmap) -> None:  # pragma: no cover - child
+def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap) -> None:  # pragma: no cover - child
     """Evaluate one envelope (in a fresh process) and exit.
 
     Verdicts are sent in one message at the end: the rule being evaluated lives in the
@@ -174,41 +154,42 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any], progress: mmap.mmap)
     """
     sock = socket.socket(fileno=fd)
     sock.settimeout(2.0)
-    head, _, env = read_frame(sock).partition(b"\n")
-    hdr = json.loads(head)
-    start, budget = int(hdr["start"]), hdr["budget_ms"] / 1000
-    rule_ms = int(cfg["rule_ms"])
-    out = [f"p {os.getpid()}\n", *rules.error_lines()]
+    header, env = wire.decode_eval(wire.read_frame(sock))
+    start, budget = header.start, header.budget_ms / 1000
+    out = [wire.Pid(os.getpid()).encode(), *rules.error_lines()]
     todo = [i for i in rules.good if i >= start]
     t0 = time.monotonic()
-    parse = len(env) * float(cfg["parse_s_per_byte"])
+    parse = len(env) * cfg.parse_s_per_byte
     budget += parse
 
     def arm(i: int, extra: float) -> str | None:
+        """Start rule ``i``'s alarm; its Armed line, or None when the budget is spent."""
         left = budget - (time.monotonic() - t0)
         if left <= 0.001:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            return f"b {i}\nd\n"
-        limit = rule_ms / 1000 + extra
-        how = "t" if limit <= left else "b"
-        _PROGRESS.pack_into(progress, 0, i, how.encode(), b"0")
+            return None
+        limit = cfg.rule_ms / 1000 + extra
+        armed = wire.Armed(i, wire.RULE_LIMIT if limit <= left else wire.BUDGET_LIMIT)
+        wire.arm_progress(progress, armed)
         signal.setitimer(signal.ITIMER_REAL, min(limit, left))
-        return f"a {i} {how}\n"
+        return armed.encode()
 
-    def finish(text: str, code: int = 0) -> None:
-        _PROGRESS.pack_into(progress, 0, -1, b"-", b"1")
+    def spent(i: int) -> str:
+        return wire.BudgetSpent(i).encode() + wire.DONE.encode()
+
+    def finish(text: str, code: int = 0) -> NoReturn:
+        wire.finish_progress(progress)
         _send(fd, text)
         os._exit(code)
 
     program = rules.program
     if not todo or program is None:
-        finish("".join(out) + "d\n")
-        return
+        finish("".join(out) + wire.DONE.encode())
     line = arm(todo[0], parse)
-    if line is None or line.startswith("b"):
-        finish("".join(out) + (line or ""))
+    if line is None:
+        finish("".join(out) + spent(todo[0]))
     # The pid and the first armed rule go out now: the parent times the budget from here.
-    _send(fd, "".join(out) + (line or ""))
+    _send(fd, "".join(out) + line)
     pending: list[str] = []
     text = b"[%d,%s]" % (start, env)
     try:
@@ -216,33 +197,33 @@ def evaluator(fd: int, rules: RuleSet, cfg: dict[str, Any], progress: mmap.mmap)
         for k, i in enumerate(todo):
             verdict = next(results)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            if verdict == "m":
-                finish("".join(pending) + f"r {i} m\nd\n")
-            if verdict == "n":
-                pending.append(f"r {i} n\n")
-            elif isinstance(verdict, str) and verdict.startswith("e"):
-                pending.append(f"r {i} e {json.dumps(verdict[1:])}\n")
+            if verdict == wire.JQ_MATCH:
+                finish("".join(pending) + wire.Matched(i).encode() + wire.DONE.encode())
+            elif verdict == wire.JQ_NO_MATCH:
+                pending.append(wire.NoMatch(i).encode())
+            elif isinstance(verdict, str) and verdict.startswith(wire.JQ_ERROR):
+                pending.append(wire.RuleError(i, verdict[len(wire.JQ_ERROR) :]).encode())
                 _send(fd, "".join(pending))
                 pending = []
             else:
-                finish("".join(pending) + f"g {json.dumps(f'unexpected output from rule {i}')}\n", 3)
+                garbage = wire.Garbage(f"unexpected output from rule {i}")
+                finish("".join(pending) + garbage.encode(), 3)
             if k + 1 < len(todo):
                 nxt = arm(todo[k + 1], 0.0)
-                if nxt and nxt.startswith("b"):
-                    finish("".join(pending) + nxt)
-                pending.append(nxt or "")
-        finish("".join(pending) + "d\n")
+                if nxt is None:
+                    finish("".join(pending) + spent(todo[k + 1]))
+                pending.append(nxt)
+        finish("".join(pending) + wire.DONE.encode())
     except StopIteration:
-        finish("".join(pending) + f"g {json.dumps('evaluation ended early')}\n", 3)
+        finish("".join(pending) + wire.Garbage("evaluation ended early").encode(), 3)
     except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
-        finish("".join(pending) + f"g {json.dumps(str(exc)[:300])}\n", 3)
-    os._exit(0)
+        finish("".join(pending) + wire.Garbage(str(exc)[:300]).encode(), 3)
 
 
 class Zygote:
     """Holds one compiled rule set and forks an evaluator per request."""
 
-    def __init__(self, ctrl: socket.socket, cfg: dict[str, Any]) -> None:
+    def __init__(self, ctrl: socket.socket, cfg: wire.ChildConfig) -> None:
         self.ctrl = ctrl
         self.cfg = cfg
         self.rules: RuleSet | None = None
@@ -250,28 +231,27 @@ class Zygote:
         self.children: dict[int, tuple[int, socket.socket, mmap.mmap]] = {}
 
     def handle(self, data: bytes, fd: int) -> None:
-        req = json.loads(data)
         sock = socket.socket(fileno=fd)
         try:
+            req = wire.Request.decode(data)
             sock.settimeout(2.0)
-            frame = read_frame(sock)
+            frame = wire.read_frame(sock)
             if self.rules is None:
-                spec = json.loads(frame)
-                self.rules = RuleSet(spec["exprs"], spec["params"], self.cfg["compile_ms"])
+                exprs, params = wire.decode_spec(frame)
+                self.rules = RuleSet(exprs, params, self.cfg.compile_ms)
                 gc.collect()
                 gc.freeze()  # keep the collector off the pages every evaluator shares
-            if req["op"] == "compile" or self.rules.program is None:
-                if req["op"] != "compile":
-                    # nothing compiles: answer like an evaluator would, without forking
-                    sock.sendall(f"p {os.getpid()}\n".encode())
-                sock.sendall(("".join(self.rules.error_lines()) + "d\n").encode())
+            if req.op == wire.COMPILE or self.rules.program is None:
+                # an evaluation where nothing compiles: answer as an evaluator would, unforked
+                me = [] if req.op == wire.COMPILE else [wire.Pid(os.getpid()).encode()]
+                answer = [*me, *self.rules.error_lines(), wire.DONE.encode()]
+                sock.sendall("".join(answer).encode())
                 sock.close()
                 return
-        except (OSError, EOFError, ValueError, KeyError):
+        except (OSError, EOFError, ValueError, KeyError, TypeError):
             sock.close()
             return
-        progress = mmap.mmap(-1, _PROGRESS.size)
-        _PROGRESS.pack_into(progress, 0, -1, b"-", b"0")
+        progress = wire.progress_page()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
             gc.disable()  # short-lived: never touch (and so copy) the zygote's heap pages
@@ -288,13 +268,15 @@ class Zygote:
         pid, sock, progress = self.children.pop(pidfd)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
-        index, how, finished = _PROGRESS.unpack_from(progress, 0)
+        armed = wire.armed_at_death(progress)
         progress.close()
         # An evaluator that died mid-rule never sent its progress: report the armed rule.
-        armed = f"a {index} {how.decode()}\n" if finished == b"0" and index >= 0 else ""
+        report = (armed.encode() if armed else "") + wire.Exited(
+            os.waitstatus_to_exitcode(status)
+        ).encode()
         try:
             sock.setblocking(False)
-            sock.send(f"{armed}x {os.waitstatus_to_exitcode(status)}\n".encode())
+            sock.send(report.encode())
         except OSError:
             pass
         sock.close()
@@ -319,9 +301,9 @@ class Zygote:
         os._exit(0)
 
 
-def _zygote_main(ctrl: socket.socket, cfg: dict[str, Any]) -> None:  # pragma: no cover
+def _zygote_main(ctrl: socket.socket, cfg: wire.ChildConfig) -> None:  # pragma: no cover
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    mem = int(cfg["memory_bytes"])
+    mem = cfg.memory_bytes
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     Zygote(ctrl, cfg).run()
 
@@ -329,7 +311,7 @@ def _zygote_main(ctrl: socket.socket, cfg: dict[str, Any]) -> None:  # pragma: n
 class ForkServer:
     """Forks zygotes (one per rule set, LRU-bounded) and hands them requests."""
 
-    def __init__(self, ctrl: socket.socket, cfg: dict[str, Any]) -> None:
+    def __init__(self, ctrl: socket.socket, cfg: wire.ChildConfig) -> None:
         self.ctrl = ctrl
         self.cfg = cfg
         self.zygotes: OrderedDict[str, tuple[int, socket.socket]] = OrderedDict()
@@ -346,13 +328,13 @@ class ForkServer:
             os._exit(0)
         theirs.close()
         self.zygotes[key] = (pid, mine)
-        while len(self.zygotes) > int(self.cfg["cache_size"]):
+        while len(self.zygotes) > self.cfg.cache_size:
             _, (_, old) = self.zygotes.popitem(last=False)
             old.close()  # the zygote sees EOF, waits for its evaluators and exits
         return mine
 
     def dispatch(self, data: bytes, fd: int) -> None:
-        key = str(json.loads(data)["key"])
+        key = wire.Request.decode(data).key
         try:
             for _ in range(2):
                 if key in self.zygotes:
@@ -374,7 +356,7 @@ class ForkServer:
             entry[1].close()
 
     def run(self) -> None:
-        self.ctrl.send(b"ready")
+        self.ctrl.send(wire.READY)
         while True:
             socks = {s: k for k, (_, s) in self.zygotes.items()}
             watched: list[socket.socket] = [self.ctrl, *socks]
@@ -411,12 +393,12 @@ class ForkServer:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``python -m switchboard.routing.sandbox_child CTRL_FD CONFIG_JSON``."""
+    """Entry point: ``[MODULE, CTRL_FD, CONFIG_JSON]`` (how the server runs it: sandbox.py)."""
     os.environ.clear()  # the interpreter's locale coercion sets LC_CTYPE; jq must see none
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     ctrl = socket.socket(fileno=int(argv[1]))
-    ForkServer(ctrl, json.loads(argv[2])).run()
+    ForkServer(ctrl, wire.ChildConfig.decode(argv[2])).run()
 
 
 if __name__ == "__main__":  # pragma: no cover

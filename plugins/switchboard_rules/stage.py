@@ -12,8 +12,9 @@ from switchboard.plugin import (
     decide,
     rule_error,
 )
-from switchboard.routing.jqscan import forbidden_names
-from switchboard.routing.sandbox import Sandbox
+
+from .jqscan import forbidden_names
+from .sandbox import Limits, Sandbox
 
 #: ``[plugins.rules]``: the operator's limits. The only place their defaults are written.
 CONFIG_SCHEMA: dict[str, Any] = {
@@ -47,17 +48,7 @@ class RulesStage:
     def sandbox(self) -> Sandbox:
         """The sandbox (created on first use; its fork server starts on first request)."""
         if self._sandbox is None:
-            s = self.settings
-            self._sandbox = Sandbox(
-                max_concurrency=s["max_concurrency"],
-                slot_wait_s=s["slot_wait_ms"] / 1000,
-                memory_bytes=s["memory_mib"] * 2**20,
-                rule_ms=s["rule_ms"],
-                event_ms=s["event_ms"],
-                kill_grace_ms=s["kill_grace_ms"],
-                cache_size=s["cache_size"],
-                compile_ms=s["compile_ms"],
-            )
+            self._sandbox = Sandbox(Limits.from_config(self.settings))
         return self._sandbox
 
     async def close(self) -> None:

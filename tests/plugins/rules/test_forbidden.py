@@ -7,13 +7,13 @@ from typing import Any
 
 import jq
 import pytest
+from switchboard_rules import sandbox_child
 from switchboard_rules import stage as rules_stage
+from switchboard_rules.jqscan import FORBIDDEN_ARITIES, FORBIDDEN_FUNCTIONS, shadow_prelude
+from switchboard_rules.sandbox_child import PRELUDE, RuleSet, build_program
 from switchboard_rules.stage import RulesStage
 
 from switchboard.plugin import RuleValidationError, check_structure, validate_config
-from switchboard.routing import sandbox_child
-from switchboard.routing.jqscan import FORBIDDEN_ARITIES, FORBIDDEN_FUNCTIONS, shadow_prelude
-from switchboard.routing.sandbox_child import PRELUDE, RuleSet, build_program
 
 ENVELOPE = {"kind": "push", "nope": None, "a": 1}
 MARKER = "swb-marker-31"

@@ -20,9 +20,8 @@ from typing import Any
 
 import jq
 import pytest
-
-from switchboard.routing.jqscan import FORBIDDEN_FUNCTIONS, balanced, forbidden_names
-from switchboard.routing.sandbox_child import build_program
+from switchboard_rules.jqscan import FORBIDDEN_FUNCTIONS, balanced, forbidden_names
+from switchboard_rules.sandbox_child import build_program
 
 SEED = 20250611
 GRAMMAR_CASES = 4000

@@ -6,8 +6,7 @@ import itertools
 
 import jq
 import pytest
-
-from switchboard.routing.jqscan import balanced, forbidden_names, scan, tokenize
+from switchboard_rules.jqscan import balanced, forbidden_names, scan, tokenize
 
 ALLOWED = [
     ".payload.env",

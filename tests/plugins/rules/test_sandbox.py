@@ -13,9 +13,10 @@ from typing import Any
 
 import psutil
 import pytest
+from switchboard_rules.sandbox import Attempt, Limits, Sandbox, parse_line
+from switchboard_rules.stage import DEFAULTS
 
 from switchboard.routing.model import MatchResult
-from switchboard.routing.sandbox import Attempt, Sandbox, parse_line
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +31,8 @@ ENV: dict[str, Any] = {
 
 @asynccontextmanager
 async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
-    sb = Sandbox(**kw)
+    """A started sandbox with the config's defaults, or these ``[plugins.rules]`` values."""
+    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
     await sb.start()
     try:
         yield sb
@@ -128,7 +130,7 @@ async def test_compile_errors_at_evaluation_time() -> None:
 async def test_libjq_abort_at_compile_does_not_take_down_the_trial() -> None:
     # A top-level $ORIGIN import aborts inside libjq; the forked trial absorbs it.
     code = (
-        "from switchboard.routing.sandbox_child import trial;"
+        "from switchboard_rules.sandbox_child import trial;"
         'print(trial(\'import "a" as $x {search: "$ORIGIN/.."}; 1\', {}, 1000))'
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -210,7 +212,7 @@ async def test_forbidden_builtins_raise_inside_the_sandbox() -> None:
 
 async def test_busy_under_flood() -> None:
     slow = [("s", "[limit(40; repeat(1) | select(. < 0))] | length > 0")]
-    async with sandbox(max_concurrency=1, slot_wait_s=0.05) as sb:
+    async with sandbox(max_concurrency=1, slot_wait_ms=50) as sb:
         results = await asyncio.gather(*(sb.evaluate(slow, {}, ENV) for _ in range(4)))
     busy = [r for r in results if causes(r) == [(-1, "sandbox_busy")]]
     assert 1 <= len(busy) <= 3

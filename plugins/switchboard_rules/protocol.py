@@ -1,0 +1,348 @@
+"""The sandbox's protocol: every message between the server and the processes running jq.
+
+Imported by both sides: :mod:`.sandbox` (the server) and :mod:`.sandbox_child` (the fork
+server, its zygotes, their evaluators). Standard library only, so the child starts fast.
+
+Who says what to whom::
+
+    server ── argv ────────────────────────▶ fork server  ChildConfig (JSON), at start
+    server ◀─ control socket ─────────────── fork server  READY, once jq is imported
+    server ── control socket + one fd ─────▶ fork server ─▶ zygote   Request; EOF: shut down
+    server ── request socket (that fd) ────▶ zygote       frame: the rule set (spec)
+    server ── request socket ──────────────▶ evaluator    frame: EvalHeader line + envelope
+    server ◀─ request socket ─── evaluator or zygote      report lines, until Done or Exited
+    zygote ◀─ progress page (shared memory) ─ evaluator   the rule armed right now
+    zygote ◀─ pipe ────────────────────────── trial child  whether a program compiled
+    evaluator ◀─ libjq output ─────────────── rule program  one verdict string per rule
+
+The control socket is SEQPACKET (one message per request, the request socket attached as
+SCM_RIGHTS); a request socket is a STREAM socket carrying length-prefixed frames towards the
+child and newline-terminated report lines back. Report lines, in the order they may come:
+
+=====================  ==================================================================
+``p PID``              :class:`Pid`: the evaluator's pid (the server kills it at the hard
+                       deadline); the zygote sends its own when it answers without forking
+``c I MSG``            :class:`CompileError`: rule I does not compile (MSG is JSON)
+``a I t`` / ``a I b``  :class:`Armed`: rule I is running under its own limit (``t``) or
+                       under what is left of the event's budget (``b``)
+``r I m|n``            :class:`Matched` / :class:`NoMatch`: rule I's verdict
+``r I e MSG``          :class:`RuleError`: rule I raised (MSG is JSON)
+``b I``                :class:`BudgetSpent`: the budget was spent before rule I began
+``g MSG``              :class:`Garbage`: the evaluator gave up (MSG is JSON)
+``d``                  :class:`Done`: every rule that was started has a verdict
+``x STATUS``           :class:`Exited`: the zygote saw the evaluator exit (exit code, or
+                       minus the signal); preceded by ``a I t|b`` read from the progress
+                       page when the evaluator died mid-rule
+=====================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import socket
+import struct
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# -- argv and the control socket -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """The limits the fork server hands down to its zygotes and evaluators (argv, JSON)."""
+
+    memory_bytes: int  #: RLIMIT_AS of every zygote (and so of its evaluators)
+    rule_ms: int  #: one rule's alarm
+    compile_ms: int  #: one trial compile's alarm
+    cache_size: int  #: zygotes kept (one per rule set, least recently used goes first)
+    parse_s_per_byte: float  #: time allowed to parse the envelope, per byte
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, text: str) -> ChildConfig:
+        doc = json.loads(text)
+        return cls(
+            memory_bytes=int(doc["memory_bytes"]),
+            rule_ms=int(doc["rule_ms"]),
+            compile_ms=int(doc["compile_ms"]),
+            cache_size=int(doc["cache_size"]),
+            parse_s_per_byte=float(doc["parse_s_per_byte"]),
+        )
+
+
+#: The fork server's first (and only unprompted) message on the control socket.
+READY = b"ready"
+#: Request operations: evaluate an envelope, or only report the rule set's compile errors.
+EVAL = "eval"
+COMPILE = "compile"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One control message, carrying the request socket; ``key`` names the rule set."""
+
+    op: str
+    key: str
+
+    def encode(self) -> bytes:
+        return json.dumps({"op": self.op, "key": self.key}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Request:
+        doc = json.loads(data)
+        return cls(str(doc["op"]), str(doc["key"]))
+
+
+# -- frames on the request socket ------------------------------------------------------------
+
+_LENGTH = struct.Struct(">I")
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` prefixed with its length (4 bytes, big-endian)."""
+    return _LENGTH.pack(len(data)) + data
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("request socket closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """The next frame's data from a blocking socket (EOFError when it closes first)."""
+    (n,) = _LENGTH.unpack(_read_exact(sock, _LENGTH.size))
+    return _read_exact(sock, n)
+
+
+def encode_spec(exprs: list[str], params: dict[str, Any]) -> bytes:
+    """A rule set, canonically: the same rules and params always give the same bytes."""
+    return json.dumps({"exprs": exprs, "params": params}, sort_keys=True).encode()
+
+
+def decode_spec(data: bytes) -> tuple[list[str], dict[str, Any]]:
+    doc = json.loads(data)
+    return list(doc["exprs"]), dict(doc["params"])
+
+
+@dataclass(frozen=True)
+class EvalHeader:
+    """Where an evaluation starts and how much of the event's budget it has left."""
+
+    start: int
+    budget_ms: float
+
+
+def encode_envelope(envelope: dict[str, Any]) -> bytes:
+    """The envelope as the evaluator reads it: compact JSON, UTF-8."""
+    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_eval(header: EvalHeader, envelope: bytes) -> bytes:
+    """The evaluator's frame data: the header as one JSON line, then the encoded envelope."""
+    head = json.dumps({"start": header.start, "budget_ms": header.budget_ms}).encode()
+    return head + b"\n" + envelope
+
+
+def decode_eval(data: bytes) -> tuple[EvalHeader, bytes]:
+    head, _, envelope = data.partition(b"\n")
+    doc = json.loads(head)
+    return EvalHeader(int(doc["start"]), float(doc["budget_ms"])), envelope
+
+
+# -- report lines ----------------------------------------------------------------------------
+
+#: How an armed rule is limited: by its own ``rule_ms``, or by what is left of the budget.
+RULE_LIMIT = "t"
+BUDGET_LIMIT = "b"
+
+
+@dataclass(frozen=True)
+class Pid:
+    pid: int
+
+    def encode(self) -> str:
+        return f"p {self.pid}\n"
+
+
+@dataclass(frozen=True)
+class CompileError:
+    index: int
+    message: str
+
+    def encode(self) -> str:
+        return f"c {self.index} {json.dumps(self.message)}\n"
+
+
+@dataclass(frozen=True)
+class Armed:
+    index: int
+    how: str  #: RULE_LIMIT or BUDGET_LIMIT
+
+    def encode(self) -> str:
+        return f"a {self.index} {self.how}\n"
+
+
+@dataclass(frozen=True)
+class Matched:
+    index: int
+
+    def encode(self) -> str:
+        return f"r {self.index} m\n"
+
+
+@dataclass(frozen=True)
+class NoMatch:
+    index: int
+
+    def encode(self) -> str:
+        return f"r {self.index} n\n"
+
+
+@dataclass(frozen=True)
+class RuleError:
+    index: int
+    message: str
+
+    def encode(self) -> str:
+        return f"r {self.index} e {json.dumps(self.message)}\n"
+
+
+@dataclass(frozen=True)
+class BudgetSpent:
+    index: int
+
+    def encode(self) -> str:
+        return f"b {self.index}\n"
+
+
+@dataclass(frozen=True)
+class Garbage:
+    message: str
+
+    def encode(self) -> str:
+        return f"g {json.dumps(self.message)}\n"
+
+
+@dataclass(frozen=True)
+class Done:
+    def encode(self) -> str:
+        return "d\n"
+
+
+@dataclass(frozen=True)
+class Exited:
+    status: int  #: the exit code, or minus the signal that killed the evaluator
+
+    def encode(self) -> str:
+        return f"x {self.status}\n"
+
+
+Report = (
+    Pid | CompileError | Armed | Matched | NoMatch | RuleError | BudgetSpent | Garbage | Done
+    | Exited
+)
+DONE = Done()
+
+
+def decode(line: str) -> Report:
+    """One report line (without its newline); ValueError when it is not one."""
+    kind, _, rest = line.partition(" ")
+    if kind == "p":
+        return Pid(int(rest))
+    if kind == "c":
+        index, _, msg = rest.partition(" ")
+        return CompileError(int(index), str(json.loads(msg)))
+    if kind == "a":
+        index, _, how = rest.partition(" ")
+        if how not in (RULE_LIMIT, BUDGET_LIMIT):
+            raise ValueError(line)
+        return Armed(int(index), how)
+    if kind == "r":
+        index, _, verdict = rest.partition(" ")
+        if verdict == "m":
+            return Matched(int(index))
+        if verdict == "n":
+            return NoMatch(int(index))
+        if verdict.startswith("e "):
+            return RuleError(int(index), str(json.loads(verdict[2:])))
+        raise ValueError(line)
+    if kind == "b":
+        return BudgetSpent(int(rest))
+    if kind == "g":
+        return Garbage(str(json.loads(rest)))
+    if kind == "d" and not rest:
+        return DONE
+    if kind == "x":
+        return Exited(int(rest))
+    raise ValueError(line)
+
+
+# -- the progress page (zygote and evaluator) -------------------------------------------------
+
+#: The armed rule's index (-1: none), how it is limited, and b"1" once the evaluator finished.
+_PROGRESS = struct.Struct("<icc")
+
+
+def progress_page() -> mmap.mmap:
+    """A fresh page shared across the fork: nothing armed, not finished."""
+    page = mmap.mmap(-1, _PROGRESS.size)
+    _PROGRESS.pack_into(page, 0, -1, b"-", b"0")
+    return page
+
+
+def arm_progress(page: mmap.mmap, armed: Armed) -> None:
+    _PROGRESS.pack_into(page, 0, armed.index, armed.how.encode(), b"0")
+
+
+def finish_progress(page: mmap.mmap) -> None:
+    _PROGRESS.pack_into(page, 0, -1, b"-", b"1")
+
+
+def armed_at_death(page: mmap.mmap) -> Armed | None:
+    """The rule an evaluator was running when it died (None when it finished or never began)."""
+    index, how, finished = _PROGRESS.unpack_from(page, 0)
+    if finished == b"0" and index >= 0:
+        return Armed(index, how.decode())
+    return None
+
+
+# -- the trial pipe (zygote and its trial child) ---------------------------------------------
+
+_TRIAL_COMPILED = b"K"
+_TRIAL_ERROR = b"E"
+
+
+def encode_trial(error: str | None) -> bytes:
+    """What a trial child writes: the program compiled (``error`` None), or why not."""
+    if error is None:
+        return _TRIAL_COMPILED
+    return _TRIAL_ERROR + error.encode("utf-8", "replace")
+
+
+def decode_trial(data: bytes) -> str | None:
+    """None when the program compiled, else the error; ValueError when the child died first."""
+    if data == _TRIAL_COMPILED:
+        return None
+    if data.startswith(_TRIAL_ERROR):
+        return data[len(_TRIAL_ERROR) :].decode("utf-8", "replace")
+    raise ValueError("the trial child gave no answer")
+
+
+# -- the rule program's output (inside the evaluator) ----------------------------------------
+
+#: What the jq program the evaluator runs emits for each rule: a match, no match, an error
+#: (this prefix, then the message), and anything else that is not a string (never a verdict).
+JQ_MATCH = "m"
+JQ_NO_MATCH = "n"
+JQ_ERROR = "e"
+JQ_GARBAGE = "g"
+#: The longest verdict string the program emits (an error message is cut there).
+JQ_VERDICT_MAX = 600
