@@ -1,0 +1,117 @@
+"""The policy, as a table: what evaluators reported in, a MatchResult (or the next attempt) out."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+from switchboard_rules.policy import BUSY, Attempt, Resume, judge
+from switchboard_rules.protocol import BUDGET_LIMIT, RULE_LIMIT
+
+from switchboard.plugin import Fault, MatchResult
+
+IDS = ["a", "b", None]
+ALARM = -signal.SIGALRM
+
+
+def att(ran_s: float = 0.0, **kw: Any) -> Attempt:
+    """An attempt that spent ``ran_s`` seconds running rules (server clock from 100 s)."""
+    timing = {"first_arm": 100.0, "ended": 100.0 + ran_s} if ran_s else {}
+    return Attempt(**{**timing, **kw})
+
+
+def timed_out(index: int, ran_s: float = 0.05) -> Attempt:
+    return att(ran_s, armed=(index, RULE_LIMIT), status=ALARM)
+
+
+TABLE: list[tuple[str, list[str | None], list[Attempt], Any]] = [
+    ("no rules", [], [], MatchResult(None)),
+    ("nothing tried yet: start at rule 0 with the whole budget", IDS, [], Resume(0, 250)),
+    ("first match", IDS, [att(matched=0, done=True)], MatchResult(0)),
+    ("errors are skipped, then a match",
+     IDS, [att(errors=[(0, "boom")], matched=1)],
+     MatchResult(1, (Fault(0, "error", "a", "boom"),))),
+    ("no match", IDS, [att(done=True)], MatchResult(None)),
+    ("compile errors come first, in rule order",
+     IDS, [att(compile_errors={2: "bad", 0: "worse"}, errors=[(1, "boom")], done=True)],
+     MatchResult(None, (Fault(0, "compile_error", "a", "worse"),
+                        Fault(1, "error", "b", "boom"),
+                        Fault(2, "compile_error", None, "bad")))),
+    ("the budget was spent before rule 1 began",
+     IDS, [att(budget_at=1, done=True)],
+     MatchResult(None, (Fault(1, "budget_exhausted", "b"),))),
+    ("killed by the budget's alarm while running rule 1",
+     IDS, [att(armed=(1, BUDGET_LIMIT), status=ALARM)],
+     MatchResult(None, (Fault(1, "budget_exhausted", "b"),))),
+    ("a timeout resumes after the rule with what is left",
+     IDS, [timed_out(0, 0.05)], Resume(1, pytest.approx(200))),
+    ("timeout, then a match in the next evaluator",
+     IDS, [timed_out(0), att(matched=2)],
+     MatchResult(2, (Fault(0, "timeout", "a", "rule exceeded 50 ms"),))),
+    ("timeouts add up across attempts",
+     IDS, [timed_out(0, 0.1), timed_out(1, 0.1)], Resume(2, pytest.approx(50))),
+    ("a timeout on the last rule ends it",
+     IDS, [timed_out(2)],
+     MatchResult(None, (Fault(2, "timeout", None, "rule exceeded 50 ms"),))),
+    ("a timeout that leaves no budget: the next rule is where it ran out",
+     IDS, [timed_out(0, 0.25)],
+     MatchResult(None, (Fault(0, "timeout", "a", "rule exceeded 50 ms"),
+                        Fault(1, "budget_exhausted", "b")))),
+    ("compile errors reported by an earlier attempt are kept (once)",
+     IDS, [att(0.05, compile_errors={1: "bad"}, armed=(0, RULE_LIMIT), status=ALARM),
+           att(compile_errors={1: "bad"}, done=True)],
+     MatchResult(None, (Fault(0, "timeout", "a", "rule exceeded 50 ms"),
+                        Fault(1, "compile_error", "b", "bad")))),
+    ("garbage is a sandbox failure, after the faults found so far",
+     IDS, [att(errors=[(0, "boom")], garbage="evaluation ended early", status=3)],
+     MatchResult(None, (Fault(0, "error", "a", "boom"),
+                        Fault(-1, "sandbox_failure", detail="evaluation ended early")))),
+    ("killed by another signal mid-rule (the memory cap)",
+     IDS, [att(armed=(0, RULE_LIMIT), status=-signal.SIGKILL)],
+     MatchResult(None, (Fault(-1, "sandbox_failure", detail="evaluation process killed by "
+                              "SIGKILL (memory cap, crash or abort)"),))),
+    ("exited with a status",
+     IDS, [att(status=3)],
+     MatchResult(None, (Fault(-1, "sandbox_failure",
+                              detail="evaluation process exited with status 3"),))),
+    ("the socket closed without an answer",
+     IDS, [att()],
+     MatchResult(None, (Fault(-1, "sandbox_failure",
+                              detail="sandbox process exited without an answer"),))),
+    ("an alarm with no rule armed is no timeout",
+     IDS, [att(status=ALARM)],
+     MatchResult(None, (Fault(-1, "sandbox_failure",
+                              detail="evaluation process killed by SIGALRM (memory cap, "
+                                     "crash or abort)"),))),
+    ("an unknown signal number",
+     IDS, [att(status=-99)],
+     MatchResult(None, (Fault(-1, "sandbox_failure", detail="evaluation process killed by 99 "
+                              "(memory cap, crash or abort)"),))),
+    ("a match wins over a garbage line that came after it",
+     IDS, [att(matched=0, garbage="late")], MatchResult(0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ids", "attempts", "expected"), [t[1:] for t in TABLE],
+                         ids=[t[0] for t in TABLE])
+def test_judge(ids: list[str | None], attempts: list[Attempt], expected: Any) -> None:
+    assert judge(ids, attempts, rule_ms=50, event_ms=250) == expected
+
+
+def test_no_slot_is_busy() -> None:
+    assert judge(IDS, [], rule_ms=50, event_ms=250, slot=False) == BUSY
+    assert BUSY == MatchResult(None, (Fault(-1, "sandbox_busy"),))
+
+
+def test_judge_is_pure() -> None:
+    attempts = [timed_out(0), att(errors=[(1, "x")], matched=2)]
+    first = judge(IDS, attempts, rule_ms=50, event_ms=250)
+    assert judge(IDS, attempts, rule_ms=50, event_ms=250) == first
+    assert attempts == [timed_out(0), att(errors=[(1, "x")], matched=2)]
+
+
+def test_ran_s() -> None:
+    assert att().ran_s == 0.0
+    assert att(0.125).ran_s == pytest.approx(0.125)
+    assert Attempt(first_arm=5.0).ran_s == 0.0  # still running: no end yet
