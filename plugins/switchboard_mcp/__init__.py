@@ -11,7 +11,7 @@ from switchboard.runtime import Runtime
 
 # Only what registration needs is imported here: every CLI command loads this plugin, and
 # the MCP SDK (server, bridge, transports) is imported when a surface actually starts.
-from . import stdio, tools_events, tools_rules, tools_todos, tools_webhooks
+from . import stdio, tools_events, tools_todos, tools_webhooks
 from .context import ToolContext
 
 __all__ = ["ToolContext"]
@@ -35,8 +35,8 @@ def switchboard_config_schema() -> dict[str, Any]:
 
 @hookimpl
 def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
-    """The built-in verbs: webhooks, routes, rules, events and the drain verbs."""
-    for module in (tools_webhooks, tools_rules, tools_events, tools_todos):
+    """The built-in verbs: webhooks, routes, events and the drain verbs (rules: that plugin)."""
+    for module in (tools_webhooks, tools_events, tools_todos):
         for fn in module.TOOLS:
             register.add_tool(fn.__name__, fn, description=inspect.cleandoc(fn.__doc__ or ""))
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from switchboard.plugin import CommandRegistry, Runtime, StageRegistry, hookimpl
+from switchboard.plugin import (
+    CommandRegistry,
+    MCPToolRegistry,
+    Runtime,
+    StageRegistry,
+    hookimpl,
+)
 
-from . import commands
+from . import commands, tools
 from .stage import CONFIG_SCHEMA, RulesStage
 
 
@@ -33,6 +40,13 @@ def switchboard_register_routing_stages(register: StageRegistry, config: dict[st
 def switchboard_register_commands(register: CommandRegistry) -> None:
     """``switchboard rules check|test``: validate and dry-run a routing config offline."""
     commands.register(register)
+
+
+@hookimpl
+def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
+    """This plugin's verbs: list, set, add, update, move, remove and test a webhook's rules."""
+    for fn in tools.TOOLS:
+        register.add_tool(fn.__name__, fn, description=inspect.cleandoc(fn.__doc__ or ""))
 
 
 @hookimpl

@@ -1,4 +1,8 @@
-"""MCP tools for a webhook's routing rules, over switchboard.service.rules."""
+"""The rules plugin's MCP verbs: a webhook's routing rules, over switchboard.service.rules.
+
+Registered by this plugin's own ``switchboard_register_mcp_tools`` (see ``__init__``); the
+MCP plugin serves whatever the tool registry holds, so without this plugin there are none.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from .context import ToolContext
+from switchboard.plugin import ToolContext
 
 WebhookId = Annotated[str, Field(description="The webhook's id")]
 RuleId = Annotated[str, Field(description="The rule's id")]
