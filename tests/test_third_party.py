@@ -1,0 +1,324 @@
+"""A third party's plugin (tests/plugins/hello, written from switchboard.plugin alone), installed
+like any package and driven through the real CLI, server, receiver and MCP surface."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import psycopg
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from sbtest import CLI, Server, make_env, remember_secrets
+from sbworld import World
+
+from switchboard.plugin import SinkEvent
+
+HELLO = Path(__file__).resolve().parent / "plugins" / "hello"
+
+
+def install_hello(root: Path) -> Path:
+    """pip-install a copy of the fixture distribution into ``root/site``; return that directory.
+
+    Built from a copy, so no build output lands in the source tree, and installed into a
+    directory of its own, so only processes given it on ``PYTHONPATH`` see the plugin: test
+    runs sharing the venv never do. Removing the directory uninstalls it.
+    """
+    src = shutil.copytree(HELLO, root / "src",
+                          ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    site = root / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
+         "--no-deps", "--no-build-isolation", "--no-compile", "--target", str(site), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )
+    return site
+
+
+@pytest.fixture(scope="module")
+def hello_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("hello")
+    try:
+        yield install_hello(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def with_hello(site: Path) -> dict[str, str]:
+    """The environment entries that make a child process see the installed plugin."""
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}
+
+
+@pytest.fixture
+def hello_cli(hello_site: Path, dsn: str, tmp_path: Path) -> CLI:
+    return CLI(make_env(dsn, tmp_path / "data", **with_hello(hello_site)))
+
+
+def test_the_readme_example_is_the_tested_plugin() -> None:
+    """Each README block headed by a file of tests/plugins/hello is a part of that file."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Writing a plugin\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\w*\n# (\S+)\n(.*?)```", section, flags=re.S)
+    shown = {path for path, _ in blocks if (HELLO / path).is_file()}
+    assert {"pyproject.toml", "switchboard_hello/acme.py",
+            "switchboard_hello/__init__.py"} <= shown
+    for path, text in blocks:
+        if path in shown:
+            assert text in (HELLO / path).read_text(encoding="utf-8"), f"README: {path} differs"
+
+
+# -- discovery, config, migrations, disabling ----------------------------------------------
+
+
+def test_third_party_plugin_is_listed_and_its_hooks_run(hello_cli: CLI, dsn: str,
+                                                        tmp_path: Path) -> None:
+    listed = {p["name"]: p for p in hello_cli.json("plugins")}
+    hello = listed["hello"]
+    assert hello["distribution"] == "switchboard-hello"
+    assert hello["version"] == "1.2.3"
+    assert {"switchboard_register_commands", "switchboard_migrations",
+            "switchboard_register_sources"} <= set(hello["hooks"])
+
+    # The command was registered with the plugin's own section, defaults filled in.
+    assert hello_cli.json("hello")["greeting"] == "hello"
+    config = tmp_path / "sb.toml"
+    config.write_text('[plugins.hello]\ngreeting = "ahoy"\n')
+    out = hello_cli.json("--config", str(config), "hello")
+    assert out["greeting"] == "ahoy"
+    assert {"cairn", "acme"} <= set(out["sources"])
+
+    # Its migration is applied under its own name.
+    applied = hello_cli.json("migrate")["applied"]
+    assert applied == ["hello/0001_hello.sql"]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM hello_marks").fetchone() == (0,)
+
+
+def test_plugin_config_is_validated_by_its_schema(hello_cli: CLI, tmp_path: Path) -> None:
+    config = tmp_path / "sb.toml"
+    config.write_text("[plugins.hello]\ngreeting = 42\n")
+    proc = hello_cli.run("--config", str(config), "plugins", check=False)
+    assert proc.returncode == 2
+    assert "plugins.hello.greeting" in proc.stderr
+
+
+def test_disabled_plugins_are_not_loaded(hello_cli: CLI, tmp_path: Path) -> None:
+    config = tmp_path / "sb.toml"
+    config.write_text('disabled_plugins = ["hello", "github"]\n')
+    names = {p["name"] for p in hello_cli.json("--config", str(config), "plugins")}
+    assert "hello" not in names and "github" not in names and "gitea" in names
+    proc = hello_cli.run("--config", str(config), "hello", check=False)
+    assert proc.returncode == 2  # argparse: no such command
+
+
+# -- the acme source end to end --------------------------------------------------------------
+
+RULES: list[dict[str, Any]] = [
+    {"id": "ping", "expr": '.kind == "ping"', "action": {"drop": True}},
+    {"id": "urgent", "name": "urgent tickets",
+     "expr": '.kind == "ticket.opened" and .acme.priority == "urgent"',
+     "action": {"queue": "triage"}},
+]
+URGENT = json.dumps({"type": "ticket.opened", "id": "T-1", "title": "Printer on fire",
+                     "priority": "urgent", "labels": ["office"]}).encode()
+LOW = json.dumps({"type": "ticket.opened", "id": "T-2", "title": "Low toner",
+                  "priority": "low"}).encode()
+PING = json.dumps({"type": "ping"}).encode()
+
+
+def acme_headers(secret: str, body: bytes, delivery: str) -> dict[str, str]:
+    """What Acme sends, computed here independently of the plugin."""
+    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"Content-Type": "application/json", "X-Acme-Id": delivery,
+            "X-Acme-Signature": signature}
+
+
+class Agent:
+    """One MCP session over streamable HTTP with an endpoint's bearer token."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.session.call_tool(tool, arguments)
+        assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
+        assert result.structured_content is not None
+        remember_secrets(result.structured_content)
+        return result.structured_content
+
+    async def error(self, tool: str, **arguments: Any) -> str:
+        result = await self.session.call_tool(tool, arguments)
+        assert result.is_error, f"{tool} succeeded"
+        return str(result.content[0].text)  # type: ignore[union-attr]
+
+
+@asynccontextmanager
+async def agent(url: str, token: str) -> AsyncIterator[Agent]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                  timeout=30) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield Agent(session)
+
+
+def _rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute(sql, args).fetchall())
+
+
+async def _sink_lines(path: Path, count: int) -> list[dict[str, Any]]:
+    """The sink's lines once ``count`` have arrived (sinks run after the response)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count:
+            return [json.loads(line) for line in lines]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the sink wrote {len(lines)} of {count} lines")
+
+
+@pytest.fixture
+def acme_world(hello_site: Path, server_factory: Any, dsn: str,
+               tmp_path: Path) -> tuple[Server, World, dict[str, Any], Path]:
+    """A server with hello installed, its sink on and its stage before ``rules``."""
+    sink = tmp_path / "sink.jsonl"
+    config = tmp_path / "sb.toml"
+    config.write_text(f'[routing]\nstages = ["hello", "rules"]\n\n'
+                      f'[plugins.hello]\nsink_path = {json.dumps(str(sink))}\n')
+    srv = server_factory(dsn, config=config, env_extra=with_hello(hello_site))
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.endpoint("alice", "owner", queues="inbox,triage", webhook_queues="inbox,triage",
+               sources="acme,generic")
+    hook = w.webhook("owner", "acme")
+    return srv, w, hook, sink
+
+
+async def test_acme_source_live_dry_runs_send_and_sink(
+    acme_world: tuple[Server, World, dict[str, Any], Path], dsn: str, tmp_path: Path,
+) -> None:
+    srv, w, hook, sink = acme_world
+    owner = w.endpoints["owner"]
+    secret = hook["signing_secret"]
+    wid = hook["webhook_id"]
+    assert hook["trust_mode"] == "signed"
+
+    async with agent(srv.base_url + "/mcp", owner["token"]) as me:
+        # The plugin's MCP tool, registered with its section's default greeting.
+        assert (await me.call("hello"))["greeting"] == f"hello, {owner['endpoint_id']}"
+        # The hello stage validates its own part of a config, on save as in dry runs.
+        refused = await me.error("set_webhook_rules", webhook_id=wid, rules=RULES,
+                                 params={"hello": 1})
+        assert refused.startswith("invalid_params:") and "params.hello" in refused
+        await me.call("set_webhook_rules", webhook_id=wid, rules=RULES)
+
+        # (a) Live: a correctly signed delivery is routed by a rule on .acme ...
+        resp = httpx.post(hook["ingest_url"], content=URGENT,
+                          headers=acme_headers(secret, URGENT, "d-1"), timeout=30)
+        assert resp.status_code == 202, resp.text
+        live = resp.json()
+        assert live["verified"] is True and live["trust_mode"] == "signed"
+        assert [(t["endpoint_id"], t["queue"]) for t in live["todos"]] == [
+            (owner["endpoint_id"], "triage")]
+        # ... and its todo is titled by the projection's title_key.
+        claimed = (await me.call("claim_next", queue="triage"))["todo"]
+        assert claimed["title"] == "Printer on fire"
+        assert claimed["payload"]["acme"]["labels"] == ["office"]
+        [(event_id, kind, trace, disposition)] = _rows(
+            dsn, "SELECT id::text, kind, routing_trace, disposition FROM events")
+        assert kind == "ticket.opened" and disposition == "routed"
+        assert trace["rule_id"] == "urgent"
+
+        # A bad or missing signature is a 401 and stores nothing.
+        forged = acme_headers("not-the-secret", URGENT, "d-2")
+        assert httpx.post(hook["ingest_url"], content=URGENT, headers=forged,
+                          timeout=30).status_code == 401
+        unsigned = {k: v for k, v in acme_headers(secret, URGENT, "d-2").items()
+                    if k != "X-Acme-Signature"}
+        assert httpx.post(hook["ingest_url"], content=URGENT, headers=unsigned,
+                          timeout=30).status_code == 401
+        # A drop is stored, never handed to a sink.
+        dropped = httpx.post(hook["ingest_url"], content=PING,
+                             headers=acme_headers(secret, PING, "d-3"), timeout=30).json()
+        assert dropped["dropped"] is True
+        assert _rows(dsn, "SELECT count(*) FROM events") == [(2,)]
+
+        # (c) MCP dry run over a sample: the same decision, kind and trace as live, and
+        # verified as a correctly signed delivery shows.
+        sample = await me.call("test_webhook_rules", webhook_id=wid, payload=URGENT.decode(),
+                               headers=acme_headers(secret, URGENT, "sample"))
+        assert sample["decision"] == {"drop": False, "queue": "triage",
+                                      "endpoints": [owner["endpoint_id"]]}
+        assert sample["trace"] == trace
+        assert sample["envelope"]["kind"] == "ticket.opened"
+        assert sample["envelope"]["verified"] is True
+        assert sample["envelope"]["acme"]["title"] == "Printer on fire"
+        # The stored delivery replays to the same decision.
+        replay = await me.call("test_webhook_rules", webhook_id=wid, event_id=event_id)
+        assert replay["decision"] == sample["decision"] and replay["trace"] == trace
+
+    # (b) `rules test` offline, within the webhook's grant: the same decision and trace.
+    rules_file = tmp_path / "rules.json"
+    rules_file.write_text(json.dumps({"rules": RULES}))
+    headers_file = tmp_path / "headers.json"
+    headers_file.write_text(json.dumps({"X-Acme-Id": "offline"}))
+    grant_file = tmp_path / "grant.json"
+    grant_file.write_text(json.dumps({"target_queue": "inbox", "queues": ["inbox", "triage"],
+                                      "endpoints": [owner["endpoint_id"]]}))
+    offline = w.cli.json("rules", "test", str(rules_file), "--source", "acme",
+                         "--payload", URGENT.decode(), "--headers", str(headers_file),
+                         "--grant", str(grant_file))
+    assert offline["decision"] == sample["decision"]
+    assert offline["trace"] == trace
+    assert offline["envelope"]["kind"] == "ticket.opened"
+    assert offline["envelope"]["verified"] is True
+    bad_params = tmp_path / "bad.json"
+    bad_params.write_text(json.dumps({"rules": RULES, "params": {"hello": 1}}))
+    proc = w.cli.run("rules", "check", str(bad_params), "--grant", str(grant_file), check=False)
+    assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "invalid_params"
+
+    # (d) `switchboard send --source acme` signs as Acme does and the server accepts it.
+    body_file = tmp_path / "low.json"
+    body_file.write_bytes(LOW)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(secret + "\n")
+    sent = w.cli.json("send", "--url", hook["ingest_url"], "--source", "acme",
+                      "--secret", f"@{secret_file}", str(body_file))
+    assert sent["status"] == 202 and sent["response"]["verified"] is True
+    assert [t["queue"] for t in sent["response"]["todos"]] == ["inbox"]
+    wrong = w.cli.run("send", "--url", hook["ingest_url"], "--source", "acme",
+                      "--secret", "wrong-secret", str(body_file), check=False)
+    assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == 401
+
+    # (e) The sink got each routed event (never the drop) with the documented keys.
+    first, second = await _sink_lines(sink, 2)
+    assert first == {
+        "id": event_id, "kind": "ticket.opened", "webhook_id": wid, "disposition": "routed",
+        "todos": [live["todos"][0]["id"]],
+        "keys": sorted(SinkEvent.__required_keys__ | SinkEvent.__optional_keys__),
+    }
+    assert second["todos"] == [t["id"] for t in sent["response"]["todos"]]
+    assert second["kind"] == "ticket.opened"
+
+    # Start-up ran in the server, and the never-deciding stage saw every routed delivery
+    # (three live, two MCP dry runs) without deciding any.
+    status = httpx.get(srv.base_url + "/hello", timeout=10).json()
+    assert status["state"]["started"] is True and "acme" in status["state"]["sources"]
+    assert status["stage_seen"] == 5
