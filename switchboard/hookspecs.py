@@ -74,7 +74,11 @@ def switchboard_migrations(register: MigrationRegistry, config: PluginConfig) ->
 
 @hookspec
 def switchboard_startup(runtime: Runtime, app: Runtime) -> Awaitable[None] | None:
-    """Called once when the service (or a CLI command) has its config and registries ready.
+    """Called once per server worker when ``switchboard serve`` has its config, registries and store ready.
+
+    CLI commands do not call it (they start what they need lazily); they do call
+    :func:`switchboard_shutdown` when they end, so a plugin releases there whatever it
+    took, whether ``startup`` ran or not.
 
     :param runtime: the :class:`switchboard.plugin.Runtime` (``config``, ``registries``,
         ``stages``, ``store`` once opened, and ``state``, a dict where a plugin keeps
@@ -87,7 +91,7 @@ def switchboard_startup(runtime: Runtime, app: Runtime) -> Awaitable[None] | Non
 
 @hookspec
 def switchboard_shutdown(runtime: Runtime, app: Runtime) -> Awaitable[None] | None:
-    """Called once when the service or command stops; release what ``startup`` took.
+    """Called once when a server worker or a CLI command stops; release what the plugin took.
 
     :param runtime: the :class:`switchboard.plugin.Runtime`.
     :param app: the same Runtime, under its original name.
