@@ -163,8 +163,11 @@ def decode_eval(data: bytes) -> tuple[EvalHeader, bytes]:
 RULE_LIMIT = "t"
 BUDGET_LIMIT = "b"
 
+# Report lines are made and read per rule, on every evaluation's path: plain (unfrozen)
+# dataclasses, which are quicker to build, and still equal only to their own kind.
 
-@dataclass(frozen=True)
+
+@dataclass
 class Pid:
     pid: int
 
@@ -172,7 +175,7 @@ class Pid:
         return f"p {self.pid}\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class CompileError:
     index: int
     message: str
@@ -181,7 +184,7 @@ class CompileError:
         return f"c {self.index} {json.dumps(self.message)}\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Armed:
     index: int
     how: str  #: RULE_LIMIT or BUDGET_LIMIT
@@ -190,7 +193,7 @@ class Armed:
         return f"a {self.index} {self.how}\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Matched:
     index: int
 
@@ -198,7 +201,7 @@ class Matched:
         return f"r {self.index} m\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class NoMatch:
     index: int
 
@@ -206,7 +209,7 @@ class NoMatch:
         return f"r {self.index} n\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class RuleError:
     index: int
     message: str
@@ -215,7 +218,7 @@ class RuleError:
         return f"r {self.index} e {json.dumps(self.message)}\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class BudgetSpent:
     index: int
 
@@ -223,7 +226,7 @@ class BudgetSpent:
         return f"b {self.index}\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Garbage:
     message: str
 
@@ -231,13 +234,13 @@ class Garbage:
         return f"g {json.dumps(self.message)}\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Done:
     def encode(self) -> str:
         return "d\n"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Exited:
     status: int  #: the exit code, or minus the signal that killed the evaluator
 
@@ -255,11 +258,6 @@ DONE = Done()
 def decode(line: str) -> Report:
     """One report line (without its newline); ValueError when it is not one."""
     kind, _, rest = line.partition(" ")
-    if kind == "p":
-        return Pid(int(rest))
-    if kind == "c":
-        index, _, msg = rest.partition(" ")
-        return CompileError(int(index), str(json.loads(msg)))
     if kind == "a":
         index, _, how = rest.partition(" ")
         if how not in (RULE_LIMIT, BUDGET_LIMIT):
@@ -267,13 +265,18 @@ def decode(line: str) -> Report:
         return Armed(int(index), how)
     if kind == "r":
         index, _, verdict = rest.partition(" ")
-        if verdict == "m":
-            return Matched(int(index))
         if verdict == "n":
             return NoMatch(int(index))
+        if verdict == "m":
+            return Matched(int(index))
         if verdict.startswith("e "):
             return RuleError(int(index), str(json.loads(verdict[2:])))
         raise ValueError(line)
+    if kind == "p":
+        return Pid(int(rest))
+    if kind == "c":
+        index, _, msg = rest.partition(" ")
+        return CompileError(int(index), str(json.loads(msg)))
     if kind == "b":
         return BudgetSpent(int(rest))
     if kind == "g":

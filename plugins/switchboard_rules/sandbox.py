@@ -88,22 +88,22 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
     except ValueError:
         att.garbage = f"unreadable sandbox output: {line[:80]!r}"
         return
-    match msg:
-        case wire.Pid(pid):
-            att.pid = pid
-        case wire.CompileError(index, message):
-            att.compile_errors[index] = message
+    match msg:  # the per-rule lines first
         case wire.Armed(index, how):
             att.armed = (index, how)
             att.first_arm = att.first_arm or now
+        case wire.NoMatch():
+            att.armed = None
         case wire.Matched(index):
             att.matched = index
-            att.armed = None
-        case wire.NoMatch():
             att.armed = None
         case wire.RuleError(index, message):
             att.errors.append((index, message))
             att.armed = None
+        case wire.Pid(pid):
+            att.pid = pid
+        case wire.CompileError(index, message):
+            att.compile_errors[index] = message
         case wire.BudgetSpent(index):
             att.budget_at = index
         case wire.Done():
