@@ -1,1 +1,1 @@
-"""Routing: the envelope, rule validation, the sandbox, decide and the trace."""
+"""Routing (host side): the envelope, the routing config and its validation, stages in order, decide, the dry run and the trace."""
