@@ -23,6 +23,9 @@ import pytest
 from switchboard_rules.jqscan import FORBIDDEN_FUNCTIONS, balanced, forbidden_names
 from switchboard_rules.sandbox_child import build_program
 
+#: Thousands of generated programs against libjq: part of the full run, not the fast subset.
+pytestmark = pytest.mark.slow
+
 SEED = 20250611
 GRAMMAR_CASES = 4000
 SOUP_CASES = 2500

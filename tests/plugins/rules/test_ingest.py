@@ -143,6 +143,7 @@ def _store_rules_by_sql(dsn: str, webhook_id: str, exprs: list[str]) -> None:
                      " WHERE id = %s", (Jsonb(rules), webhook_id))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("expr", "causes"),
     [
@@ -175,6 +176,7 @@ def test_runaway_rules_degrade_to_the_default(world: Any, dsn: str, expr: str,
     assert httpx.get(srv.base_url + "/healthz", timeout=10).status_code == 200
 
 
+@pytest.mark.slow
 async def test_sandbox_busy_under_a_flood(server_factory: Any, dsn: str,
                                           tmp_path: Path) -> None:
     config = tmp_path / "busy.toml"
