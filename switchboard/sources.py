@@ -1,9 +1,10 @@
-"""The source contract: a raw delivery in, a verification verdict out (and, optionally, out again)."""
+"""The source contract (a raw delivery in, a verdict out, optionally out again) and its helpers."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, runtime_checkable
 
@@ -12,6 +13,13 @@ from .pgtext import raw_bytes
 #: Trust modes a source may declare; callers never choose one.
 TRUST_SIGNED = "signed"
 TRUST_TOKEN = "token"
+
+#: Longest delivery id kept as an idempotency key; longer ones are ignored (never truncated,
+#: since two different ids sharing a prefix must not collide) and the next candidate is used.
+MAX_DELIVERY_ID_BYTES = 256
+
+#: The prefix of the ``sha256=<hex>`` signature form many producers send.
+SIGNATURE_PREFIX = "sha256="
 
 
 class Headers:
@@ -165,3 +173,67 @@ def constant_time_equal(expected: str, given: str | None) -> bool:
 def body_key(body: bytes) -> str:
     """The idempotency key of a delivery that carries no delivery id."""
     return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# Helpers for source authors: refusals, delivery ids, header precedence, signatures
+# --------------------------------------------------------------------------------------
+
+
+def refuse(detail: str) -> Verification:
+    """A refusal; ``detail`` is logged and stored, so it never carries a secret or a MAC."""
+    return Verification(ok=False, detail=detail)
+
+
+def usable_delivery_id(value: str | None) -> str | None:
+    """``value`` when it can serve as a delivery id: non-empty and at most 256 bytes."""
+    if not value or len(value.encode("utf-8", "surrogatepass")) > MAX_DELIVERY_ID_BYTES:
+        return None
+    return value
+
+
+def first_header(headers: Headers, names: Sequence[str]) -> str | None:
+    """The first non-empty value among the headers ``names``, in order; None when there is none."""
+    for name in names:
+        value = headers.get(name)
+        if value:
+            return value
+    return None
+
+
+def delivery_id_from_headers(headers: Headers, names: Sequence[str]) -> str | None:
+    """The first usable delivery id among ``names``, in order; None when there is none."""
+    for name in names:
+        found = usable_delivery_id(headers.get(name))
+        if found is not None:
+            return found
+    return None
+
+
+def delivery_key(headers: Headers, names: Sequence[str], body: bytes) -> str:
+    """The delivery id from ``names``, else the body's hash (so a retry still dedups)."""
+    return delivery_id_from_headers(headers, names) or body_key(body)
+
+
+def prefixed_signature(secret: bytes, body: bytes) -> str:
+    """The ``sha256=<hex>`` form of the HMAC-SHA256 of ``body``."""
+    return SIGNATURE_PREFIX + hmac_sha256_hex(secret, body)
+
+
+def prefixed_signature_matches(given: str | None, secret: bytes, body: bytes) -> bool:
+    """Constant-time check of a ``sha256=<hex>`` header over the raw body bytes."""
+    return constant_time_equal(prefixed_signature(secret, body), given)
+
+
+def prefixed_signature_refusal(
+    delivery: Delivery, secret: bytes | None, header: str
+) -> Verification | None:
+    """None when ``header`` carries ``sha256=<hmac of the raw body>``; else the refusal."""
+    if not secret:
+        return refuse("webhook has no signing secret")
+    given = delivery.headers.get(header)
+    if not given:
+        return refuse(f"missing {header} header")
+    if not prefixed_signature_matches(given, secret, delivery.body):
+        return refuse(f"{header} does not match the body")
+    return None

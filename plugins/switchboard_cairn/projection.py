@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchboard.envelope import Projection
+from switchboard.plugin import Projection
 
 #: Root fields of the event.
 _ROOT_KEYS = ("event_id", "kind", "created_at")

@@ -9,13 +9,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from switchboard.forge import (
-    prefixed_signature,
-    prefixed_signature_refusal,
-    refuse,
-    usable_delivery_id,
-)
-from switchboard.sources import (
+from switchboard.plugin import (
     TRUST_SIGNED,
     Delivery,
     Headers,
@@ -23,6 +17,10 @@ from switchboard.sources import (
     Verification,
     body_key,
     constant_time_equal,
+    prefixed_signature,
+    prefixed_signature_refusal,
+    refuse,
+    usable_delivery_id,
 )
 
 SIGNATURE_HEADER = "X-Cairn-Signature"
@@ -30,7 +28,8 @@ EVENT_ID_HEADER = "X-Cairn-Event-Id"
 EVENT_HEADER = "X-Cairn-Event"
 USER_AGENT = "cairn-outboundhook/1"
 #: Cairn's documented replay window: events older (or newer) than this are refused.
-DEFAULT_WINDOW_SECONDS = 300.0
+#: ``[plugins.cairn] freshness_seconds`` changes it.
+DEFAULT_WINDOW_SECONDS = 300
 
 # RFC 3339 date-time only: ``fromisoformat`` alone also takes dates without a time and
 # times without an offset, which would make "when" depend on the receiver's clock zone.
@@ -62,8 +61,11 @@ def _body_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _identity(doc: dict[str, Any] | None, body: bytes) -> Identity:
-    # The body's kind and event_id, never the X-Cairn-* headers: only the body is signed.
+def identity(doc: dict[str, Any] | None, body: bytes) -> Identity:
+    """The body's ``kind`` and ``event_id`` (else the body's hash) from its parsed ``doc``.
+
+    Never the ``X-Cairn-*`` headers: only the body is signed.
+    """
     doc = doc or {}
     kind, event_id = doc.get("kind"), doc.get("event_id")
     return Identity(
@@ -85,7 +87,8 @@ class CairnSource:
     trust_mode = TRUST_SIGNED
 
     def __init__(self, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> None:
-        self.window_seconds = window_seconds
+        #: How far ``created_at`` may be from the receiver's clock, either way.
+        self.window_seconds = float(window_seconds)
 
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Check the HMAC over the raw bytes first; only a signed body is parsed and trusted."""
@@ -114,12 +117,12 @@ class CairnSource:
             return refuse(
                 f"created_at is {abs(skew):.0f} s {direction} (window {self.window_seconds:.0f} s)"
             )
-        found = _identity(doc, delivery.body)
+        found = identity(doc, delivery.body)
         return Verification(ok=True, verified=True, delivery_id=found.delivery_id, kind=found.kind)
 
     def identify(self, headers: Headers, body: bytes) -> Identity:
         """The body's ``kind`` and ``event_id``; ``X-Cairn-Event`` is unsigned, so never used."""
-        return _identity(_body_object(body), body)
+        return identity(_body_object(body), body)
 
     def prepare(self, body: bytes, *, stamp: bool, now: float | None = None) -> bytes:
         """``body`` with ``event_id`` and ``created_at`` set, as Cairn does when it emits.

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from switchboard.plugin import SourceRegistry, hookimpl
 
-from switchboard import hookimpl
+from .source import KIND_HEADERS, GenericSource, kind_from_headers
 
-from .source import GenericSource
-
-__all__ = ["GenericSource"]
+__all__ = ["KIND_HEADERS", "GenericSource", "kind_from_headers"]
 
 
 @hookimpl
-def switchboard_register_sources(register: Any) -> None:
+def switchboard_register_sources(register: SourceRegistry) -> None:
     """Register the ``generic`` source."""
     register.add(GenericSource())

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from switchboard_forge import GITEA_ISSUE_KINDS, issue_projection
 
-from switchboard import hookimpl
-from switchboard.forge import GITEA_ISSUE_KINDS, issue_projection
+from switchboard.plugin import ProjectionRegistry, SourceRegistry, hookimpl
 
 from .source import GiteaSource
 
@@ -13,12 +12,12 @@ __all__ = ["GiteaSource"]
 
 
 @hookimpl
-def switchboard_register_sources(register: Any) -> None:
+def switchboard_register_sources(register: SourceRegistry) -> None:
     """Register the ``gitea`` source."""
     register.add(GiteaSource())
 
 
 @hookimpl
-def switchboard_register_projections(register: Any) -> None:
+def switchboard_register_projections(register: ProjectionRegistry) -> None:
     """Fill ``.issue`` for Gitea issue events."""
     register.add(issue_projection("gitea", GITEA_ISSUE_KINDS))

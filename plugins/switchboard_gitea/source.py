@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import uuid
 
-from switchboard.forge import (
+from switchboard.plugin import (
     SIGNATURE_PREFIX,
-    bare_signature_matches,
-    delivery_key,
-    kind_from_headers,
-    prefixed_signature_matches,
-    refuse,
-)
-from switchboard.sources import (
     TRUST_SIGNED,
     Delivery,
     Headers,
     Identity,
     Verification,
+    constant_time_equal,
+    delivery_key,
+    first_header,
     hmac_sha256_hex,
+    prefixed_signature_matches,
+    refuse,
 )
 
 GITEA_SIGNATURE = "X-Gitea-Signature"
 HUB_SIGNATURE = "X-Hub-Signature-256"
 #: Gitea sends both; its own header wins so a proxy that strips X-GitHub-* keeps ids stable.
 DELIVERY_HEADERS = ("X-Gitea-Delivery", "X-GitHub-Delivery")
+#: The coarse event, in precedence order (Gitea sends the same value in both).
+KIND_HEADERS = ("X-GitHub-Event", "X-Gitea-Event")
 USER_AGENT = "Go-http-client/1.1"
 
 #: Gitea's detailed event types (``X-Gitea-Event-Type``) and the coarse event it announces
@@ -40,6 +40,19 @@ _COARSE_EVENT = {
     "pull_request_review_request": "pull_request",
     "pull_request_comment": "issue_comment",
 }
+
+
+def bare_signature_matches(given: str | None, secret: bytes, body: bytes) -> bool:
+    """Constant-time check of Gitea's bare-hex ``X-Gitea-Signature`` over the raw body bytes."""
+    return constant_time_equal(hmac_sha256_hex(secret, body), given)
+
+
+def identity(headers: Headers, body: bytes) -> Identity:
+    """The coarse event (:data:`KIND_HEADERS`) and the id (:data:`DELIVERY_HEADERS`)."""
+    return Identity(
+        kind=first_header(headers, KIND_HEADERS),
+        delivery_id=delivery_key(headers, DELIVERY_HEADERS, body),
+    )
 
 
 class GiteaSource:
@@ -67,7 +80,7 @@ class GiteaSource:
             ok = prefixed_signature_matches(prefixed, secret, delivery.body)
         if not ok:
             return refuse(f"{checked} does not match the body")
-        found = self.identify(headers, delivery.body)
+        found = identity(headers, delivery.body)
         return Verification(
             ok=True,
             verified=True,
@@ -77,11 +90,8 @@ class GiteaSource:
         )
 
     def identify(self, headers: Headers, body: bytes) -> Identity:
-        """The coarse event (by the forge header order) and ``X-Gitea-Delivery``."""
-        return Identity(
-            kind=kind_from_headers(headers),
-            delivery_id=delivery_key(headers, DELIVERY_HEADERS, body),
-        )
+        """What :meth:`verify` reports, without verifying: see :func:`identity`."""
+        return identity(headers, body)
 
     def sign(
         self,

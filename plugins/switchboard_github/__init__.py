@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from switchboard_forge import GITHUB_ISSUE_KINDS, issue_projection
 
-from switchboard import hookimpl
-from switchboard.forge import GITHUB_ISSUE_KINDS, issue_projection
+from switchboard.plugin import ProjectionRegistry, SourceRegistry, hookimpl
 
 from .source import GithubSource
 
@@ -13,12 +12,12 @@ __all__ = ["GithubSource"]
 
 
 @hookimpl
-def switchboard_register_sources(register: Any) -> None:
+def switchboard_register_sources(register: SourceRegistry) -> None:
     """Register the ``github`` source."""
     register.add(GithubSource())
 
 
 @hookimpl
-def switchboard_register_projections(register: Any) -> None:
+def switchboard_register_projections(register: ProjectionRegistry) -> None:
     """Fill ``.issue`` for GitHub ``issues`` events."""
     register.add(issue_projection("github", GITHUB_ISSUE_KINDS))

@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import uuid
 
-from switchboard.forge import (
+from switchboard.plugin import (
+    TRUST_SIGNED,
+    Delivery,
+    Headers,
+    Identity,
+    Verification,
     delivery_key,
-    kind_from_headers,
     prefixed_signature,
     prefixed_signature_refusal,
 )
-from switchboard.sources import TRUST_SIGNED, Delivery, Headers, Identity, Verification
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
-DELIVERY_HEADERS = ("X-GitHub-Delivery",)
+DELIVERY_HEADER = "X-GitHub-Delivery"
+EVENT_HEADER = "X-GitHub-Event"
 USER_AGENT = "GitHub-Hookshot/switchboard-send"
+
+
+def identity(headers: Headers, body: bytes) -> Identity:
+    """``X-GitHub-Event`` and ``X-GitHub-Delivery`` (else the body's hash)."""
+    return Identity(
+        kind=headers.get(EVENT_HEADER) or None,
+        delivery_id=delivery_key(headers, (DELIVERY_HEADER,), body),
+    )
 
 
 class GithubSource:
@@ -28,15 +40,12 @@ class GithubSource:
         refusal = prefixed_signature_refusal(delivery, secret, SIGNATURE_HEADER)
         if refusal is not None:
             return refusal
-        found = self.identify(delivery.headers, delivery.body)
+        found = identity(delivery.headers, delivery.body)
         return Verification(ok=True, verified=True, delivery_id=found.delivery_id, kind=found.kind)
 
     def identify(self, headers: Headers, body: bytes) -> Identity:
-        """``X-GitHub-Event`` (by the forge header order) and ``X-GitHub-Delivery``."""
-        return Identity(
-            kind=kind_from_headers(headers),
-            delivery_id=delivery_key(headers, DELIVERY_HEADERS, body),
-        )
+        """What :meth:`verify` reports, without verifying: see :func:`identity`."""
+        return identity(headers, body)
 
     def sign(
         self,
@@ -50,10 +59,10 @@ class GithubSource:
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
-            "X-GitHub-Delivery": delivery_id or str(uuid.uuid4()),
+            DELIVERY_HEADER: delivery_id or str(uuid.uuid4()),
         }
         if kind:
-            headers["X-GitHub-Event"] = kind
+            headers[EVENT_HEADER] = kind
         if secret:
             headers[SIGNATURE_HEADER] = prefixed_signature(secret, body)
         return headers

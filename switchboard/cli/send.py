@@ -8,7 +8,7 @@ import functools
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,32 @@ class _InstalledSigners(Mapping[str, ProducerSide]):
 SOURCES: Mapping[str, ProducerSide] = _InstalledSigners()
 
 
+class SigningSourceNames(Collection[str]):
+    """What ``--source`` accepts: the names of a registry's sources that can sign.
+
+    Read on first use (a check, ``--help`` or an error message): every command's parser
+    is built on every invocation, and only ``send`` needs the sources.
+    """
+
+    def __init__(self, registry: Callable[[], SourceRegistry]) -> None:
+        self._registry = registry
+        self._names: list[str] | None = None
+
+    def _resolved(self) -> list[str]:
+        if self._names is None:
+            self._names = sorted(signing_sources(self._registry()))
+        return self._names
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._resolved()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resolved())
+
+    def __len__(self) -> int:
+        return len(self._resolved())
+
+
 def signer_for(registry: SourceRegistry, name: str) -> ProducerSide:
     """``registry``'s source ``name`` when it can sign; :class:`UsageError` otherwise."""
     signers = signing_sources(registry)
@@ -74,7 +100,7 @@ def signer_for(registry: SourceRegistry, name: str) -> ProducerSide:
 
 def _merge_headers(base: dict[str, str], extra: Iterable[tuple[str, str]]) -> dict[str, str]:
     # An explicit --header replaces the producer's header of the same name (any case), so a
-    # test can send a forged delivery id or a wrong signature on purpose.
+    # test can send a wrong delivery id or signature on purpose.
     merged = dict(base)
     for name, value in extra:
         for existing in [k for k in merged if k.lower() == name.lower()]:
@@ -162,15 +188,22 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tupl
         return 0, f"request failed: {reason}"
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``switchboard send``."""
+def configure(parser: argparse.ArgumentParser, runtime: Any = None) -> None:
+    """Arguments of ``switchboard send``.
+
+    ``--source`` offers the sources of ``runtime``'s registry that can sign (so a disabled
+    plugin's is not offered); without a runtime, those of every installed plugin.
+    """
+    registry: Callable[[], SourceRegistry] = (
+        installed_sources if runtime is None else lambda: runtime.registries.sources
+    )
     parser.add_argument("--url", required=True, help="the webhook's ingest URL")
     parser.add_argument(
         "--source",
         required=True,
+        choices=SigningSourceNames(registry),
         metavar="SOURCE",
-        help="a registered source that can sign (its plugin enabled); "
-        "any other is refused with the list of those that can",
+        help="the producer to sign as: %(choices)s (the enabled sources that can sign)",
     )
     parser.add_argument("--secret", help="signing secret, or @FILE to read it from a file")
     parser.add_argument(

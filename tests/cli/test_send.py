@@ -10,16 +10,28 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sbtest import make_env
 from switchboard_cairn.source import CairnSource, parse_rfc3339
 from switchboard_generic.source import GenericSource
 from switchboard_gitea.source import GiteaSource
 from switchboard_github.source import GithubSource
 
 from switchboard.cli.send import UsageError, build_request, configure, run
-from switchboard.sources import Delivery, Headers
+from switchboard.config import load_config
+from switchboard.registry import SourceRegistry
+from switchboard.runtime import Runtime
+from switchboard.sources import (
+    TRUST_SIGNED,
+    Delivery,
+    Headers,
+    Verification,
+    hmac_sha256_hex,
+    producer_side,
+)
 
 SECRET = b"send-secret-0123456789abcdef0123456789"
 NOW = datetime(2026, 9, 11, 17, 4, 5, tzinfo=UTC).timestamp()
@@ -101,6 +113,97 @@ def test_extra_headers_replace_the_producers_in_any_case() -> None:
 def test_unknown_source() -> None:
     with pytest.raises(UsageError):
         build_request("gitlab", b"{}", SECRET, None, [], stamp=False)
+
+
+# --------------------------------------------------------------------------------------
+# --source offers exactly the runtime's sources that can sign
+# --------------------------------------------------------------------------------------
+
+
+class WidgetSource:
+    """A third party's source with a producer side."""
+
+    name = "widget"
+    trust_mode = TRUST_SIGNED
+
+    def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
+        return Verification(ok=True, verified=True)
+
+    def sign(self, body: bytes, secret: bytes | None, kind: str | None) -> dict[str, str]:
+        return {"X-Widget-Mac": hmac_sha256_hex(secret or b"", body)}
+
+
+class ListenerSource:
+    """A third party's source that only verifies: nothing to sign as."""
+
+    name = "listener"
+    trust_mode = TRUST_SIGNED
+
+    def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
+        return Verification(ok=True, verified=True)
+
+
+def runtime_from(tmp_path: Path, toml: str = "") -> Runtime:
+    path = tmp_path / "switchboard.toml"
+    path.write_text(toml)
+    return Runtime(load_config(env=make_env(None, tmp_path / "data", SWITCHBOARD_CONFIG=str(path))))
+
+
+def third_party_runtime() -> Any:
+    sources = SourceRegistry()
+    sources.current_plugin = "third-party"
+    sources.add(WidgetSource())
+    sources.add(ListenerSource())
+    return SimpleNamespace(registries=SimpleNamespace(sources=sources))
+
+
+def offered(runtime: Any) -> list[str]:
+    """The ``--source`` choices ``send --help`` lists for ``runtime``."""
+    parser = argparse.ArgumentParser()
+    configure(parser, runtime)
+    text = " ".join(parser.format_help().split())
+    return text.split("the producer to sign as: ", 1)[1].split(" (", 1)[0].split(", ")
+
+
+def refused(runtime: Any, source: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """argparse's error for ``--source source``."""
+    parser = argparse.ArgumentParser()
+    configure(parser, runtime)
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--url", "http://x/", "--source", source, "body.json"])
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_source_choices_are_the_installed_sources_that_sign(tmp_path: Path) -> None:
+    rt = runtime_from(tmp_path)
+    signers = sorted(s.name for s in rt.registries.sources if producer_side(s) is not None)
+    assert {"cairn", "generic", "gitea", "github"} <= set(signers)
+    assert offered(rt) == signers
+    assert offered(None) == signers  # without a runtime: every installed plugin's
+    parser = argparse.ArgumentParser()
+    configure(parser, rt)
+    for name in signers:
+        assert parser.parse_args(["--url", "u", "--source", name, "f"]).source == name
+
+
+def test_a_disabled_source_is_not_offered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rt = runtime_from(tmp_path, 'disabled_plugins = ["gitea"]\n')
+    assert "gitea" not in offered(rt) and "github" in offered(rt)
+    error = refused(rt, "gitea", capsys)
+    assert "invalid choice: 'gitea'" in error
+    assert "'gitea'" not in error.rpartition("choose from")[2]
+
+
+def test_a_third_party_source_that_signs_is_offered(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rt = third_party_runtime()
+    assert offered(rt) == ["widget"]  # the listener has no producer side
+    assert "invalid choice: 'listener'" in refused(rt, "listener", capsys)
+    assert "invalid choice: 'github'" in refused(rt, "github", capsys)
 
 
 # --------------------------------------------------------------------------------------

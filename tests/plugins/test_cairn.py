@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sbtest import make_env
 from switchboard_cairn.source import CairnSource, parse_rfc3339
 
+from switchboard.config import load_config
+from switchboard.errors import ConfigError
+from switchboard.runtime import Runtime
+from switchboard.service import identity, webhooks
+from switchboard.service.ingest import ingest
 from switchboard.sources import Delivery, Headers, body_key, hmac_sha256_hex
 
 SECRET = b"a-cairn-subscription-secret-of-32-chars+"
@@ -155,6 +165,89 @@ def test_overlong_event_id_falls_back_to_the_body_key() -> None:
 def test_window_is_a_constructor_parameter(window: float, ok: bool) -> None:
     result = CairnSource(window_seconds=window).verify(signed(event()), SECRET, NOW + 30)
     assert result.ok is ok
+
+
+# --------------------------------------------------------------------------------------
+# [plugins.cairn] freshness_seconds: read at registration, through a runtime's config
+# --------------------------------------------------------------------------------------
+
+
+def _runtime(tmp_path: Path, toml: str, dsn: str | None = None) -> Runtime:
+    path = tmp_path / "switchboard.toml"
+    path.write_text(toml)
+    env = make_env(dsn, tmp_path / "data", SWITCHBOARD_CONFIG=str(path))
+    return Runtime(load_config(env=env))
+
+
+@asynccontextmanager
+async def _cairn_webhook(
+    tmp_path: Path, dsn: str, toml: str
+) -> AsyncIterator[Callable[[float], Any]]:
+    """A runtime from ``toml`` with one cairn webhook; yields ``post(age)`` → its status."""
+    rt = _runtime(tmp_path, toml, dsn)
+    await rt.open_store(migrate=False)
+    try:
+        await identity.add_human(rt, "alice")
+        made = await identity.vend_endpoint(
+            rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
+            source_types=["cairn"], webhook_max=1,
+        )  # fmt: skip
+        owner = await rt.store.get_endpoint(made["endpoint_id"])
+        hook = await webhooks.create_webhook(rt, owner, "cairn", "inbox")
+        token = str(hook["ingest_url"]).rsplit("/", 1)[1]
+        secret = str(hook["signing_secret"]).encode()
+
+        async def post(age: float) -> int:
+            # Cairn stamps created_at when it emits: this delivery was emitted ``age`` s ago.
+            body = CairnSource().prepare(event(), stamp=True, now=time.time() - age)
+            headers = CairnSource().sign(body, secret, None)
+            reply = await ingest(rt, token, Headers(headers), body, "application/json")
+            return reply.status
+
+        yield post
+    finally:
+        await rt.shutdown()
+
+
+@pytest.mark.parametrize(
+    "toml,age,status",
+    [
+        ("", 200, 202),  # the default window is 300 s
+        ("", 400, 401),
+        ("[plugins.cairn]\nfreshness_seconds = 60\n", 30, 202),
+        ("[plugins.cairn]\nfreshness_seconds = 60\n", 120, 401),
+        ("[plugins.cairn]\nfreshness_seconds = 3600\n", 1800, 202),
+    ],
+    ids=["default-younger", "default-older", "60-younger", "60-older", "3600-older-than-300"],
+)
+async def test_configured_freshness_window_decides_what_is_accepted(
+    tmp_path: Path, dsn: str, toml: str, age: float, status: int
+) -> None:
+    async with _cairn_webhook(tmp_path, dsn, toml) as post:
+        assert await post(age) == status
+
+
+@pytest.mark.parametrize("toml,window", [("", 300), ("[plugins.cairn]\nfreshness_seconds = 45\n", 45)])
+def test_the_registered_source_carries_the_configured_window(
+    tmp_path: Path, toml: str, window: float
+) -> None:
+    source = _runtime(tmp_path, toml).registries.sources.get("cairn")
+    assert isinstance(source, CairnSource) and source.window_seconds == window
+
+
+@pytest.mark.parametrize(
+    "toml,key",
+    [
+        ("[plugins.cairn]\nfreshness_seconds = 0\n", "plugins.cairn.freshness_seconds"),
+        ('[plugins.cairn]\nfreshness_seconds = "5m"\n', "plugins.cairn.freshness_seconds"),
+        ("[plugins.cairn]\nwindow = 60\n", "plugins.cairn.window"),
+        # The old host key is gone: the cairn plugin owns its window.
+        ("[ingest]\ncairn_freshness_seconds = 60\n", "ingest.cairn_freshness_seconds"),
+    ],
+)
+def test_invalid_cairn_config_names_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=f": {key}:"):
+        _runtime(tmp_path, toml)
 
 
 def test_recorded_fixture_verifies_at_its_own_created_at(recorded: Any) -> None:

@@ -1,15 +1,21 @@
-"""The github and gitea sources' truth tables, and the header helpers they share."""
+"""The github and gitea sources' truth tables, and the helpers they share."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from switchboard_gitea.source import GiteaSource
+from switchboard_gitea.source import GiteaSource, bare_signature_matches
 from switchboard_github.source import GithubSource
 
-from switchboard.forge import delivery_key, kind_from_headers, usable_delivery_id
-from switchboard.sources import Delivery, Headers, body_key, hmac_sha256_hex
+from switchboard.plugin import (
+    Delivery,
+    Headers,
+    body_key,
+    delivery_key,
+    hmac_sha256_hex,
+    usable_delivery_id,
+)
 
 
 def deliver(body: bytes, headers: dict[str, str]) -> Delivery:
@@ -159,28 +165,38 @@ def test_delivery_id_precedence(source: Any, headers: dict[str, str], expected: 
 
 
 KIND_CASES = [
+    # (id, headers, github's kind, gitea's kind)
     (
-        "github header first",
+        "both forge headers",
         {"X-GitHub-Event": "issues", "X-Gitea-Event": "push", "X-Cairn-Event": "x"},
         "issues",
+        "issues",
     ),
-    ("gitea header second", {"X-Gitea-Event": "push", "X-Cairn-Event": "x"}, "push"),
-    ("cairn header last", {"X-Cairn-Event": "artifact.created"}, "artifact.created"),
-    ("empty values skipped", {"X-GitHub-Event": "", "X-Gitea-Event": "push"}, "push"),
-    ("case-insensitive names", {"x-github-event": "ping"}, "ping"),
-    ("none", {"X-Event": "custom"}, None),
+    ("gitea's own header", {"X-Gitea-Event": "push"}, None, "push"),
+    ("cairn's header is neither's", {"X-Cairn-Event": "artifact.created"}, None, None),
+    ("empty values skipped", {"X-GitHub-Event": "", "X-Gitea-Event": "push"}, None, "push"),
+    ("case-insensitive names", {"x-github-event": "ping"}, "ping", "ping"),
+    ("none", {"X-Event": "custom"}, None, None),
 ]
 
 
 @pytest.mark.parametrize(
-    "headers,kind", [c[1:] for c in KIND_CASES], ids=[c[0] for c in KIND_CASES]
+    "headers,github,gitea", [c[1:] for c in KIND_CASES], ids=[c[0] for c in KIND_CASES]
 )
-def test_kind_precedence(headers: dict[str, str], kind: str | None) -> None:
-    assert kind_from_headers(Headers(headers)) == kind
+def test_kind_precedence(headers: dict[str, str], github: str | None, gitea: str | None) -> None:
     signature = {"X-Hub-Signature-256": f"sha256={MAC}"}
-    for source in (GithubSource(), GiteaSource()):
+    for source, kind in ((GithubSource(), github), (GiteaSource(), gitea)):
         result = source.verify(deliver(BODY, {**headers, **signature}), SECRET, NOW)
-        assert result.kind == kind
+        assert result.kind == kind, source.name
+        assert source.identify(Headers(headers), BODY).kind == kind, source.name
+
+
+@pytest.mark.parametrize(
+    "given,ok",
+    [(MAC, True), (MAC.upper(), False), (f"sha256={MAC}", False), ("", False), (None, False)],
+)
+def test_gitea_bare_signature(given: str | None, ok: bool) -> None:
+    assert bare_signature_matches(given, SECRET, BODY) is ok
 
 
 @pytest.mark.parametrize(

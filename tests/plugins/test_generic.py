@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from switchboard_generic.source import GenericSource
+from switchboard_generic.source import GenericSource, kind_from_headers
 
-from switchboard.sources import TRUST_TOKEN, Delivery, Headers, body_key
+from switchboard.plugin import TRUST_TOKEN, Delivery, Headers, body_key
 
 
 def deliver(body: bytes, headers: dict[str, str]) -> Delivery:
@@ -53,10 +53,27 @@ def test_token_trust_is_ok_but_never_verified(secret: bytes | None) -> None:
     assert result.ok and not result.verified
 
 
-def test_kind_comes_from_the_shared_header_order() -> None:
-    headers = {"X-Gitea-Event": "push", "X-Cairn-Event": "artifact.created"}
-    assert GenericSource().verify(deliver(BODY, headers), None, 0.0).kind == "push"
-    assert GenericSource().verify(deliver(BODY, {}), None, 0.0).kind is None
+KIND_CASES = [
+    # (id, headers, kind): the well-known producers' event headers, in this order
+    (
+        "github header first",
+        {"X-GitHub-Event": "issues", "X-Gitea-Event": "push", "X-Cairn-Event": "x"},
+        "issues",
+    ),
+    ("gitea header second", {"X-Gitea-Event": "push", "X-Cairn-Event": "x"}, "push"),
+    ("cairn header last", {"X-Cairn-Event": "artifact.created"}, "artifact.created"),
+    ("empty values skipped", {"X-GitHub-Event": "", "X-Gitea-Event": "push"}, "push"),
+    ("case-insensitive names", {"x-github-event": "ping"}, "ping"),
+    ("none", {"X-Event": "custom"}, None),
+    ("no headers", {}, None),
+]
+
+
+@pytest.mark.parametrize("headers,kind", [c[1:] for c in KIND_CASES], ids=[c[0] for c in KIND_CASES])
+def test_kind_precedence(headers: dict[str, str], kind: str | None) -> None:
+    assert kind_from_headers(Headers(headers)) == kind
+    assert GenericSource().verify(deliver(BODY, headers), None, 0.0).kind == kind
+    assert GenericSource().identify(Headers(headers), BODY).kind == kind
 
 
 def test_recorded_fixture(recorded: Any) -> None:

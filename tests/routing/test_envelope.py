@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from switchboard_cairn.projection import ARTIFACT_KEYS
+from switchboard_forge import ISSUE_KEYS
 
 from switchboard.envelope import Projection
-from switchboard.forge import ISSUE_KEYS
 from switchboard.plugins import build_registries, make_plugin_manager
 from switchboard.registry import ProjectionRegistry
 from switchboard.routing.envelope import build_envelope, parse_payload

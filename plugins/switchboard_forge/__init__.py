@@ -1,0 +1,21 @@
+"""What the gitea and github plugins share: the ``.issue`` projection (a library, no hooks)."""
+
+from __future__ import annotations
+
+from .issue import (
+    GITEA_ISSUE_KINDS,
+    GITHUB_ISSUE_KINDS,
+    ISSUE_KEYS,
+    LABEL_ACTIONS,
+    build_issue,
+    issue_projection,
+)
+
+__all__ = [
+    "GITEA_ISSUE_KINDS",
+    "GITHUB_ISSUE_KINDS",
+    "ISSUE_KEYS",
+    "LABEL_ACTIONS",
+    "build_issue",
+    "issue_projection",
+]
