@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import httpx
+import psutil
 import pytest
+from psycopg.conninfo import conninfo_to_dict
+from sbtest import SWITCHBOARD, assert_log_has_no_secrets, free_port, make_env
 
-from switchboard.config import load_config
+from switchboard.config import Config, load_config
 from switchboard.errors import ConfigError
+from switchboard.runtime import Runtime
+from switchboard.secrets_box import SecretBox
+from switchboard.service import identity, todos, webhooks
 
 
 def test_defaults_without_file_or_env() -> None:
@@ -66,3 +79,151 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
     bad.write_text("[unclosed")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad, env={})
+
+
+# --------------------------------------------------------------------------------------
+# Every key of the README's configuration reference takes effect where it is owned.
+# Covered elsewhere: database_url unset (tests/store/test_embedded.py), disabled_plugins
+# (tests/test_plugins.py, tests/cli/test_send.py), server.database_timeout_ms
+# (tests/test_app.py), routing.stages (tests/test_plugins.py), todos.max_attempts and
+# todos.backoff_* (tests/service/test_todos.py), [plugins.cairn] freshness_seconds
+# (tests/plugins/test_cairn.py).
+# --------------------------------------------------------------------------------------
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "switchboard.toml"
+    path.write_text(text)
+    return path
+
+
+@asynccontextmanager
+async def _opened(config: Config) -> AsyncIterator[Runtime]:
+    rt = Runtime(config)
+    await rt.open_store(migrate=False)
+    try:
+        yield rt
+    finally:
+        await rt.shutdown()
+
+
+async def test_base_url_builds_ingest_and_mcp_urls(dsn: str, tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'base_url = "https://sb.example/relay/"\n')
+    env = make_env(dsn, tmp_path / "data", SWITCHBOARD_CONFIG=str(path))
+    async with _opened(load_config(env=env)) as rt:
+        await identity.add_human(rt, "alice")
+        made = await identity.vend_endpoint(
+            rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
+            source_types=["generic"], webhook_max=1,
+        )  # fmt: skip
+        assert made["mcp_url"] == "https://sb.example/relay/mcp"
+        owner = await rt.store.get_endpoint(made["endpoint_id"])
+        hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
+        assert hook["ingest_url"].startswith("https://sb.example/relay/webhooks/w/")
+
+
+async def test_database_url_and_pool_settings_open_the_store(dsn: str, tmp_path: Path) -> None:
+    path = _toml(tmp_path, f'database_url = "{dsn}"\n[server]\npool_min_size = 1\n'
+                           "pool_max_size = 3\ndatabase_timeout_ms = 700\n")  # fmt: skip
+    data = tmp_path / "data"
+    env = make_env(None, data, SWITCHBOARD_CONFIG=str(path))  # the DSN comes from the file
+    async with _opened(load_config(env=env)) as rt:
+        row = await rt.store.db.fetchone("SELECT current_database() AS name")
+        assert row is not None and row["name"] == conninfo_to_dict(dsn)["dbname"]
+        pool = rt.store.db.pool
+        assert (pool.min_size, pool.max_size, pool.timeout) == (1, 3, 0.7)
+    assert not (data / "pg").exists()  # no embedded server was started
+
+
+def test_secret_key_seals_signing_secrets(tmp_path: Path) -> None:
+    def box(key: str | None, data: str) -> SecretBox:
+        env = {"SWITCHBOARD_DATA_DIR": str(tmp_path / data)}
+        if key:
+            env["SWITCHBOARD_SECRET_KEY"] = key
+        return Runtime(load_config(env=env)).secrets
+
+    sealed = box("first-key-0123456789", "a").seal("whsec_x")
+    assert box("first-key-0123456789", "b").open(sealed) == "whsec_x"
+    with pytest.raises(ConfigError, match="cannot be decrypted"):
+        box("other-key-0123456789", "a").open(sealed)
+    assert not (tmp_path / "a" / "secret.key").exists()  # a configured key is never written
+
+
+def test_data_dir_holds_the_generated_secret_key(tmp_path: Path) -> None:
+    def box(data: str) -> SecretBox:
+        return Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path / data)})).secrets
+
+    sealed = box("a").seal("whsec_x")
+    assert (tmp_path / "a" / "secret.key").is_file()
+    assert box("a").open(sealed) == "whsec_x"  # the next process reuses the key
+    with pytest.raises(ConfigError):
+        box("b").open(sealed)  # another data_dir, another key
+
+
+def test_disabled_plugins_are_not_registered(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'disabled_plugins = ["github"]\n')
+    rt = Runtime(load_config(path, env={}))
+    assert "github" not in rt.registries.sources and "gitea" in rt.registries.sources
+
+
+async def test_lease_ttl_seconds_is_the_default_lease(dsn: str, tmp_path: Path) -> None:
+    path = _toml(tmp_path, "[todos]\nlease_ttl_seconds = 120\n")
+    env = make_env(dsn, tmp_path / "data", SWITCHBOARD_CONFIG=str(path))
+    async with _opened(load_config(env=env)) as rt:
+        await identity.add_human(rt, "alice")
+        made = await identity.vend_endpoint(rt, owner="alice", name="me", queues=["inbox"])
+        me = await identity.authenticate(rt, made["token"])
+        async with rt.store.db.conn() as conn:
+            await conn.execute(
+                "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
+                " routing_trace) VALUES (%s, 'inbox', 'k1', 't', '{}', '{\"stage\": \"default\"}')",
+                (me["id"],),
+            )
+        claimed = await todos.claim_next(rt, me, owner="worker")
+        expires = datetime.fromisoformat(str(claimed["todo"]["lease_expires_at"]))
+        assert 110 < expires.timestamp() - time.time() <= 121  # not the default 300
+
+
+def test_max_body_bytes_is_the_ingest_limit(
+    server_factory: Any, dsn: str, tmp_path: Path
+) -> None:
+    srv = server_factory(dsn, config=_toml(tmp_path, "[ingest]\nmax_body_bytes = 2048\n"))
+    url = srv.base_url + "/webhooks/w/" + "0" * 48
+    assert httpx.post(url, content=b"x" * 2049, timeout=30).status_code == 413
+    assert httpx.post(url, content=b"x" * 2048, timeout=30).status_code == 404  # read, unknown
+
+
+def test_addr_and_workers_start_serve(dsn: str, tmp_path: Path) -> None:
+    port = free_port()
+    path = _toml(tmp_path, f'addr = "127.0.0.1:{port}"\n[server]\nworkers = 2\n')
+    env = make_env(dsn, tmp_path / "data", SWITCHBOARD_CONFIG=str(path))
+    log = tmp_path / "serve.log"
+    # No --host/--port/--workers: `serve` takes all three from the config.
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([*SWITCHBOARD, "serve"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.2)
+            assert health.status_code == 200
+            workers = [
+                child for child in psutil.Process(proc.pid).children()
+                if "spawn_main" in " ".join(child.cmdline())
+            ]  # fmt: skip
+            assert len(workers) >= 2, log.read_text()  # with workers = 1, one process serves
+            assert f"serving on http://127.0.0.1:{port} (2 worker(s))" in log.read_text()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+    assert_log_has_no_secrets(log)
