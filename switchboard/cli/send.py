@@ -8,7 +8,7 @@ import functools
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,32 +59,6 @@ class _InstalledSigners(Mapping[str, ProducerSide]):
 
 #: The installed plugins' sources that can sign, by name (``build_request``'s default).
 SOURCES: Mapping[str, ProducerSide] = _InstalledSigners()
-
-
-class SigningSourceNames(Collection[str]):
-    """What ``--source`` accepts: the names of a registry's sources that can sign.
-
-    Read on first use (a check, ``--help`` or an error message): every command's parser
-    is built on every invocation, and only ``send`` needs the sources.
-    """
-
-    def __init__(self, registry: Callable[[], SourceRegistry]) -> None:
-        self._registry = registry
-        self._names: list[str] | None = None
-
-    def _resolved(self) -> list[str]:
-        if self._names is None:
-            self._names = sorted(signing_sources(self._registry()))
-        return self._names
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._resolved()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._resolved())
-
-    def __len__(self) -> int:
-        return len(self._resolved())
 
 
 def signer_for(registry: SourceRegistry, name: str) -> ProducerSide:
@@ -191,20 +165,23 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tupl
 def configure(parser: argparse.ArgumentParser, runtime: Any = None) -> None:
     """Arguments of ``switchboard send``.
 
-    ``--source`` offers the sources of ``runtime``'s registry that can sign (so a disabled
-    plugin's is not offered); without a runtime, those of every installed plugin.
+    With a ``runtime``, ``--source`` offers exactly its registry's sources that can sign
+    (a disabled plugin's is not among them). Without one, no registry is built just to
+    list choices (a plugin may need its config to register): :func:`run` refuses a source
+    that cannot sign, naming those that can.
     """
-    registry: Callable[[], SourceRegistry] = (
-        installed_sources if runtime is None else lambda: runtime.registries.sources
-    )
     parser.add_argument("--url", required=True, help="the webhook's ingest URL")
-    parser.add_argument(
-        "--source",
-        required=True,
-        choices=SigningSourceNames(registry),
-        metavar="SOURCE",
-        help="the producer to sign as: %(choices)s (the enabled sources that can sign)",
-    )
+    if runtime is not None:
+        choices = sorted(signing_sources(runtime.registries.sources))
+        parser.add_argument(
+            "--source", required=True, choices=choices, metavar="SOURCE",
+            help="the producer to sign as: %(choices)s (the enabled sources that can sign)",
+        )  # fmt: skip
+    else:
+        parser.add_argument(
+            "--source", required=True, metavar="SOURCE",
+            help="the producer to sign as: an enabled source that can sign",
+        )  # fmt: skip
     parser.add_argument("--secret", help="signing secret, or @FILE to read it from a file")
     parser.add_argument(
         "--event",

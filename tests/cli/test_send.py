@@ -180,11 +180,23 @@ def test_source_choices_are_the_installed_sources_that_sign(tmp_path: Path) -> N
     signers = sorted(s.name for s in rt.registries.sources if producer_side(s) is not None)
     assert {"cairn", "generic", "gitea", "github"} <= set(signers)
     assert offered(rt) == signers
-    assert offered(None) == signers  # without a runtime: every installed plugin's
     parser = argparse.ArgumentParser()
     configure(parser, rt)
     for name in signers:
         assert parser.parse_args(["--url", "u", "--source", name, "f"]).source == name
+
+
+def test_without_a_runtime_no_registry_is_built_for_choices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plugin may need its config to register; only run() looks the source up.
+    def unexpected() -> None:
+        raise AssertionError("configure built a registry")
+
+    monkeypatch.setattr("switchboard.cli.send.installed_sources", unexpected)
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert parser.parse_args(["--url", "u", "--source", "anything", "f"]).source == "anything"
 
 
 def test_a_disabled_source_is_not_offered(
