@@ -12,7 +12,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..plugins import build_registries, make_plugin_manager
+from ..config import load_config
+from ..plugins import apply_config, build_registries, make_plugin_manager
 from ..registry import SourceRegistry
 from ..sources import ProducerSide, prepare_body, producer_side
 
@@ -27,8 +28,15 @@ class UsageError(Exception):
 
 @functools.cache
 def installed_sources() -> SourceRegistry:
-    """The sources every installed plugin registers, for callers that have no runtime."""
-    return build_registries(make_plugin_manager()).sources
+    """The sources every installed plugin registers, for callers that have no runtime.
+
+    Each plugin registers with its section's schema defaults, as it would under a runtime
+    with an empty config.
+    """
+    pm = make_plugin_manager()
+    config = load_config(env={})
+    apply_config(pm, config)
+    return build_registries(pm, config).sources
 
 
 def signing_sources(registry: SourceRegistry) -> dict[str, ProducerSide]:

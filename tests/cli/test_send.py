@@ -20,6 +20,7 @@ from switchboard_generic.source import GenericSource
 from switchboard_gitea.source import GiteaSource
 from switchboard_github.source import GithubSource
 
+from switchboard.cli import send as send_module
 from switchboard.cli.send import UsageError, build_request, configure, run
 from switchboard.config import load_config
 from switchboard.registry import SourceRegistry
@@ -197,6 +198,26 @@ def test_without_a_runtime_no_registry_is_built_for_choices(
     parser = argparse.ArgumentParser()
     configure(parser)
     assert parser.parse_args(["--url", "u", "--source", "anything", "f"]).source == "anything"
+
+
+def test_installed_sources_register_with_their_config_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[Any] = []
+    real = send_module.build_registries
+
+    def spy(pm: Any, config: Any = None) -> Any:
+        seen.append(config)
+        return real(pm, config)
+
+    monkeypatch.setattr(send_module, "build_registries", spy)
+    send_module.installed_sources.cache_clear()
+    try:
+        assert "cairn" in send_module.installed_sources()
+    finally:
+        send_module.installed_sources.cache_clear()
+    (config,) = seen
+    assert config.plugin("cairn") == {"freshness_seconds": 300}
 
 
 def test_a_disabled_source_is_not_offered(
