@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -25,3 +25,19 @@ class Projection:
     keys: tuple[str, ...]
     build: Callable[[str, str | None, Any], dict[str, Any] | None]
     title_key: str | None = None
+
+
+@runtime_checkable
+class SubjectExtractor(Protocol):
+    """What ``switchboard_register_subjects`` registers: the thing a delivery is about.
+
+    ``subject`` is pure and parses the verified body in code (never a tenant expression);
+    it returns a stable key such as ``gitea:org/repo#12`` or ``cairn:<id>``, or None when
+    the delivery is not about such a thing.
+    """
+
+    name: str
+
+    def subject(self, source: str, kind: str | None, payload: Any) -> str | None:
+        """The subject key of a delivery from ``source``, or None."""
+        ...

@@ -264,7 +264,8 @@ def switchboard_register_commands(register: CommandRegistry, config: PluginConfi
     """Register ``switchboard`` CLI sub-commands.
 
     :param register: call ``register.add_command(name, configure, run, help=...,
-        needs_store=True)`` where ``configure(parser)`` adds arguments to an
+        needs_store=True)`` where ``configure(parser)`` (or ``configure(parser,
+        runtime)``, to offer what is installed and enabled) adds arguments to an
         ``argparse`` parser and ``run(args, runtime)`` is async and returns an exit code
         (JSON goes to stdout). ``needs_store=False`` runs without opening the database.
     :param config: this plugin's section.

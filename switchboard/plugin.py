@@ -12,7 +12,7 @@ The hooks themselves are specified, with their arguments and types, in
 from __future__ import annotations
 
 from . import __version__, hookimpl
-from .envelope import Projection
+from .envelope import Projection, SubjectExtractor
 from .errors import (
     CeilingExceeded,
     ConfigError,
@@ -26,6 +26,7 @@ from .errors import (
     StoreUnavailable,
     SwitchboardError,
 )
+from .hookspecs import PluginConfig
 from .registry import (
     Command,
     CommandRegistry,
@@ -54,6 +55,7 @@ from .routing.model import (
     Decision,
     Fault,
     Grant,
+    LLMProvider,
     MatchResult,
     RoutingConfig,
     RoutingContext,
@@ -117,12 +119,14 @@ __all__ = [
     "IdentifyingSource",
     "Identity",
     "InvalidArgument",
+    "LLMProvider",
     "LLMProviderRegistry",
     "MCPTool",
     "MCPToolRegistry",
     "MatchResult",
     "MigrationRegistry",
     "NotFound",
+    "PluginConfig",
     "PluginError",
     "ProducerSide",
     "Projection",
@@ -145,6 +149,7 @@ __all__ = [
     "StageRegistry",
     "StageResult",
     "StoreUnavailable",
+    "SubjectExtractor",
     "SubjectRegistry",
     "SwitchboardError",
     "Target",

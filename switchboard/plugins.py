@@ -81,6 +81,10 @@ def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> 
     Each implementation that asks for ``config`` gets its own plugin's
     ``[plugins.<name>]`` section (schema defaults filled in), never another's.
     """
+    if config is None:
+        # No config file: every plugin still gets its schema's defaults, as under an
+        # empty config, so a plugin never has to guess them a second time.
+        config = Config(raw={"plugins": {}}, plugin_schemas=plugin_config_schemas(pm))
     regs = Registries()
     for hook_name, attr in REGISTRATION_HOOKS.items():
         registry = getattr(regs, attr)
@@ -88,7 +92,7 @@ def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> 
             registry.current_plugin = impl.plugin_name
             kwargs: dict[str, Any] = {"register": registry}
             if "config" in impl.argnames:
-                kwargs["config"] = config.plugin(impl.plugin_name) if config else {}
+                kwargs["config"] = config.plugin(impl.plugin_name)
             impl.function(**kwargs)
         registry.current_plugin = "?"
     return regs

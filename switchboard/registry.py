@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Generic, Iterator, TypeVar
 
-from .envelope import Projection
+from .envelope import Projection, SubjectExtractor
 from .errors import PluginError
-from .routing.model import RoutingStage
+from .routing.model import LLMProvider, RoutingStage
 from .sinks import Sink
 from .sources import Source
 
@@ -88,7 +88,7 @@ class ProjectionRegistry(NamedRegistry[Projection]):
         return [p for k, p in self._items.items() if k.endswith(":" + source)]
 
 
-class SubjectRegistry(NamedRegistry[Any]):
+class SubjectRegistry(NamedRegistry[SubjectExtractor]):
     kind = "subject extractor"
 
 
@@ -100,7 +100,7 @@ class SinkRegistry(NamedRegistry[Sink]):
     kind = "sink"
 
 
-class LLMProviderRegistry(NamedRegistry[Any]):
+class LLMProviderRegistry(NamedRegistry[LLMProvider]):
     kind = "LLM provider"
 
 
@@ -158,8 +158,11 @@ class MCPToolRegistry(NamedRegistry[MCPTool]):
 
 @dataclass
 class Command:
+    """A ``switchboard`` sub-command: ``configure(parser)`` or ``configure(parser, runtime)``
+    adds its arguments; ``run(args, runtime)`` runs it."""
+
     name: str
-    configure: Callable[[Any], None]
+    configure: Callable[..., None]
     #: async for most commands; a plain function for those that run their own loop.
     run: Callable[..., Any]
     help: str = ""
@@ -172,7 +175,7 @@ class CommandRegistry(NamedRegistry[Command]):
     def add_command(
         self,
         name: str,
-        configure: Callable[[Any], None],
+        configure: Callable[..., None],
         run: Callable[..., Any],
         help: str = "",
         needs_store: bool = True,

@@ -33,7 +33,12 @@ def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
     if rt is not None:
         for cmd in sorted(rt.registries.commands, key=lambda c: c.name):
             p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
-            cmd.configure(p)
+            # configure(parser) or configure(parser, runtime): the runtime lets a command
+            # offer what is installed and enabled (send's --source choices).
+            if len(inspect.signature(cmd.configure).parameters) >= 2:
+                cmd.configure(p, rt)
+            else:
+                cmd.configure(p)
             p.set_defaults(_command=cmd)
     return parser
 

@@ -10,12 +10,13 @@ from ..service import webhooks
 from .main import emit
 
 
-def configure(p: argparse.ArgumentParser) -> None:
+def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sources = ", ".join(runtime.registries.sources.names()) if runtime else "see `plugins`"
     create = sub.add_parser("create", help="create a webhook owned by an endpoint")
     create.add_argument("--endpoint", required=True, metavar="ID", help="the owning endpoint")
     create.add_argument("--source", required=True, metavar="S",
-                        help="source type: cairn, gitea, github, generic, ...")
+                        help=f"source type (installed: {sources})")
     create.add_argument("--target-queue", required=True, metavar="Q")
     rotate = sub.add_parser("rotate", help="mint a new ingest token (and signing secret)")
     rotate.add_argument("webhook_id", metavar="WEBHOOK_ID")

@@ -197,3 +197,16 @@ class ValidatingStage(Protocol):
     async def validate(self, config: RoutingConfig) -> None:
         """Raise ``RuleValidationError`` when ``config`` is not acceptable to this stage."""
         ...
+
+
+@runtime_checkable
+class LLMProvider(Protocol):
+    """What ``switchboard_register_llm_providers`` registers (used by an LLM triage stage)."""
+
+    name: str
+
+    async def complete(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
+    ) -> str:
+        """The model's raw answer text for ``prompt``; raise on transport errors or timeout."""
+        ...

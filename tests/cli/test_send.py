@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sbtest import make_env
+from sbtest import SWITCHBOARD, make_env
 from switchboard_cairn.source import CairnSource, parse_rfc3339
 from switchboard_generic.source import GenericSource
 from switchboard_gitea.source import GiteaSource
@@ -322,3 +323,17 @@ def test_send_usage_errors_exit_2(
         argv[-1:-1] = ["--header", "no-colon"]
     assert asyncio.run(run(send(*argv), None)) == 2
     assert "error" in json.loads(capsys.readouterr().out)
+
+
+def test_the_real_command_line_offers_only_enabled_signing_sources(tmp_path: Path) -> None:
+    config = tmp_path / "sb.toml"
+    config.write_text('disabled_plugins = ["gitea"]\n')
+    env = {**make_env(None, tmp_path / "data"), "SWITCHBOARD_CONFIG": str(config)}
+    shown = subprocess.run([*SWITCHBOARD, "send", "--help"], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "cairn, generic, github" in " ".join(shown.stdout.split())
+    refused = subprocess.run(
+        [*SWITCHBOARD, "send", "--url", "http://127.0.0.1:9/", "--source", "gitea", "f"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "invalid choice: 'gitea'" in refused.stderr

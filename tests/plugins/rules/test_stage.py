@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from switchboard_rules import stage_of
+from switchboard_rules.sandbox import Limits
 
 from switchboard.config import load_config
 from switchboard.plugin import Grant, RoutingConfig, RoutingContext, Target
@@ -33,3 +36,16 @@ async def test_match_decides_and_no_match_passes_to_the_next_stage() -> None:
         assert miss.decision is None  # the next stage or the default decides
     finally:
         await stage.close()
+
+
+def test_every_plugins_rules_key_reaches_the_sandbox(tmp_path: Path) -> None:
+    config = tmp_path / "sb.toml"
+    config.write_text(
+        "[plugins.rules]\nmax_concurrency = 3\nslot_wait_ms = 250\nmemory_mib = 96\n"
+        "rule_ms = 7\nevent_ms = 70\nkill_grace_ms = 500\ncache_size = 5\ncompile_ms = 300\n")
+    stage = stage_of(Runtime(load_config(str(config), env={})))
+    assert stage.sandbox.limits == Limits(
+        max_concurrency=3, slot_wait_ms=250, memory_mib=96, rule_ms=7, event_ms=70,
+        kill_grace_ms=500, cache_size=5, compile_ms=300)
+    # an unset key takes the schema's default, written nowhere else
+    assert stage_of(Runtime(load_config(env={}))).sandbox.limits.rule_ms == 50
