@@ -193,6 +193,7 @@ def test_max_body_bytes_is_the_ingest_limit(
     assert httpx.post(url, content=b"x" * 2048, timeout=30).status_code == 404  # read, unknown
 
 
+@pytest.mark.slow
 def test_addr_and_workers_start_serve(dsn: str, tmp_path: Path) -> None:
     port = free_port()
     path = _toml(tmp_path, f'addr = "127.0.0.1:{port}"\n[server]\nworkers = 2\n')
