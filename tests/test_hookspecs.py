@@ -13,7 +13,6 @@ import importlib
 import inspect
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,12 +20,11 @@ from typing import Any
 
 import pluggy
 import pytest
+from sbtest import install_hello
 
 from switchboard import hookspecs, plugin
 from switchboard.config import load_config
 from switchboard.plugins import REGISTRATION_HOOKS, build_registries, make_plugin_manager
-
-HELLO = Path(__file__).resolve().parent / "plugins" / "hello"
 
 SPECS: dict[str, Callable[..., Any]] = {
     name: fn for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
@@ -112,14 +110,7 @@ def hello_pm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pluggy.Plugin
     ``sys.path`` for this module only (never into the shared venv).
     """
     root = tmp_path_factory.mktemp("hello")
-    src = shutil.copytree(HELLO, root / "src",
-                          ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = root / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
-         "--no-deps", "--no-build-isolation", "--no-compile", "--target", str(site), str(src)],
-        check=True, capture_output=True, timeout=300,
-    )
+    site = install_hello(root)
     sys.path.insert(0, str(site))
     importlib.invalidate_caches()
     try:

@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -24,30 +22,10 @@ import psycopg
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from sbtest import CLI, Server, make_env, remember_secrets
+from sbtest import CLI, HELLO, Server, install_hello, make_env, remember_secrets
 from sbworld import World
 
 from switchboard.plugin import SinkEvent
-
-HELLO = Path(__file__).resolve().parent / "plugins" / "hello"
-
-
-def install_hello(root: Path) -> Path:
-    """pip-install a copy of the fixture distribution into ``root/site``; return that directory.
-
-    Built from a copy, so no build output lands in the source tree, and installed into a
-    directory of its own, so only processes given it on ``PYTHONPATH`` see the plugin: test
-    runs sharing the venv never do. Removing the directory uninstalls it.
-    """
-    src = shutil.copytree(HELLO, root / "src",
-                          ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = root / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
-         "--no-deps", "--no-build-isolation", "--no-compile", "--target", str(site), str(src)],
-        check=True, capture_output=True, timeout=300,
-    )
-    return site
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -152,3 +153,23 @@ class Server:
         self.proc = None
 
 
+#: The third-party fixture distribution (the README's "Writing a plugin" example, tested).
+HELLO = Path(__file__).resolve().parents[1] / "plugins" / "hello"
+
+
+def install_hello(root: Path) -> Path:
+    """pip-install a copy of the fixture distribution into ``root/site``; return that directory.
+
+    Built from a copy, so no build output lands in the source tree, and installed into a
+    directory of its own, so only processes given it on ``PYTHONPATH`` (or ``sys.path``) see
+    the plugin: test runs sharing the venv never do. Removing the directory uninstalls it.
+    """
+    src = shutil.copytree(HELLO, root / "src",
+                          ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    site = root / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
+         "--no-deps", "--no-build-isolation", "--no-compile", "--target", str(site), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )
+    return site
