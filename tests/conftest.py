@@ -1,4 +1,5 @@
-"""Shared fixtures: one embedded PostgreSQL per session, a fresh database per test."""
+"""Shared fixtures: one embedded PostgreSQL per session, a fresh database per test
+(or, for tests that build their own tenant, one database and server per module)."""
 
 from __future__ import annotations
 
@@ -111,8 +112,10 @@ async def runtime(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
         await rt.shutdown()
 
 
-@pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[Any]:
+@contextlib.contextmanager
+def _servers(tmp_path: Path) -> Iterator[Any]:
+    """``make(dsn, *serve_args, ...)`` starts a real server; every one is stopped on exit
+    (``Server.stop`` also checks its log for secrets)."""
     servers: list[Server] = []
 
     def make(dsn: str | None, *extra: str, env_extra: dict[str, str] | None = None,
@@ -126,9 +129,61 @@ def server_factory(tmp_path: Path) -> Iterator[Any]:
         servers.append(srv)
         return srv.start(*extra)
 
-    yield make
-    for srv in servers:
-        srv.stop()
+    try:
+        yield make
+    finally:
+        for srv in servers:
+            srv.stop()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Any]:
+    with _servers(tmp_path) as make:
+        yield make
+
+
+# -- Shared per module ---------------------------------------------------------------------
+# A server costs a database clone and a start; a test that needs neither a fault on the
+# database nor a config of its own shares its module's, building its own tenant there
+# (names unique per test: ``World(cli, prefix=...)``) and reading back only its own rows.
+
+
+@pytest.fixture(scope="module")
+def module_dsn(pg_server: Any, template_db: str) -> Iterator[str]:
+    """A migrated database one test module shares (dropped when the module ends)."""
+    with _scratch_database(pg_server, template_db) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_server_factory(module_dsn: str,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``server_factory`` for servers a whole module shares, usually on ``module_dsn``.
+
+    They are stopped when the module ends (logs checked for secrets, as ``Server.stop``
+    does), before ``module_dsn`` is dropped: this fixture depends on it for that order.
+    """
+    with _servers(tmp_path_factory.mktemp("module-server")) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def module_server(module_server_factory: Any, module_dsn: str) -> Server:
+    """One plain ``switchboard serve`` on ``module_dsn``, shared by the module's tests."""
+    srv: Server = module_server_factory(module_dsn)
+    return srv
+
+
+@pytest.fixture
+async def module_runtime(module_dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
+    """An in-process runtime for one test, on the module's shared database."""
+    config = load_config(env=make_env(module_dsn, tmp_path / "data"))
+    rt = Runtime(config)
+    await rt.open_store(migrate=False)
+    try:
+        yield rt
+    finally:
+        await rt.shutdown()
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

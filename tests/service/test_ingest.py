@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import select
 import uuid
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from sbtest import CLI, database_refusing
+from sbtest import CLI, Server, database_refusing
 from sbworld import World
 
 from switchboard.cli.send import build_request
@@ -20,14 +21,28 @@ from switchboard.cli.send import build_request
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-@pytest.fixture
-def world(server_factory: Any, dsn: str) -> tuple[Any, World]:
-    srv = server_factory(dsn)
-    w = World(CLI(srv.env))
+_tenant = itertools.count()
+
+
+def _build(w: World) -> World:
     w.human("alice")
     w.human("bob")
     w.endpoint("alice", "owner", queues="inbox,handoff", webhook_queues="inbox")
-    return srv, w
+    return w
+
+
+@pytest.fixture
+def world(module_server: Server) -> tuple[Server, World]:
+    """This test's own tenant (alice, bob, alice's ``owner``) on the module's shared server."""
+    w = World(CLI(module_server.env), prefix=f"t{next(_tenant)}-", direct=True)
+    return module_server, _build(w)
+
+
+@pytest.fixture
+def own_world(server_factory: Any, dsn: str) -> tuple[Server, World]:
+    """The same world, built by the real CLI, on a server and database of its own."""
+    srv = server_factory(dsn)
+    return srv, _build(World(CLI(srv.env)))
 
 
 def _post(url: str, source: str, body: bytes, secret: str | None, **kw: Any) -> httpx.Response:
@@ -36,14 +51,26 @@ def _post(url: str, source: str, body: bytes, secret: str | None, **kw: Any) -> 
     return httpx.post(url, content=data, headers=headers, timeout=30)
 
 
-def _count(dsn: str, table: str) -> int:
+def _scalar(dsn: str, sql: str, *args: Any) -> int:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        row = conn.execute(sql, args).fetchone()
         assert row is not None
         return int(row[0])
 
 
-def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, dsn: str) -> None:
+def _events(dsn: str, *hooks: dict[str, Any]) -> int:
+    """How many events this test's webhooks stored."""
+    return _scalar(dsn, "SELECT count(*) FROM events WHERE webhook_id = ANY(%s::uuid[])",
+                   [h["webhook_id"] for h in hooks])
+
+
+def _todos(dsn: str, w: World) -> int:
+    """How many todos this test's endpoints hold."""
+    return _scalar(dsn, "SELECT count(*) FROM todos WHERE endpoint_id = ANY(%s::uuid[])",
+                   w.endpoint_ids())
+
+
+def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, module_dsn: str) -> None:
     srv, w = world
     hook = w.webhook("owner", "generic")
     assert "signing_secret" not in hook
@@ -58,24 +85,27 @@ def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, dsn: str) -> N
     assert todo["endpoint_id"] == w.endpoints["owner"]["endpoint_id"]
     assert todo["queue"] == "inbox" and todo["created"] is True
     assert "trace" not in resp.text and "routing_trace" not in resp.text
-    with psycopg.connect(dsn) as conn:
-        ev = conn.execute("SELECT external_id, headers, routing_trace, webhook_id, verified,"
-                          " body FROM events").fetchone()
-        assert ev is not None
+    with psycopg.connect(module_dsn) as conn:
+        [ev] = conn.execute("SELECT external_id, headers, routing_trace, webhook_id, verified,"
+                            " body FROM events WHERE webhook_id = %s",
+                            (hook["webhook_id"],)).fetchall()
         assert ev[0] == f"{hook['webhook_id']}:d-1"
         assert ev[1]["authorization"] == "«redacted»"
         assert "s3cret" not in json.dumps(ev[1])
         expected = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
         assert ev[2] == expected and str(ev[3]) == hook["webhook_id"] and ev[4] is False
         assert bytes(ev[5]) == body
-        t = conn.execute("SELECT idempotency_key, routing_trace, payload FROM todos").fetchone()
-        assert t is not None
+        [t] = conn.execute("SELECT idempotency_key, routing_trace, payload FROM todos"
+                           " WHERE endpoint_id = ANY(%s::uuid[])", (w.endpoint_ids(),)).fetchall()
         assert t[0] == ev[0] and t[1] == expected
         assert t[2]["payload"]["big"] == 12345678901234567890123
 
 
-def test_unknown_token_and_oversize_body(world: Any, dsn: str) -> None:
+def test_unknown_token_and_oversize_body(world: Any, module_dsn: str) -> None:
     srv, w = world
+    # An unknown token names no webhook to scope by: the table as a whole must not grow
+    # (a module's tests run one at a time, so its growth here is this test's).
+    events_before = _scalar(module_dsn, "SELECT count(*) FROM events")
     resp = httpx.post(srv.base_url + "/webhooks/w/" + "0" * 48, content=b"{}", timeout=30)
     assert resp.status_code == 404 and resp.json() == {"error": "unknown webhook"}
     hook = w.webhook("owner", "generic")
@@ -85,11 +115,13 @@ def test_unknown_token_and_oversize_body(world: Any, dsn: str) -> None:
     # Size is checked before the token: an unknown token with a huge body is still 413.
     resp = httpx.post(srv.base_url + "/webhooks/w/nope", content=big, timeout=60)
     assert resp.status_code == 413
-    assert _count(dsn, "events") == 0
+    assert _events(module_dsn, hook) == 0
+    assert _scalar(module_dsn, "SELECT count(*) FROM events") == events_before
 
 
 @pytest.mark.parametrize("source", ["cairn", "gitea", "github"])
-def test_signed_sources_accept_right_and_refuse_wrong(world: Any, dsn: str, source: str) -> None:
+def test_signed_sources_accept_right_and_refuse_wrong(world: Any, module_dsn: str,
+                                                     source: str) -> None:
     srv, w = world
     hook = w.webhook("owner", source)
     secret = hook["signing_secret"]
@@ -101,18 +133,18 @@ def test_signed_sources_accept_right_and_refuse_wrong(world: Any, dsn: str, sour
     raw = body.read_bytes()
     bad = _post(hook["ingest_url"], source, raw, "whsec_" + "0" * 64, event="issues", stamp=True)
     assert bad.status_code == 401 and bad.json() == {"error": "signature verification failed"}
-    assert _count(dsn, "events") == 0 and _count(dsn, "todos") == 0
+    assert _events(module_dsn, hook) == 0 and _todos(module_dsn, w) == 0
     ok = _post(hook["ingest_url"], source, raw, secret, event="issues", stamp=True)
     assert ok.status_code == 202, ok.text
     assert ok.json()["verified"] is True and ok.json()["trust_mode"] == "signed"
-    assert _count(dsn, "events") == 1
+    assert _events(module_dsn, hook) == 1
 
 
-def test_fan_out_order_and_route_removal(world: Any, dsn: str) -> None:
+def test_fan_out_order_and_route_removal(world: Any) -> None:
     srv, w = world
     w.endpoint("alice", "pool-a")
     w.endpoint("bob", "pool-b")
-    w.cli.json("friend", "add", "alice", "bob")
+    w.friend("alice", "bob")
     hook = w.webhook("owner", "generic")
     w.route(hook["webhook_id"], "pool-b")
     w.route(hook["webhook_id"], "pool-a")
@@ -130,7 +162,7 @@ def test_fan_out_order_and_route_removal(world: Any, dsn: str) -> None:
 
     # An un-approved friendship is re-checked on every delivery.
     w.route(hook["webhook_id"], "pool-b")
-    w.cli.json("friend", "add", "alice", "bob", "--state", "revoked")
+    w.friend("alice", "bob", state="revoked")
     resp = httpx.post(hook["ingest_url"], content=b'{"n":3}',
                       headers={"X-Delivery-Id": "three"}, timeout=30)
     assert [t["endpoint_id"] for t in resp.json()["todos"]] == [order[0], order[2]]
@@ -149,17 +181,17 @@ def test_route_to_a_stranger_is_forbidden(world: Any) -> None:
     assert proc2.stderr == proc.stderr
 
 
-def test_no_live_target_is_503(world: Any, dsn: str) -> None:
+def test_no_live_target_is_503(world: Any, module_dsn: str) -> None:
     srv, w = world
     hook = w.webhook("owner", "generic")
     w.cli.json("endpoint", "revoke", w.endpoints["owner"]["endpoint_id"])
     resp = httpx.post(hook["ingest_url"], content=b"{}", timeout=30)
     assert resp.status_code == 503 and resp.json() == {"error": "webhook not configured"}
-    assert _count(dsn, "events") == 0
+    assert _events(module_dsn, hook) == 0
 
 
 @pytest.mark.slow
-async def test_fifty_concurrent_redeliveries_make_one_event(world: Any, dsn: str) -> None:
+async def test_fifty_concurrent_redeliveries_make_one_event(world: Any, module_dsn: str) -> None:
     srv, w = world
     w.endpoint("alice", "pool-a")
     w.endpoint("alice", "pool-c")
@@ -178,13 +210,13 @@ async def test_fifty_concurrent_redeliveries_make_one_event(world: Any, dsn: str
     assert sum(r.json()["created"] for r in resps) == 3
     todo_sets = {tuple(sorted(t["id"] for t in r.json()["todos"])) for r in resps}
     assert len(todo_sets) == 1 and len(next(iter(todo_sets))) == 3
-    assert _count(dsn, "events") == 1 and _count(dsn, "todos") == 3
+    assert _events(module_dsn, hook) == 1 and _todos(module_dsn, w) == 3
 
 
-def test_doorbell_rings_for_new_todos_only(world: Any, dsn: str) -> None:
+def test_doorbell_rings_for_new_todos_only(world: Any, module_dsn: str) -> None:
     srv, w = world
     hook = w.webhook("owner", "generic")
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(module_dsn, autocommit=True) as conn:
         conn.execute("LISTEN todo_ready")
         for _ in range(2):  # the second is a redelivery: no ring
             resp = httpx.post(hook["ingest_url"], content=b"{}",
@@ -195,22 +227,32 @@ def test_doorbell_rings_for_new_todos_only(world: Any, dsn: str) -> None:
         while select.select([conn.fileno()], [], [], deadline) != ([], [], []):
             deadline = 1.0
             rings += [n.payload for n in conn.notifies(timeout=0.1, stop_after=10)]
-        assert rings == [f"{w.endpoints['owner']['endpoint_id']}:inbox"]
+        # Sinks ring after the response, so an earlier test's late ring may land here:
+        # only this tenant's endpoints count.
+        mine = tuple(w.endpoint_ids())
+        assert [r for r in rings if r.startswith(mine)] == \
+            [f"{w.endpoints['owner']['endpoint_id']}:inbox"]
 
 
 @pytest.mark.slow
-def test_database_failure_mid_delivery_leaves_nothing(world: Any, dsn: str) -> None:
+def test_database_failure_mid_delivery_leaves_nothing(world: Any, module_dsn: str) -> None:
     srv, w = world
     hook = w.webhook("owner", "generic")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        # The event insert succeeds, then the todo insert fails inside the same transaction.
-        conn.execute("ALTER TABLE todos ADD CONSTRAINT no_todos CHECK (queue <> 'inbox')")
-    resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
-                      timeout=30)
-    assert resp.status_code >= 500
-    assert _count(dsn, "events") == 0 and _count(dsn, "todos") == 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE todos DROP CONSTRAINT no_todos")
+    owner = uuid.UUID(w.endpoints["owner"]["endpoint_id"])
+    check = f"no_todos_{owner.hex}"
+    try:
+        with psycopg.connect(module_dsn, autocommit=True) as conn:
+            # The event insert succeeds, then the todo insert fails inside the same
+            # transaction (only for this test's endpoint: the database is the module's).
+            conn.execute(f"ALTER TABLE todos ADD CONSTRAINT {check}"
+                         f" CHECK (queue <> 'inbox' OR endpoint_id <> '{owner}')")
+        resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
+                          timeout=30)
+        assert resp.status_code >= 500
+        assert _events(module_dsn, hook) == 0 and _todos(module_dsn, w) == 0
+    finally:
+        with psycopg.connect(module_dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE todos DROP CONSTRAINT IF EXISTS {check}")
     # The producer's retry then lands once.
     resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
                       timeout=30)
@@ -246,9 +288,10 @@ def test_send_command_posts_like_the_producer(world: Any, tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_database_going_away_answers_503_and_the_retry_lands_once(
-    world: Any, dsn: str, pg_server: Any
+    own_world: Any, dsn: str, pg_server: Any
 ) -> None:
-    srv, w = world
+    # Its own server and database: it refuses connections to the whole database.
+    srv, w = own_world
     hook = w.webhook("owner", "generic")
     with database_refusing(pg_server, dsn):
         resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
@@ -264,4 +307,5 @@ def test_database_going_away_answers_503_and_the_retry_lands_once(
     again = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
                        timeout=60)
     assert again.json()["created"] == 0
-    assert _count(dsn, "events") == 1 and _count(dsn, "todos") == 1
+    assert _scalar(dsn, "SELECT count(*) FROM events") == 1
+    assert _scalar(dsn, "SELECT count(*) FROM todos") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import psutil
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from sbtest import CLI
+from sbtest import CLI, Server
 from sbworld import World
 
 from switchboard.errors import ServiceError
@@ -20,18 +21,28 @@ from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
 from switchboard.service import rules as rules_svc
 
+_tenant = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def rules_server(module_server_factory: Any, module_dsn: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """The module's shared server, with a small sandbox pool."""
+    config = tmp_path_factory.mktemp("rules-config") / "sb.toml"
+    config.write_text("[plugins.rules]\nmax_concurrency = 2\nslot_wait_ms = 1000\n")
+    srv: Server = module_server_factory(module_dsn, config=config)
+    return srv
+
 
 @pytest.fixture
-def world(server_factory: Any, dsn: str, tmp_path: Path) -> tuple[Any, World]:
-    config = tmp_path / "sb.toml"
-    config.write_text("[plugins.rules]\nmax_concurrency = 2\nslot_wait_ms = 1000\n")
-    srv = server_factory(dsn, config=config)
-    w = World(CLI(srv.env))
+def world(rules_server: Server) -> tuple[Server, World]:
+    """This test's own tenant on the shared server: alice and three of her endpoints."""
+    w = World(CLI(rules_server.env), prefix=f"t{next(_tenant)}-", direct=True)
     w.human("alice")
     w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage")
     w.endpoint("alice", "pool-m", queues="handoff")
     w.endpoint("alice", "pool-l", queues="handoff")
-    return srv, w
+    return rules_server, w
 
 
 def _deliver(hook: dict[str, Any], body: Any, delivery: str) -> dict[str, Any]:
@@ -47,8 +58,21 @@ def _rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return list(conn.execute(sql, args).fetchall())
 
 
-async def test_first_match_narrowed_fan_out_and_drop(world: Any, runtime: Runtime,
-                                                     dsn: str) -> None:
+#: Scopes to this test's own rows: ``%(hook)s`` is its webhook, ``%(eps)s`` its endpoints.
+_MY_EVENTS = "e.webhook_id = %(hook)s"
+_MY_TODOS = "t.endpoint_id = ANY(%(eps)s::uuid[])"
+
+
+def _mine(dsn: str, sql: str, hook: dict[str, Any], w: World) -> list[tuple[Any, ...]]:
+    """``_rows`` for a query scoped with ``_MY_EVENTS`` / ``_MY_TODOS``."""
+    with psycopg.connect(dsn) as conn:
+        args = {"hook": hook["webhook_id"], "eps": w.endpoint_ids()}
+        return list(conn.execute(sql, args).fetchall())
+
+
+async def test_first_match_narrowed_fan_out_and_drop(world: Any, module_runtime: Runtime,
+                                                     module_dsn: str) -> None:
+    runtime, dsn = module_runtime, module_dsn
     srv, w = world
     hook = w.webhook("owner", "generic")
     w.route(hook["webhook_id"], "pool-m")
@@ -71,26 +95,32 @@ async def test_first_match_narrowed_fan_out_and_drop(world: Any, runtime: Runtim
     assert dropped == {"todos": [], "created": 0, "dropped": True, "verified": False,
                        "trust_mode": "token"}
 
-    traces = _rows(dsn, "SELECT e.external_id, e.routing_trace FROM events e ORDER BY received_at")
+    traces = _mine(dsn, "SELECT e.external_id, e.routing_trace FROM events e"
+                        f" WHERE {_MY_EVENTS} ORDER BY received_at", hook, w)
+    assert len(traces) == 3
     assert traces[0][1] == {"stage": "rule", "rule_index": 1, "rule_id": "medium",
                             "rule_name": "lane m",
                             "action": {"queue": "handoff", "endpoints": [m]}}
     assert traces[1][1]["stage"] == "default" and traces[1][1]["cause"] == "no_match_default"
     assert traces[2][1]["action"] == {"drop": True}
     # The drop kept its receipt and created no todo.
-    assert _rows(dsn, "SELECT count(*) FROM todos t JOIN events e ON e.id = t.event_id"
-                      " WHERE e.external_id LIKE '%%:d3'") == [(0,)]
+    assert _mine(dsn, "SELECT count(*) FROM todos t JOIN events e ON e.id = t.event_id"
+                      f" WHERE {_MY_EVENTS} AND e.external_id LIKE '%%:d3'", hook, w) == [(0,)]
     # Every stored trace, on events and todos, validates against the schema.
-    for (trace,) in _rows(dsn, "SELECT routing_trace FROM events UNION ALL "
-                               "SELECT routing_trace FROM todos"):
+    stored = _mine(dsn, f"SELECT routing_trace FROM events e WHERE {_MY_EVENTS} UNION ALL "
+                        f"SELECT routing_trace FROM todos t WHERE {_MY_TODOS}", hook, w)
+    assert len(stored) == 3 + 4  # d1: one todo; d2: three; d3: dropped
+    for (trace,) in stored:
         validate_trace(trace)
-    todo_traces = _rows(dsn, "SELECT t.routing_trace, e.routing_trace FROM todos t "
-                             "JOIN events e ON e.id = t.event_id")
+    todo_traces = _mine(dsn, "SELECT t.routing_trace, e.routing_trace FROM todos t "
+                             f"JOIN events e ON e.id = t.event_id WHERE {_MY_TODOS}", hook, w)
+    assert len(todo_traces) == 4
     assert all(a == b for a, b in todo_traces)
 
 
-async def test_drop_is_sticky_after_the_rules_change(world: Any, runtime: Runtime,
-                                                     dsn: str) -> None:
+async def test_drop_is_sticky_after_the_rules_change(world: Any, module_runtime: Runtime,
+                                                     module_dsn: str) -> None:
+    runtime, dsn = module_runtime, module_dsn
     srv, w = world
     hook = w.webhook("owner", "generic")
     await rules_svc.set_rules(runtime, None, hook["webhook_id"], [],
@@ -99,14 +129,16 @@ async def test_drop_is_sticky_after_the_rules_change(world: Any, runtime: Runtim
     await rules_svc.set_rules(runtime, None, hook["webhook_id"], [])
     again = _deliver(hook, {"x": 1}, "same")
     assert again["dropped"] is True and again["todos"] == []
-    assert _rows(dsn, "SELECT count(*) FROM events") == [(1,)]
-    assert _rows(dsn, "SELECT count(*) FROM todos") == [(0,)]
+    assert _mine(dsn, f"SELECT count(*) FROM events e WHERE {_MY_EVENTS}", hook, w) == [(1,)]
+    assert _mine(dsn, f"SELECT count(*) FROM todos t WHERE {_MY_TODOS}", hook, w) == [(0,)]
     # A new delivery now takes the loosened rules.
     assert _deliver(hook, {"x": 1}, "new")["created"] == 1
 
 
-async def test_grant_is_reapplied_after_a_route_is_removed(world: Any, runtime: Runtime,
-                                                           dsn: str) -> None:
+async def test_grant_is_reapplied_after_a_route_is_removed(world: Any,
+                                                           module_runtime: Runtime,
+                                                           module_dsn: str) -> None:
+    runtime, dsn = module_runtime, module_dsn
     srv, w = world
     hook = w.webhook("owner", "generic")
     w.route(hook["webhook_id"], "pool-m")
@@ -119,13 +151,14 @@ async def test_grant_is_reapplied_after_a_route_is_removed(world: Any, runtime: 
     out = _deliver(hook, {}, "after-revoke")
     # The matched rule no longer fits: the default, never the broader rule below it.
     assert [t["queue"] for t in out["todos"]] == ["inbox"]
-    [(trace,)] = _rows(dsn, "SELECT routing_trace FROM events")
+    [(trace,)] = _mine(dsn, f"SELECT routing_trace FROM events e WHERE {_MY_EVENTS}", hook, w)
     assert trace["stage"] == "default" and trace["cause"] == "rule_not_granted"
     assert trace["rule_id"] == "to-m"
 
 
 async def test_save_refuses_an_endpoint_that_is_not_a_target(world: Any,
-                                                             runtime: Runtime) -> None:
+                                                             module_runtime: Runtime) -> None:
+    runtime = module_runtime
     srv, w = world
     hook = w.webhook("owner", "generic")
     with pytest.raises(ServiceError) as info:
@@ -156,8 +189,9 @@ def _store_rules_by_sql(dsn: str, webhook_id: str, exprs: list[str]) -> None:
          {"error", "sandbox_failure", "timeout", "budget_exhausted"}),
     ],
 )
-def test_runaway_rules_degrade_to_the_default(world: Any, dsn: str, expr: str,
+def test_runaway_rules_degrade_to_the_default(world: Any, module_dsn: str, expr: str,
                                               causes: set[str]) -> None:
+    dsn = module_dsn
     srv, w = world
     hook = w.webhook("owner", "generic")
     _store_rules_by_sql(dsn, hook["webhook_id"], [expr, '.payload.ok == true'])
@@ -166,7 +200,7 @@ def test_runaway_rules_degrade_to_the_default(world: Any, dsn: str, expr: str,
     # Either the faulting rule was skipped and the second matched, or the sandbox failed
     # as a whole and the default took it: the delivery is never lost.
     assert out["created"] == 1
-    [(trace,)] = _rows(dsn, "SELECT routing_trace FROM events")
+    [(trace,)] = _mine(dsn, f"SELECT routing_trace FROM events e WHERE {_MY_EVENTS}", hook, w)
     validate_trace(trace)
     assert {f["cause"] for f in trace["faults"]} & causes, trace
     rss = proc.memory_info().rss
@@ -179,6 +213,7 @@ def test_runaway_rules_degrade_to_the_default(world: Any, dsn: str, expr: str,
 @pytest.mark.slow
 async def test_sandbox_busy_under_a_flood(server_factory: Any, dsn: str,
                                           tmp_path: Path) -> None:
+    # Its own server and database: a one-slot sandbox config, and it counts every row.
     config = tmp_path / "busy.toml"
     config.write_text("[plugins.rules]\nmax_concurrency = 1\nslot_wait_ms = 20\n")
     srv = server_factory(dsn, config=config)
