@@ -44,9 +44,10 @@ async def ceiling(dsn: str, webhook_id: str, endpoint_id: str, concurrency: int,
                 async with pool.connection() as conn, conn.transaction():
                     cur = await conn.execute(
                         "INSERT INTO events (source, kind, external_id, headers, body,"
-                        " content_type, size, verified, trust_mode, webhook_id, routing_trace)"
+                        " content_type, size, verified, trust_mode, webhook_id, routing_trace,"
+                        " disposition)"
                         " VALUES ('generic', NULL, %s, %s, %s, 'application/json', %s, false,"
-                        " 'token', %s, %s) ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING"
+                        " 'token', %s, %s, 'routed') ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING"
                         " RETURNING id",
                         (ext, Jsonb({"content-type": "application/json"}), BODY, len(BODY),
                          webhook_id, Jsonb(trace)))
