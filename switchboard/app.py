@@ -38,6 +38,9 @@ def _retry_later(body: dict[str, Any]) -> HTTPResponse:
 
 def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     loghygiene.install()
+    if rt.config.section("server").get("access_log"):
+        # In every worker: each builds its own app.
+        loghygiene.enable_access_log()
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
     max_body = int(rt.config.section("ingest")["max_body_bytes"])
     app.config.REQUEST_MAX_SIZE = max_body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -191,6 +192,26 @@ def test_max_body_bytes_is_the_ingest_limit(
     url = srv.base_url + "/webhooks/w/" + "0" * 48
     assert httpx.post(url, content=b"x" * 2049, timeout=30).status_code == 413
     assert httpx.post(url, content=b"x" * 2048, timeout=30).status_code == 404  # read, unknown
+
+
+def test_access_log_writes_one_line_per_request(
+    server_factory: Any, dsn: str, tmp_path: Path
+) -> None:
+    quiet = server_factory(dsn)
+    loud = server_factory(dsn, config=_toml(tmp_path, "[server]\naccess_log = true\n"))
+    token = "f" * 48
+    for srv in (quiet, loud):
+        assert httpx.get(srv.base_url + "/healthz?probe=access", timeout=30).status_code == 200
+        assert httpx.post(srv.base_url + f"/webhooks/w/{token}", content=b"{}",
+                          timeout=30).status_code == 404
+    deadline = time.monotonic() + 10
+    while "/webhooks/w/" not in loud.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the line is written after the response
+    lines = loud.log.read_text()
+    assert re.search(r"GET http://\S+/healthz\?probe=access 200 ", lines), lines
+    assert re.search(r"POST http://\S+/webhooks/w/«redacted» 404 ", lines), lines
+    assert token not in lines  # the ingest token is redacted like everywhere else
+    assert "probe=access" not in quiet.log.read_text()
 
 
 @pytest.mark.slow
