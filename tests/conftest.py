@@ -100,16 +100,21 @@ def cli(dsn: str, tmp_path: Path) -> CLI:
     return CLI(make_env(dsn, tmp_path / "data"))
 
 
-@pytest.fixture
-async def runtime(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
-    """An in-process runtime on a fresh database (service-layer tests)."""
-    config = load_config(env=make_env(dsn, tmp_path / "data"))
-    rt = Runtime(config)
+@contextlib.asynccontextmanager
+async def _runtime(dsn: str, data_dir: Path) -> AsyncIterator[Runtime]:
+    rt = Runtime(load_config(env=make_env(dsn, data_dir)))
     await rt.open_store(migrate=False)
     try:
         yield rt
     finally:
         await rt.shutdown()
+
+
+@pytest.fixture
+async def runtime(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
+    """An in-process runtime on a fresh database (service-layer tests)."""
+    async with _runtime(dsn, tmp_path / "data") as rt:
+        yield rt
 
 
 @contextlib.contextmanager
@@ -177,13 +182,8 @@ def module_server(module_server_factory: Any, module_dsn: str) -> Server:
 @pytest.fixture
 async def module_runtime(module_dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
     """An in-process runtime for one test, on the module's shared database."""
-    config = load_config(env=make_env(module_dsn, tmp_path / "data"))
-    rt = Runtime(config)
-    await rt.open_store(migrate=False)
-    try:
+    async with _runtime(module_dsn, tmp_path / "data") as rt:
         yield rt
-    finally:
-        await rt.shutdown()
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
