@@ -1,4 +1,4 @@
-"""Shared fixtures: one embedded PostgreSQL per session, a fresh database per test
+"""Shared fixtures: one PostgreSQL per session, a fresh database per test
 (or, for tests that build their own tenant, one database and server per module)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import contextlib
 import itertools
 import json
 import os
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sbpg import EXPECT_MAJOR, server_version, session_server
 from sbtest import CLI, Server, free_port, make_env
 
 from switchboard.config import load_config
@@ -41,30 +41,49 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
         pytest.mark.anyio(obj)
 
 
+#: What the session ran against, for the closing summary ("PostgreSQL 16.2 (embedded, …)").
+_SERVER_LINE: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The embedded PostgreSQL the whole session shares (stopped at the end)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
+    """The PostgreSQL the whole session shares: the embedded one (stopped at the end), or
+    the external server ``SWITCHBOARD_TEST_DATABASE_URL`` names (tests/support/sbpg.py)."""
+    server = session_server(tmp_path_factory.mktemp("pg"))
+    try:
+        num, version = server_version(server)
+        _SERVER_LINE[:] = [f"PostgreSQL {version} ({server.where()})"]
+        expected = os.environ.get(EXPECT_MAJOR)
+        if expected and num // 10000 != int(expected):
+            pytest.exit(f"{EXPECT_MAJOR}={expected}, but the session's server is "
+                        f"{_SERVER_LINE[0]}", returncode=3)
+        yield server
+    finally:
+        server.cleanup()
 
-        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    yield server
-    server.cleanup()
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in _SERVER_LINE:
+        terminalreporter.write_line(f"database server: {line}")
 
 
 @pytest.fixture(scope="session")
-def template_db(pg_server: Any) -> str:
-    """A database with every migration applied, cloned per test."""
-    admin = pg_server.get_uri()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE sb_template")
-    dsn = pg_server.get_uri("sb_template")
-    from switchboard.plugins import build_registries, make_plugin_manager
+def template_db(pg_server: Any) -> Iterator[str]:
+    """A database with every migration applied, cloned per test (named per session, so
+    sessions sharing an external server keep apart)."""
+    name = f"sb_template_{os.getpid()}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        from switchboard.plugins import build_registries, make_plugin_manager
 
-    regs = build_registries(make_plugin_manager())
-    asyncio.run(migrate.apply(dsn, migrate.collect(regs.migrations.directories)))
-    return "sb_template"
+        regs = build_registries(make_plugin_manager())
+        asyncio.run(migrate.apply(pg_server.get_uri(name),
+                                  migrate.collect(regs.migrations.directories)))
+        yield name
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @contextlib.contextmanager

