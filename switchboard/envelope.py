@@ -18,6 +18,9 @@ class Projection:
     ``title_key`` names the key whose non-empty string titles the todos of a delivery
     (``title`` for ``.issue`` and ``.artifact``); the first projection of the source,
     in registration order, that offers one wins, else the title is source and kind.
+    ``actor_key`` likewise names the key holding who caused the delivery (``actor_id``
+    for ``.artifact``, ``sender`` for ``.issue``): what an LLM triage prompt shows as
+    the event's actor.
     """
 
     name: str
@@ -25,6 +28,7 @@ class Projection:
     keys: tuple[str, ...]
     build: Callable[[str, str | None, Any], dict[str, Any] | None]
     title_key: str | None = None
+    actor_key: str | None = None
 
 
 @runtime_checkable

@@ -148,7 +148,8 @@ def switchboard_register_projections(register: ProjectionRegistry, config: Plugi
         serves (several plugins may fill one name for different sources), the ``keys``
         it always fills, a pure ``build(source, kind, payload)`` returning a dict
         (missing keys become null) or None when it does not apply, and optionally a
-        ``title_key`` whose string titles the delivery's todos. The envelope key is
+        ``title_key`` whose string titles the delivery's todos and an ``actor_key``
+        naming who caused the delivery (shown to LLM triage). The envelope key is
         always present, null when the projection does not apply; a projection never
         overrides a switchboard fact (``.source``, ``.verified`` ...).
     :param config: this plugin's section.
@@ -179,9 +180,13 @@ def switchboard_register_routing_stages(register: StageRegistry, config: PluginC
     :param register: call ``register.add(stage)`` with a
         :class:`switchboard.plugin.RoutingStage`: a ``name`` and ``async route(ctx)``
         taking a :class:`switchboard.plugin.RoutingContext` (the webhook's
-        :class:`~switchboard.plugin.RoutingConfig`, the envelope, the grant) and
-        returning a :class:`switchboard.plugin.StageResult` (a decision, or none plus
-        faults). A stage may also define ``async validate(config)``
+        :class:`~switchboard.plugin.RoutingConfig`, the envelope, the grant, the faults of
+        earlier stages, and ``runtime``: the :class:`switchboard.plugin.Runtime` with its
+        store and registries on a live delivery or a dry run over a webhook, None
+        offline) and returning a :class:`switchboard.plugin.StageResult` (a decision, or
+        none plus faults). A stage that decides by falling back builds its decision with
+        ``default_decision(ctx.grant, ctx.config.default_action, ctx.faults, cause=...)``.
+        A stage may also define ``async validate(config)``
         (:class:`switchboard.plugin.ValidatingStage`), called after the host's own
         checks whenever a routing config is saved or dry-run; it raises
         :class:`switchboard.plugin.RuleValidationError` (see ``rule_error``). The
@@ -207,10 +212,13 @@ def switchboard_register_rule_packs(register: RulePackRegistry, config: PluginCo
 def switchboard_register_llm_providers(register: LLMProviderRegistry, config: PluginConfig) -> None:
     """Register LLM providers for the triage stage.
 
-    :param register: call ``register.add(provider)`` with an object that has a ``name``
-        and ``async complete(model, system, prompt, schema, timeout)`` returning the
-        model's raw text. Providers never see the routing grant: the stage validates
-        answers against it.
+    :param register: call ``register.add(provider)`` with a
+        :class:`switchboard.plugin.LLMProvider`: a ``name`` (what an endpoint's triage
+        config names as its ``provider``) and
+        ``async complete(model, system, prompt, schema, timeout)`` returning the model's
+        raw text, raising ``TimeoutError`` past ``timeout`` seconds and any other
+        exception on a transport or server error. Providers never see the routing grant:
+        the stage validates answers against it and the schema.
     :param config: this plugin's section (API endpoints, key files ...).
     """
 

@@ -48,10 +48,18 @@ from .routing.config import MAX_RULES, check_structure, rule_error, validate_con
 from .routing.decide import decide, default_decision
 from .routing.dryrun import dry_run
 from .routing.model import (
+    CAUSE_LLM_BUDGET_EXHAUSTED,
+    CAUSE_LLM_ERROR,
+    CAUSE_LLM_INVALID_ANSWER,
+    CAUSE_LLM_LOW_CONFIDENCE,
+    CAUSE_LLM_TIMEOUT,
+    CAUSE_LLM_UNKNOWN_QUEUE,
     DISPOSITION_DROPPED,
     DISPOSITION_ROUTED,
     DISPOSITIONS,
     FAULT_CAUSES,
+    LLM_CAUSES,
+    STAGE_LLM,
     Decision,
     Fault,
     Grant,
@@ -96,13 +104,21 @@ from .sources import (
 )
 
 __all__ = [
+    "CAUSE_LLM_BUDGET_EXHAUSTED",
+    "CAUSE_LLM_ERROR",
+    "CAUSE_LLM_INVALID_ANSWER",
+    "CAUSE_LLM_LOW_CONFIDENCE",
+    "CAUSE_LLM_TIMEOUT",
+    "CAUSE_LLM_UNKNOWN_QUEUE",
     "DISPOSITIONS",
     "DISPOSITION_DROPPED",
     "DISPOSITION_ROUTED",
     "FAULT_CAUSES",
+    "LLM_CAUSES",
     "MAX_DELIVERY_ID_BYTES",
     "MAX_RULES",
     "SIGNATURE_PREFIX",
+    "STAGE_LLM",
     "TRUST_SIGNED",
     "TRUST_TOKEN",
     "CeilingExceeded",

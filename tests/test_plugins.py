@@ -61,7 +61,10 @@ def test_plugins_command_lists_hooks_as_json(cli: CLI) -> None:
     out = json.loads(cli.run("plugins").stdout)
     by = {p["name"]: p for p in out}
     assert "switchboard_register_sources" in by["cairn"]["hooks"]
-    assert set(by["cairn"]) == {"name", "version", "distribution", "hooks"}
+    assert set(by["cairn"]) == {"name", "version", "distribution", "hooks", "provides"}
+    assert by["cairn"]["provides"] == {"sources": ["cairn"], "projections": ["artifact:cairn"]}
+    assert by["rules"]["provides"]["stages"] == ["rules"]
+    assert by["rules"]["provides"]["enabled_stages"] == ["rules"]
 
 
 def test_environment_has_no_switchboard_vars_leaking(tmp_path: Path) -> None:
@@ -78,9 +81,11 @@ def test_routing_stages_are_enabled_and_ordered_by_config(tmp_path: Path) -> Non
         path.write_text(toml)
         return [s.name for s in Runtime(load_config(path, env={})).stages]
 
-    assert stages("") == ["rules"]  # "llm" is listed by default and skipped until installed
+    assert stages("") == ["rules", "llm"]
+    # A stage listed but not installed (here: its plugin disabled) is skipped.
+    assert stages('disabled_plugins = ["llm"]\n') == ["rules"]
     assert stages("[routing]\nstages = []\n") == []
-    assert stages('disabled_plugins = ["rules"]\n') == []
+    assert stages('disabled_plugins = ["rules", "llm"]\n') == []
 
 
 def test_every_command_has_help(cli: CLI) -> None:

@@ -102,5 +102,6 @@ def issue_projection(provider: str, kinds: frozenset[str]) -> Projection:
         return build_issue(provider, kinds, kind, payload)
 
     return Projection(
-        name="issue", sources=(provider,), keys=ISSUE_KEYS, build=build, title_key="title"
+        name="issue", sources=(provider,), keys=ISSUE_KEYS, build=build, title_key="title",
+        actor_key="sender",
     )

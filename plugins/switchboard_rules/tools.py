@@ -7,7 +7,7 @@ MCP plugin serves whatever the tool registry holds, so without this plugin there
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -114,12 +114,18 @@ async def test_webhook_rules(
     ] = None,
     default_action: DefaultAction = None,
     params: Params = None,
+    llm: Annotated[
+        Literal["skip", "run"],
+        Field(description='"run" also runs the LLM triage stage when no rule matches (a real '
+                          'model call that spends the triage budget); "skip" (default) does not'),
+    ] = "skip",
 ) -> dict[str, Any]:
     """Dry-run the saved (or candidate) rules against a stored event or a sample payload;
-    returns the decision, the trace and the envelope the rules saw. Saves nothing."""
+    returns the decision, the trace and the envelope the rules saw. Saves nothing; the LLM
+    triage runs only with llm="run"."""
     result: dict[str, Any] = await _rules().test_rules(
         ctx.runtime, ctx.endpoint, webhook_id, event_id=event_id, payload=payload,
-        headers=headers, rules=rules, default_action=default_action, params=params,
+        headers=headers, rules=rules, default_action=default_action, params=params, llm=llm,
     )
     return result
 

@@ -31,14 +31,33 @@ async def cmd_migrate(args: argparse.Namespace, rt: Runtime) -> int:
 
 
 async def cmd_plugins(args: argparse.Namespace, rt: Runtime) -> int:
-    emit(
-        [
-            {"name": p.name, "version": p.version, "distribution": p.distribution,
-             "hooks": list(p.hooks)}
-            for p in list_plugins(rt.pm)
-        ]
-    )
+    out = []
+    for p in list_plugins(rt.pm):
+        entry: dict[str, Any] = {"name": p.name, "version": p.version,
+                                 "distribution": p.distribution, "hooks": list(p.hooks)}
+        provides = provided_by(rt, p.name)
+        if provides:
+            entry["provides"] = provides
+        out.append(entry)
+    emit(out)
     return 0
+
+
+def provided_by(rt: Runtime, plugin: str) -> dict[str, list[str]]:
+    """What ``plugin`` registered, by registry (``sources``, ``stages``, ``llm_providers``
+    ...); ``enabled_stages`` are its stages that ``routing.stages`` runs, in that order."""
+    regs = rt.registries
+    out: dict[str, list[str]] = {}
+    for attr in ("sources", "projections", "subjects", "stages", "sinks", "llm_providers",
+                 "rule_packs", "mcp_tools", "commands"):
+        registry = getattr(regs, attr)
+        names = [n for n in registry.names() if registry.owner(n) == plugin]
+        if names:
+            out[attr] = names
+    enabled = [s.name for s in rt.stages if regs.stages.owner(s.name) == plugin]
+    if enabled:
+        out["enabled_stages"] = enabled
+    return out
 
 
 def conf_human(p: argparse.ArgumentParser) -> None:
@@ -113,7 +132,7 @@ def register(register: CommandRegistry) -> None:
     )
     register.add_command(
         "plugins", lambda p: None, cmd_plugins, needs_store=False,
-        help="list loaded plugins: name, version, distribution, hooks",
+        help="list loaded plugins: name, version, distribution, hooks, what each provides",
     )
     register.add_command("human", conf_human, cmd_human, help="manage humans")
     register.add_command("friend", conf_friend, cmd_friend, help="manage friendships")

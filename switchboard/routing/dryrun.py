@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .config import validate_config
 from .model import Grant, RoutingStage
 from .route import route
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 
 async def dry_run(
@@ -16,16 +19,23 @@ async def dry_run(
     envelope: dict[str, Any],
     grant: Grant,
     webhook: dict[str, Any] | None = None,
+    *,
+    runtime: Runtime | None = None,
+    skip: Collection[str] = (),
 ) -> dict[str, Any]:
     """``{"config", "decision", "trace", "envelope"}`` for ``envelope`` under ``config``; saves nothing.
 
     ``config`` is validated exactly as a save validates it (structure, grant, then each
     enabled stage's own checks), so a refused config raises
     :class:`switchboard.errors.RuleValidationError` here too. The MCP tool, the
-    ``rules test`` command and history replays all call this.
+    ``rules test`` command and history replays all call this. ``runtime`` reaches the
+    stages as ``ctx.runtime``; the stages named in ``skip`` are validated but not run
+    (``test_webhook_rules`` skips ``llm`` unless asked, so a dry run spends no budget).
     """
     normalized = await validate_config(config, grant, stages)
-    decision = await route(stages, webhook or {}, normalized, envelope, grant)
+    running = [s for s in stages if s.name not in skip]
+    decision = await route(running, webhook or {}, normalized, envelope, grant,
+                           runtime=runtime)
     return {
         "config": normalized.to_json(),
         "decision": decision.to_json(),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 #: Trace stages and causes (``schemas/trace.schema.json`` is the authority).
 STAGE_RULE = "rule"
@@ -13,6 +16,21 @@ STAGE_LLM = "llm"
 CAUSE_NO_MATCH = "no_match_default"
 CAUSE_RULE_NOT_GRANTED = "rule_not_granted"
 CAUSE_DEFAULT_NOT_GRANTED = "default_not_granted"
+#: Why an LLM triage stage took the default instead of the model's answer.
+CAUSE_LLM_UNKNOWN_QUEUE = "llm_unknown_queue"
+CAUSE_LLM_LOW_CONFIDENCE = "llm_low_confidence"
+CAUSE_LLM_INVALID_ANSWER = "llm_invalid_answer"
+CAUSE_LLM_ERROR = "llm_error"
+CAUSE_LLM_TIMEOUT = "llm_timeout"
+CAUSE_LLM_BUDGET_EXHAUSTED = "llm_budget_exhausted"
+LLM_CAUSES = (
+    CAUSE_LLM_UNKNOWN_QUEUE,
+    CAUSE_LLM_LOW_CONFIDENCE,
+    CAUSE_LLM_INVALID_ANSWER,
+    CAUSE_LLM_ERROR,
+    CAUSE_LLM_TIMEOUT,
+    CAUSE_LLM_BUDGET_EXHAUSTED,
+)
 #: What became of a delivery, stored with its event (never re-derived from the trace).
 #: ``repeat`` and ``held`` are reserved for the lanes (work orders) stage.
 DISPOSITION_ROUTED = "routed"
@@ -153,7 +171,21 @@ class RoutingContext:
 
     ``config`` is the webhook's routing configuration, ``envelope`` what rules see,
     ``grant`` what the delivery may reach; ``webhook`` is the resolved webhook row (its
-    ``id``, ``source_type``, ``target_queue`` ...), read-only by convention.
+    ``id``, ``endpoint_id`` (the owner endpoint), ``source_type``, ``target_queue`` ...),
+    read-only by convention. ``faults`` are those the stages before this one reported
+    (a stage that decides by taking the default passes them to ``default_decision``).
+
+    ``runtime`` is the process's :class:`switchboard.runtime.Runtime` (its ``store``,
+    ``registries`` and ``config``) when the routing runs in the service: a live delivery
+    or a dry run over a webhook (``test_webhook_rules``). It is None where nothing is
+    open (``switchboard rules test`` offline, unit tests); a stage that needs the
+    database, or another plugin's registrations, passes (no decision) then.
+
+    ``external_id`` is a live delivery's dedup key (``<webhook_id>:<delivery id>``; None
+    in dry runs). A redelivery is routed like the first delivery and its decision then
+    discarded (the store reports the first delivery's todos), so a stage whose decision
+    costs something may ask ``runtime.store.is_recorded(envelope["source"], external_id)``
+    and pass.
     """
 
     webhook: dict[str, Any]
@@ -161,6 +193,8 @@ class RoutingContext:
     grant: Grant
     config: RoutingConfig = field(default_factory=RoutingConfig)
     faults: list[Fault] = field(default_factory=list)
+    runtime: Runtime | None = None
+    external_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,5 +242,11 @@ class LLMProvider(Protocol):
     async def complete(
         self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
     ) -> str:
-        """The model's raw answer text for ``prompt``; raise on transport errors or timeout."""
+        """The model's raw answer text for ``prompt`` (``system`` instructs the model,
+        ``schema`` is the JSON Schema the answer must follow, ``timeout`` in seconds).
+
+        Raise ``TimeoutError`` when ``timeout`` passes and any other exception on a
+        transport or server error; its message is recorded in the trace, so it never
+        carries a credential. The caller validates the text: never the provider.
+        """
         ...

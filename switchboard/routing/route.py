@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .decide import default_decision
-from .model import Decision, Fault, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
+from .model import Decision, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 
 def grant_for(webhook: dict[str, Any]) -> Grant:
@@ -33,13 +36,21 @@ async def route(
     config: RoutingConfig,
     envelope: dict[str, Any],
     grant: Grant,
+    *,
+    runtime: Runtime | None = None,
+    external_id: str | None = None,
 ) -> Decision:
-    """The decision for one delivery: live (the saved config) or a dry run (any config)."""
-    ctx = RoutingContext(webhook=webhook, envelope=envelope, grant=grant, config=config)
-    faults: list[Fault] = []
+    """The decision for one delivery: live (the saved config) or a dry run (any config).
+
+    Each stage sees the faults of the stages before it in ``ctx.faults``; ``runtime`` is
+    handed to the stages (``ctx.runtime``) by the receiver and the dry runs over a webhook,
+    ``external_id`` (the dedup key) by the receiver only.
+    """
+    ctx = RoutingContext(webhook=webhook, envelope=envelope, grant=grant, config=config,
+                         runtime=runtime, external_id=external_id)
     for stage in stages:
         result = await stage.route(ctx)
-        faults.extend(result.faults)
         if result.decision is not None:
             return result.decision
-    return default_decision(grant, config.default_action, faults)
+        ctx.faults.extend(result.faults)
+    return default_decision(grant, config.default_action, ctx.faults)

@@ -93,7 +93,8 @@ async def ingest(
         body=body,
         projections=rt.registries.projections,
     )
-    decision = await route(rt.stages, webhook, config_of(webhook), envelope, grant)
+    decision = await route(rt.stages, webhook, config_of(webhook), envelope, grant,
+                           runtime=rt, external_id=external_id)
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)
     validate_trace(trace)

@@ -17,6 +17,9 @@ from .webhooks import owned_webhook
 #: The mutable form a verb edits: ``RoutingConfig.to_json()``.
 Config = dict[str, Any]
 
+#: ``test_rules(llm=...)``: whether a dry run runs the ``llm`` triage stage.
+LLM_CHOICES = ("skip", "run")
+
 
 async def _grant(rt: Runtime, webhook_id: str) -> Grant:
     resolved = await rt.store.resolve_webhook_by_id(webhook_id)
@@ -129,9 +132,16 @@ async def remove_rule(
 async def test_rules(
     rt: Runtime, caller: Row | None, webhook_id: str, *,
     event_id: str | None = None, payload: Any = None, headers: dict[str, str] | None = None,
-    rules: Any = None, default_action: Any = None, params: Any = None,
+    rules: Any = None, default_action: Any = None, params: Any = None, llm: str = "skip",
 ) -> dict[str, Any]:
-    """Dry-run saved or candidate rules against a stored event or a sample; saves nothing."""
+    """Dry-run saved or candidate rules against a stored event or a sample; saves nothing.
+
+    ``llm`` is ``"skip"`` (the default: the ``llm`` triage stage is not run, so a dry run
+    calls no model and spends no budget) or ``"run"`` (it runs as it would live, and its
+    call counts against the owner's triage budget).
+    """
+    if llm not in LLM_CHOICES:
+        raise InvalidArgument(f"llm: must be one of {', '.join(LLM_CHOICES)} (got {llm!r})")
     row = await owned_webhook(rt, caller, webhook_id)
     grant = await _grant(rt, row["id"])
     config = config_of(row).to_json()
@@ -161,7 +171,8 @@ async def test_rules(
             body=raw_body(payload),
             headers={str(k): str(v) for k, v in (headers or {}).items()},
         )
-    result = await dry_run(rt.stages, config, envelope, grant, row)
+    result = await dry_run(rt.stages, config, envelope, grant, row, runtime=rt,
+                           skip=("llm",) if llm == "skip" else ())
     del result["config"]
     return result
 

@@ -123,6 +123,14 @@ class EventQueries:
         rows = await cur.fetchall()
         return DeliveryOutcome(first["id"], False, False, [{**r, "created": False} for r in rows])
 
+    async def is_recorded(self, source: str, external_id: str) -> bool:
+        """True when a delivery with this dedup key is already stored (a redelivery)."""
+        row = await self.db.fetchone(
+            "SELECT 1 AS hit FROM events WHERE source = %s AND external_id = %s",
+            (source, external_id),
+        )
+        return row is not None
+
     async def get_event(self, event_id: str) -> Row | None:
         if not is_uuid(event_id):
             return None

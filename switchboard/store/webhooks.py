@@ -97,6 +97,26 @@ class WebhookQueries:
             return None
         return await self.db.fetchone(_RESOLVED + " WHERE w.id = %s", (webhook_id,))
 
+    async def endpoint_grant_queues(self, endpoint_id: str) -> list[str] | None:
+        """The queues any webhook this endpoint owns may route to, or None (no such endpoint).
+
+        The endpoint's webhook queues plus the scopes of its human's other live endpoints:
+        the grant of :func:`switchboard.routing.route.grant_for` before a webhook adds its
+        own target queue (which is one of the webhook queues anyway). Settings that name
+        queues for every webhook of an endpoint (LLM triage) are checked against it.
+        """
+        if not is_uuid(endpoint_id):
+            return None
+        row = await self.db.fetchone(
+            "SELECT o.webhook_queues, "
+            f"({_HUMAN_QUEUES}) AS human_queues"
+            " FROM endpoints o, (SELECT %s::uuid AS endpoint_id) w WHERE o.id = w.endpoint_id",
+            (endpoint_id,),
+        )
+        if row is None:
+            return None
+        return list(dict.fromkeys([*row["webhook_queues"], *row["human_queues"]]))
+
     # -- routes ------------------------------------------------------------------------
 
     async def add_route(self, webhook_id: str, target_endpoint_id: str,

@@ -1,0 +1,124 @@
+"""The first-party LLM providers the operator lists in ``[plugins.llm] providers``.
+
+``static`` answers from its config (tests, demos, a dry run of the whole path without a
+model); ``openai`` speaks the chat-completions API any OpenAI-compatible server offers
+(LiteLLM, vLLM, Ollama, llama.cpp's server, OpenAI itself). A third party's provider is a
+plugin implementing ``switchboard_register_llm_providers`` with the same two members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import Any
+
+import httpx
+
+from switchboard.plugin import LLMProvider
+
+log = logging.getLogger("switchboard.llm")
+
+
+class ProviderError(Exception):
+    """A transport or server failure, with a message fit for the routing trace."""
+
+
+class StaticProvider:
+    """Answers from config: ``answers[model]``, else ``answer``; no answer is an error."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name: str = spec.get("name") or "static"
+        self.answers: dict[str, Any] = dict(spec.get("answers") or {})
+        self.answer: Any = spec.get("answer")
+        self.delay = int(spec.get("delay_ms", 0)) / 1000
+
+    async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
+                       timeout: float) -> str:
+        answer = self.answers.get(model, self.answer)
+        if answer is None:
+            raise ProviderError(f"static provider {self.name!r} has no answer for {model!r}")
+        if self.delay:
+            if self.delay >= timeout:
+                await asyncio.sleep(timeout)
+                raise TimeoutError
+            await asyncio.sleep(self.delay)
+        return answer if isinstance(answer, str) else json.dumps(answer)
+
+
+class OpenAIProvider:
+    """``POST {base_url}/chat/completions`` with the answer's JSON Schema as the response
+    format; the API key, when any, comes from the environment variable ``api_key_env``."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name: str = spec.get("name") or "openai"
+        self.url = str(spec["base_url"]).rstrip("/") + "/chat/completions"
+        self.api_key_env: str | None = spec.get("api_key_env")
+        self.response_format: str = spec.get("response_format", "json_schema")
+        self.max_tokens = int(spec.get("max_tokens", 512))
+        self.temperature = float(spec.get("temperature", 0))
+        if self.api_key_env and not os.environ.get(self.api_key_env):
+            log.warning("LLM provider %r: environment variable %s is not set",
+                        self.name, self.api_key_env)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise ProviderError(f"environment variable {self.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def request_body(self, model: str, system: str, prompt: str,
+                     schema: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": prompt}],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "stream": False,
+        }
+        if self.response_format == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "triage_answer", "strict": True, "schema": schema},
+            }
+        elif self.response_format == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
+                       timeout: float) -> str:
+        body = self.request_body(model, system, prompt, schema)
+        headers = self._headers()
+        try:
+            # A client per call: a provider serves every worker's event loop, and at
+            # triage volume a connection's setup is nothing next to the model's latency.
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                resp = await client.post(self.url, json=body, headers=headers)
+        except httpx.TimeoutException:
+            raise TimeoutError from None
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"{type(exc).__name__} from {self.url}") from None
+        if resp.status_code != 200:
+            raise ProviderError(f"HTTP {resp.status_code} from {self.url}")
+        try:
+            doc = resp.json()
+            message = doc["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ProviderError("the response is not a chat completion") from None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str):
+            refusal = message.get("refusal") if isinstance(message, dict) else None
+            raise ProviderError("the model refused" if refusal else "the completion has no text")
+        return content
+
+
+def build_provider(spec: dict[str, Any]) -> LLMProvider:
+    """The provider one ``[[plugins.llm.providers]]`` entry describes (already validated)."""
+    if spec["type"] == "static":
+        return StaticProvider(spec)
+    return OpenAIProvider(spec)

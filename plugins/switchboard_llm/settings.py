@@ -1,0 +1,186 @@
+"""The schemas of LLM triage: the operator's ``[plugins.llm]``, an endpoint's ``llm_triage``
+and the model's answer. The only place their defaults and ceilings are written."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from switchboard.plugin import InvalidArgument
+
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"}
+#: An answer a static provider gives: the JSON object (serialized) or raw text as is.
+_STATIC_ANSWER = {"type": ["object", "string"]}
+
+STATIC_PROVIDER: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type"],
+    "properties": {
+        "type": {"const": "static"},
+        "name": {**_NAME, "description": "the provider's name (default: static)"},
+        "answers": {
+            "type": "object",
+            "additionalProperties": _STATIC_ANSWER,
+            "description": "model name -> the answer that model gives",
+        },
+        "answer": {**_STATIC_ANSWER, "description": "the answer of any other model"},
+        "delay_ms": {"type": "integer", "minimum": 0, "maximum": 600000,
+                     "description": "answer after this long (to demonstrate timeouts)"},
+    },
+}
+
+OPENAI_PROVIDER: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type", "base_url"],
+    "properties": {
+        "type": {"const": "openai"},
+        "name": {**_NAME, "description": "the provider's name (default: openai)"},
+        "base_url": {"type": "string", "pattern": "^https?://[^/]+(/.*)?$",
+                     "description": "the API root; POST {base_url}/chat/completions"},
+        "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                        "description": "the environment variable holding the API key"},
+        "response_format": {"enum": ["json_schema", "json_object", "none"],
+                            "description": "how structured output is requested "
+                                           "(default json_schema)"},
+        "max_tokens": {"type": "integer", "minimum": 16, "maximum": 32768},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    },
+}
+
+#: ``[plugins.llm]``: the providers the operator offers and the ceilings on every endpoint.
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "providers": {
+            "type": "array",
+            "items": {"oneOf": [STATIC_PROVIDER, OPENAI_PROVIDER]},
+            "default": [],
+        },
+        "max_prompt_budget_per_minute": {"type": "integer", "minimum": 1, "maximum": 100000,
+                                         "default": 60},
+        "max_prompt_budget_per_day": {"type": "integer", "minimum": 1, "maximum": 10000000,
+                                      "default": 5000},
+        "max_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 120000,
+                           "default": 15000},
+        "allow_include_payload": {"type": "boolean", "default": True},
+        "max_payload_bytes": {"type": "integer", "minimum": 0, "maximum": 1048576,
+                              "default": 16384},
+    },
+}
+
+#: An endpoint's ``llm_triage`` (opt-in; absent means no triage).
+TRIAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["provider", "model", "queues"],
+    "properties": {
+        "provider": {"type": "string", "minLength": 1, "maxLength": 64},
+        "model": {"type": "string", "minLength": 1, "maxLength": 256},
+        "queues": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 32,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "description"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "description": {"type": "string", "minLength": 1, "maxLength": 1000},
+                },
+            },
+        },
+        "min_confidence": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.7},
+        "prompt_budget_per_minute": {"type": "integer", "minimum": 1, "default": 10},
+        "prompt_budget_per_day": {"type": "integer", "minimum": 1, "default": 500},
+        "include_payload": {"type": "boolean", "default": False},
+        "timeout_ms": {"type": "integer", "minimum": 100, "default": 5000},
+    },
+}
+
+TRIAGE_DEFAULTS: dict[str, Any] = {
+    k: v["default"] for k, v in TRIAGE_SCHEMA["properties"].items() if "default" in v
+}
+
+#: What the model must answer, checked strictly (the queue is checked against the
+#: offered, granted queues afterwards: an unknown queue is its own fallback cause).
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["queue", "confidence", "reason"],
+    "properties": {
+        "queue": {"type": "string"},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "reason": {"type": "string"},
+    },
+}
+
+_TRIAGE = Draft202012Validator(TRIAGE_SCHEMA)
+ANSWER = Draft202012Validator(ANSWER_SCHEMA)
+
+
+def answer_schema(queues: list[str]) -> dict[str, Any]:
+    """The schema handed to the provider: the answer, its queue one of ``queues``."""
+    schema = copy.deepcopy(ANSWER_SCHEMA)
+    schema["properties"]["queue"]["enum"] = list(queues)
+    return schema
+
+
+def _where(path: Any) -> str:
+    out = "llm_triage"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def check_triage(doc: Any, settings: dict[str, Any], granted: list[str],
+                 providers: list[str]) -> dict[str, Any]:
+    """``doc`` validated (schema, operator ceilings, providers, grant), defaults filled.
+
+    Raises :class:`InvalidArgument` naming the first offending key.
+    """
+    errors = sorted(_TRIAGE.iter_errors(doc), key=lambda e: (len(e.absolute_path), e.message))
+    if errors:
+        err = errors[0]
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            raise InvalidArgument(f"{_where([*err.absolute_path, *extra[:1]])}: unknown key")
+        raise InvalidArgument(f"{_where(err.absolute_path)}: {err.message}")
+    out: dict[str, Any] = {**copy.deepcopy(TRIAGE_DEFAULTS), **copy.deepcopy(doc)}
+    if out["provider"] not in providers:
+        offered = ", ".join(providers) or "none: the operator has configured no provider"
+        raise InvalidArgument(
+            f"llm_triage.provider: unknown provider {out['provider']!r} (offered: {offered})"
+        )
+    ceilings = (
+        ("prompt_budget_per_minute", "max_prompt_budget_per_minute"),
+        ("prompt_budget_per_day", "max_prompt_budget_per_day"),
+        ("timeout_ms", "max_timeout_ms"),
+    )
+    for key, ceiling in ceilings:
+        if out[key] > settings[ceiling]:
+            raise InvalidArgument(
+                f"llm_triage.{key}: at most {settings[ceiling]} (the operator's {ceiling})"
+            )
+    if out["include_payload"] and not settings["allow_include_payload"]:
+        raise InvalidArgument(
+            "llm_triage.include_payload: the operator does not allow payloads in prompts"
+        )
+    seen: set[str] = set()
+    for i, queue in enumerate(out["queues"]):
+        name = queue["name"]
+        if name in seen:
+            raise InvalidArgument(f"llm_triage.queues[{i}].name: {name!r} is listed twice")
+        seen.add(name)
+        if name not in granted:
+            raise InvalidArgument(
+                f"llm_triage.queues[{i}].name: {name!r} is not a queue this endpoint's "
+                f"webhooks may route to (granted: {', '.join(granted) or 'none'})",
+                code="not_granted",
+            )
+    return out

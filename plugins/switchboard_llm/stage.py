@@ -1,0 +1,190 @@
+"""The ``llm`` routing stage: one bounded, audited model call when no rule matched.
+
+It runs after the rules (``routing.stages``), only for a webhook whose owner endpoint
+opted in, and it can only choose among the queues the owner described that the delivery's
+grant still reaches. Anything else — an unknown queue, low confidence, an answer that is
+not exactly ``{queue, confidence, reason}``, a transport error, a timeout, a spent
+budget — takes the deterministic default, with the cause and the model's answer (if any)
+in the trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from typing import Any
+
+from switchboard.plugin import (
+    CAUSE_LLM_BUDGET_EXHAUSTED,
+    CAUSE_LLM_ERROR,
+    CAUSE_LLM_INVALID_ANSWER,
+    CAUSE_LLM_LOW_CONFIDENCE,
+    CAUSE_LLM_TIMEOUT,
+    CAUSE_LLM_UNKNOWN_QUEUE,
+    STAGE_LLM,
+    Decision,
+    RoutingContext,
+    StageResult,
+    default_decision,
+)
+
+from . import store
+from .prompt import SYSTEM, build_prompt, event_view
+from .settings import ANSWER, CONFIG_SCHEMA, answer_schema
+
+log = logging.getLogger("switchboard.llm")
+
+DEFAULTS: dict[str, Any] = {
+    k: v["default"] for k, v in CONFIG_SCHEMA["properties"].items() if "default" in v
+}
+
+_ANSWER_MAX = 1000
+_DETAIL_MAX = 300
+
+
+class InvalidAnswer(ValueError):
+    """The model's text is not exactly one valid answer object."""
+
+
+def _no_constants(name: str) -> Any:
+    raise InvalidAnswer(f"{name} is not a JSON number")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InvalidAnswer(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def parse_answer(text: str) -> dict[str, Any]:
+    """``{queue, confidence, reason}`` from the model's text, validated strictly.
+
+    The text must be one JSON object (surrounding whitespace aside): no code fences, no
+    prose, no duplicate keys, no NaN; exactly the three keys with their types, confidence
+    within 0..1. Raises :class:`InvalidAnswer` saying what is wrong.
+    """
+    try:
+        doc = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
+    except InvalidAnswer:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise InvalidAnswer(f"not JSON: {exc}") from None
+    error = next(iter(sorted(ANSWER.iter_errors(doc), key=lambda e: e.message)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)
+        raise InvalidAnswer(f"{where + ': ' if where else ''}{error.message}")
+    if not math.isfinite(doc["confidence"]):
+        raise InvalidAnswer("confidence: not a finite number")
+    return dict(doc)
+
+
+class LLMStage:
+    """The ``llm`` stage, limited by the operator's ``[plugins.llm]`` ceilings."""
+
+    name = "llm"
+
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}
+
+    async def route(self, ctx: RoutingContext) -> StageResult:
+        rt = ctx.runtime
+        endpoint_id = ctx.webhook.get("endpoint_id")
+        if rt is None or not endpoint_id or not len(rt.registries.llm_providers):
+            return StageResult()
+        triage = await store.load(rt, str(endpoint_id))
+        if triage is None:
+            return StageResult()
+        if ctx.external_id is not None and await rt.store.is_recorded(
+            str(ctx.envelope.get("source")), ctx.external_id
+        ):
+            # A redelivery: the store reports the first delivery's todos whatever is
+            # decided now, so asking the model again would only spend the budget.
+            return StageResult()
+        granted = {ctx.grant.target_queue, *ctx.grant.queues}
+        # Only queues the delivery may still reach are offered: a revoked one never is.
+        offered = [q for q in triage["queues"] if q["name"] in granted]
+        if not offered:
+            return StageResult()
+        info: dict[str, Any] = {"provider": triage["provider"], "model": triage["model"]}
+        provider = rt.registries.llm_providers.get(triage["provider"])
+        if provider is None:
+            return self._fallback(ctx, CAUSE_LLM_ERROR, info,
+                                  f"provider {triage['provider']!r} is not configured")
+        per_minute = min(triage["prompt_budget_per_minute"],
+                         self.settings["max_prompt_budget_per_minute"])
+        per_day = min(triage["prompt_budget_per_day"], self.settings["max_prompt_budget_per_day"])
+        spent = await store.reserve(rt, str(endpoint_id), per_minute, per_day)
+        if spent is not None:
+            limit = per_minute if spent == store.MINUTE else per_day
+            return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info,
+                                  f"the {spent}'s budget of {limit} prompts is spent")
+        timeout_ms = min(triage["timeout_ms"], self.settings["max_timeout_ms"])
+        prompt = build_prompt(
+            event_view(ctx.envelope, rt.registries.projections), offered,
+            payload=ctx.envelope.get("payload"),
+            include_payload=bool(triage["include_payload"])
+            and bool(self.settings["allow_include_payload"]),
+            max_payload_bytes=int(self.settings["max_payload_bytes"]),
+        )
+        schema = answer_schema([q["name"] for q in offered])
+        started = time.monotonic()
+        try:
+            text = await asyncio.wait_for(
+                provider.complete(triage["model"], SYSTEM, prompt, schema, timeout_ms / 1000),
+                timeout_ms / 1000,
+            )
+        except TimeoutError:
+            info["latency_ms"] = _since(started)
+            return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info,
+                                  f"no answer within {timeout_ms} ms")
+        except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
+            info["latency_ms"] = _since(started)
+            log.warning("llm triage for endpoint %s: provider %r failed: %s", endpoint_id,
+                        triage["provider"], type(exc).__name__)
+            return self._fallback(ctx, CAUSE_LLM_ERROR, info, _describe(exc))
+        info["latency_ms"] = _since(started)
+        if not isinstance(text, str):
+            return self._fallback(ctx, CAUSE_LLM_ERROR, info, "the provider returned no text")
+        try:
+            answer = parse_answer(text)
+        except InvalidAnswer as exc:
+            info["answer"] = text[:_ANSWER_MAX]
+            return self._fallback(ctx, CAUSE_LLM_INVALID_ANSWER, info, str(exc))
+        queue, confidence = answer["queue"], answer["confidence"]
+        info.update(queue=queue, confidence=confidence, reason=answer["reason"][:_ANSWER_MAX])
+        if queue not in {q["name"] for q in offered}:
+            return self._fallback(ctx, CAUSE_LLM_UNKNOWN_QUEUE, info,
+                                  f"{queue[:64]!r} is not one of the offered queues")
+        if confidence < triage["min_confidence"]:
+            return self._fallback(ctx, CAUSE_LLM_LOW_CONFIDENCE, info,
+                                  f"confidence {confidence} is below {triage['min_confidence']}")
+        trace: dict[str, Any] = {"stage": STAGE_LLM, "action": {"queue": queue}, "llm": info}
+        if ctx.faults:
+            trace["faults"] = [f.to_json() for f in ctx.faults]
+        return StageResult(Decision(drop=False, queue=queue,
+                                    endpoints=tuple(ctx.grant.endpoint_ids), trace=trace))
+
+    @staticmethod
+    def _fallback(ctx: RoutingContext, cause: str, info: dict[str, Any],
+                  detail: str) -> StageResult:
+        """The deterministic default, with why and what the model said."""
+        info["detail"] = detail[:_DETAIL_MAX]
+        decision = default_decision(ctx.grant, ctx.config.default_action, ctx.faults,
+                                    cause=cause)
+        decision.trace["llm"] = info
+        return StageResult(decision)
+
+
+def _since(started: float) -> int:
+    return max(0, round((time.monotonic() - started) * 1000))
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__

@@ -1,0 +1,106 @@
+"""The LLM plugin's SQL: endpoints' triage settings and the shared prompt budget.
+
+Both tables are this plugin's own (``migrations/``); queries run on the host's pool
+(``runtime.store.db``), so every worker of every server counts against the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from switchboard.plugin import Runtime
+
+MINUTE = "minute"
+DAY = "day"
+
+#: The start of the current window, on the database's clock (one clock for every worker).
+_WINDOW = {
+    MINUTE: "date_trunc('minute', now())",
+    DAY: "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
+}
+
+# One prompt more in the window, unless the window already holds ``limit``. The conflict
+# path locks the row and re-checks ``used < limit`` against its latest version, so two
+# workers reserving at once queue on the row and never both take the last prompt.
+_RESERVE = """
+    INSERT INTO llm_triage_budget AS b (endpoint_id, span, window_start, used)
+    VALUES (%(endpoint)s, %(span)s, {window}, 1)
+    ON CONFLICT (endpoint_id, span, window_start)
+    DO UPDATE SET used = b.used + 1 WHERE b.used < %(limit)s
+    RETURNING b.used
+"""
+
+#: Windows older than this are deleted when an endpoint opens a new minute.
+_KEEP = "interval '2 days'"
+
+
+class _Refused(Exception):
+    def __init__(self, span: str) -> None:
+        super().__init__(span)
+        self.span = span
+
+
+async def load(rt: Runtime, endpoint_id: str) -> dict[str, Any] | None:
+    """The endpoint's saved ``llm_triage``, or None when it has not opted in."""
+    row = await rt.store.db.fetchone(
+        "SELECT config FROM llm_triage WHERE endpoint_id = %s", (endpoint_id,)
+    )
+    return None if row is None else dict(row["config"])
+
+
+async def save(rt: Runtime, endpoint_id: str, config: dict[str, Any]) -> None:
+    await rt.store.db.fetchone(
+        "INSERT INTO llm_triage (endpoint_id, config) VALUES (%s, %s::jsonb) "
+        "ON CONFLICT (endpoint_id) DO UPDATE SET config = EXCLUDED.config, updated_at = now() "
+        "RETURNING endpoint_id",
+        (endpoint_id, json.dumps(config)),
+    )
+
+
+async def clear(rt: Runtime, endpoint_id: str) -> bool:
+    """Opt out; True when there was something to clear. Budget counters stay (they expire)."""
+    row = await rt.store.db.fetchone(
+        "DELETE FROM llm_triage WHERE endpoint_id = %s RETURNING endpoint_id", (endpoint_id,)
+    )
+    return row is not None
+
+
+async def reserve(rt: Runtime, endpoint_id: str, per_minute: int, per_day: int) -> str | None:
+    """Take one prompt from the endpoint's minute and day budgets, atomically.
+
+    Returns None when the prompt is granted, else the window that is spent (``minute``
+    or ``day``); a refused prompt takes nothing from either window.
+    """
+    try:
+        async with rt.store.db.tx() as conn:
+            for span, limit in ((MINUTE, per_minute), (DAY, per_day)):
+                cur = await conn.execute(
+                    _RESERVE.format(window=_WINDOW[span]),
+                    {"endpoint": endpoint_id, "span": span, "limit": limit},
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise _Refused(span)  # rolls back the minute already taken
+                if span == MINUTE and row["used"] == 1:
+                    await conn.execute(
+                        "DELETE FROM llm_triage_budget WHERE endpoint_id = %s"
+                        f" AND window_start < now() - {_KEEP}",
+                        (endpoint_id,),
+                    )
+    except _Refused as refused:
+        return refused.span
+    return None
+
+
+async def usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:
+    """Prompts spent in the current minute and day."""
+    rows = await rt.store.db.fetchall(
+        "SELECT span, used FROM llm_triage_budget WHERE endpoint_id = %s AND ("
+        f"(span = 'minute' AND window_start = {_WINDOW[MINUTE]}) OR "
+        f"(span = 'day' AND window_start = {_WINDOW[DAY]}))",
+        (endpoint_id,),
+    )
+    out = {MINUTE: 0, DAY: 0}
+    out.update({r["span"]: int(r["used"]) for r in rows})
+    return out

@@ -1,0 +1,92 @@
+"""LLM triage test helpers: the provider config, and a test's own tenant on a shared server."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+from sbtest import SHOWN_SECRETS, Server
+from sbworld import World
+
+from switchboard.runtime import Runtime
+
+#: The provider's API key lives in this environment variable; no log may show it.
+KEY_ENV = "SB_TEST_LLM_API_KEY"
+API_KEY = "sk-test-" + secrets.token_hex(12)
+SHOWN_SECRETS.add(API_KEY)
+
+QUEUES = [
+    {"name": "triage", "description": "bug reports and incidents a human must look at"},
+    {"name": "review", "description": "pull requests waiting for a code review"},
+]
+
+
+def llm_toml(fake_url: str, **ceilings: Any) -> str:
+    """``[plugins.llm]`` with the fake server as provider ``fake`` and a ``static`` one."""
+    lines = ["[plugins.llm]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in ceilings.items()]
+    lines += [
+        "[[plugins.llm.providers]]",
+        'type = "openai"',
+        'name = "fake"',
+        f'base_url = "{fake_url}"',
+        f'api_key_env = "{KEY_ENV}"',
+        "[[plugins.llm.providers]]",
+        'type = "static"',
+        'answer = {queue = "review", confidence = 0.8, reason = "static says review"}',
+        "[plugins.llm.providers.answers]",
+        '"static-triage" = {queue = "triage", confidence = 0.95, reason = "static says triage"}',
+        '"static-broken" = "not json"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Tenant:
+    """One test's own endpoint and generic webhook on the shared server."""
+
+    srv: Server
+    rt: Runtime
+    w: World
+    hook: dict[str, Any]
+    n: int
+
+    @property
+    def owner(self) -> str:
+        return str(self.w.endpoints["owner"]["endpoint_id"])
+
+    def model(self, name: str) -> str:
+        """A model name of this test's own (the fake server answers per model)."""
+        return f"{name}-{self.n}"
+
+    async def triage(self, model: str, **overrides: Any) -> dict[str, Any]:
+        from switchboard_llm import service
+
+        doc = {"provider": "fake", "model": model, "queues": QUEUES, "min_confidence": 0.6,
+               "timeout_ms": 1500, **overrides}
+        result: dict[str, Any] = await service.set_triage(self.rt, self.owner, doc)
+        return result
+
+    def deliver(self, body: Any, delivery: str) -> dict[str, Any]:
+        resp = httpx.post(self.hook["ingest_url"], content=json.dumps(body).encode(),
+                          headers={"X-Delivery-Id": delivery,
+                                   "Content-Type": "application/json"}, timeout=30)
+        assert resp.status_code == 202, resp.text
+        return dict(resp.json())
+
+    def stored(self, delivery: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        """The event's trace and its todos' (queue, trace), from the database."""
+        external_id = f"{self.hook['webhook_id']}:{delivery}"
+        dsn = self.srv.env["SWITCHBOARD_DATABASE_URL"]
+        with psycopg.connect(dsn) as conn:
+            (event_id, trace), = conn.execute(
+                "SELECT id, routing_trace FROM events WHERE external_id = %s", (external_id,)
+            ).fetchall()
+            todos = conn.execute(
+                "SELECT queue, routing_trace FROM todos WHERE event_id = %s", (event_id,)
+            ).fetchall()
+        return trace, [(q, t) for q, t in todos]
