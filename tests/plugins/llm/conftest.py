@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from fakeai import FakeAI
 from sbllm import API_KEY, KEY_ENV, Tenant, llm_toml
-from sbtest import CLI, Server, make_env
+from sbtest import CLI, Server, remember_secrets
 from sbworld import World
 
 from switchboard.config import load_config
 from switchboard.runtime import Runtime
+from switchboard.service import webhooks
 
 _tenant = itertools.count()
 
@@ -43,11 +44,12 @@ def llm_server(module_server_factory: Any, module_dsn: str, llm_config: Path) ->
 
 
 @pytest.fixture
-async def llm_runtime(module_dsn: str, llm_config: Path, tmp_path: Path,
+async def llm_runtime(llm_server: Server,
                       monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Runtime]:
-    """An in-process runtime with the server's config, on the module's database."""
+    """An in-process runtime exactly as the module's server is configured (its config
+    file, database and base URL)."""
     monkeypatch.setenv(KEY_ENV, API_KEY)
-    rt = Runtime(load_config(llm_config, env=make_env(module_dsn, tmp_path / "data")))
+    rt = Runtime(load_config(env=llm_server.env))
     await rt.open_store(migrate=False)
     try:
         yield rt
@@ -56,11 +58,14 @@ async def llm_runtime(module_dsn: str, llm_config: Path, tmp_path: Path,
 
 
 @pytest.fixture
-def tenant(llm_server: Server, llm_runtime: Runtime) -> Tenant:
+async def tenant(llm_server: Server, llm_runtime: Runtime) -> Tenant:
     """This test's own human, endpoint (webhook queues inbox, triage, review) and webhook."""
     n = next(_tenant)
     w = World(CLI(llm_server.env), prefix=f"llm{n}-", direct=True)
     w.human("alice")
-    w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
-    hook = w.webhook("owner", "generic")
+    owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
+    # In process, through the service `webhook create` calls (the CLI costs a second).
+    endpoint = await llm_runtime.store.get_endpoint(owner["endpoint_id"])
+    hook = await webhooks.create_webhook(llm_runtime, endpoint, "generic", "inbox")
+    remember_secrets(hook)
     return Tenant(llm_server, llm_runtime, w, hook, n)
