@@ -7,7 +7,7 @@ from typing import Any
 from switchboard.plugin import NotFound, Runtime
 
 from . import store
-from .settings import check_triage
+from .settings import TRIAGE_SCHEMA, check_triage
 from .stage import DEFAULTS, LLMStage
 
 
@@ -24,11 +24,19 @@ async def _granted(rt: Runtime, endpoint_id: str) -> list[str]:
     return granted
 
 
+def _in_schema_order(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stored document (jsonb orders keys its own way) in the schema's order."""
+    if config is None:
+        return None
+    keys = [*TRIAGE_SCHEMA["properties"], *sorted(set(config) - set(TRIAGE_SCHEMA["properties"]))]
+    return {k: config[k] for k in keys if k in config}
+
+
 async def _view(rt: Runtime, endpoint_id: str, granted: list[str]) -> dict[str, Any]:
     used = await store.usage(rt, endpoint_id)
     return {
         "endpoint_id": endpoint_id,
-        "llm_triage": await store.load(rt, endpoint_id),
+        "llm_triage": _in_schema_order(await store.load(rt, endpoint_id)),
         # Whether routing.stages runs the llm stage at all (an operator's switch).
         "enabled": any(s.name == "llm" for s in rt.stages),
         "providers": rt.registries.llm_providers.names(),

@@ -48,7 +48,7 @@ class Request:
 
 
 class FakeAI:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self._behaviours: dict[str, Behaviour] = {}
         self._requests: list[Request] = []
         self._lock = threading.Lock()
@@ -101,7 +101,7 @@ class FakeAI:
                 except OSError:
                     pass  # the client gave up (a timeout test): nothing to answer
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
