@@ -251,6 +251,12 @@ def test_large_integers_stay_exact(projections: ProjectionRegistry) -> None:
 
 MAX = sys.float_info.max
 
+def _nested(value: Any, depth: int) -> Any:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 PAYLOADS = [
     # (id, body, parsed payload)
     ("object", b'{"a": 1}', {"a": 1}),
@@ -271,6 +277,11 @@ PAYLOADS = [
     ("-Infinity", b"[-Infinity]", None),
     ("not json", b"hello", None),
     ("deep nesting", b"[" * 100_000 + b"]" * 100_000, None),
+    # The same bound on every Python (3.13 decodes far deeper than 3.11 and 3.12 do).
+    ("nesting past MAX_DEPTH", b"[" * 513 + b"]" * 513, None),
+    ("objects past MAX_DEPTH", b'{"a":' * 513 + b"1" + b"}" * 513, None),
+    ("nesting at MAX_DEPTH", b"[" * 511 + b"[1]" + b"]" * 511, _nested([1], 511)),
+    ("nesting past the recursion limit", b"[" * 3000 + b"]" * 3000, None),
     ("utf-8 text", '{"t": "Zoë"}'.encode(), {"t": "Zoë"}),
 ]
 
