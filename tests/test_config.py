@@ -15,7 +15,13 @@ import httpx
 import psutil
 import pytest
 from psycopg.conninfo import conninfo_to_dict
-from sbtest import SWITCHBOARD, assert_log_has_no_secrets, free_port, make_env
+from sbtest import (
+    SWITCHBOARD,
+    assert_log_has_no_secrets,
+    free_port,
+    make_env,
+    stop_process_group,
+)
 
 from switchboard.config import Config, load_config
 from switchboard.errors import ConfigError
@@ -223,7 +229,7 @@ def test_addr_and_workers_start_serve(dsn: str, tmp_path: Path) -> None:
     # No --host/--port/--workers: `serve` takes all three from the config.
     with open(log, "ab") as out:
         proc = subprocess.Popen([*SWITCHBOARD, "serve"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -242,10 +248,5 @@ def test_addr_and_workers_start_serve(dsn: str, tmp_path: Path) -> None:
             assert len(workers) >= 2, log.read_text()  # with workers = 1, one process serves
             assert f"serving on http://127.0.0.1:{port} (2 worker(s))" in log.read_text()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process_group(proc)
     assert_log_has_no_secrets(log)

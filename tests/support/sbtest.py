@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -109,6 +110,25 @@ class CLI:
         return doc
 
 
+def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM ``proc`` (started with ``start_new_session=True``), then SIGKILL its group.
+
+    A multi-worker server's workers are its children: whatever of the group outlives the
+    main process (a worker caught mid-start) is killed, so no test leaves a process behind.
+    """
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Server:
     """A real ``switchboard serve`` child process on a free port."""
 
@@ -123,7 +143,7 @@ class Server:
         self._fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [*SWITCHBOARD, "serve", "--port", str(self.port), *extra],
-            env=self.env, stdout=self._fh, stderr=subprocess.STDOUT,
+            env=self.env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         import urllib.request
@@ -140,14 +160,8 @@ class Server:
         raise AssertionError(f"server did not become healthy:\n{self.log.read_text()}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
         if self.proc is not None:
+            stop_process_group(self.proc)
             self._fh.close()
             assert_log_has_no_secrets(self.log)
         self.proc = None
