@@ -8,8 +8,9 @@ attempts: each resumes after the rule that timed out, with what is left of the b
 Faults, by cause: ``compile_error`` (a rule that does not compile is skipped), ``error`` (a
 rule raised: skipped), ``timeout`` (a rule ran past ``rule_ms``: skipped, the next attempt
 starts after it), ``budget_exhausted`` (the event's ``event_ms`` ran out before that rule:
-no match), ``sandbox_failure`` (an evaluator died or said something unreadable: no match,
-``rule_index`` -1) and ``sandbox_busy`` (no slot came free in time: no match, -1).
+no match), ``sandbox_failure`` (an evaluator died inside a rule: that rule is named and skipped, the
+next attempt starts after it; or it died outside any rule or said something unreadable: no
+match, ``rule_index`` -1) and ``sandbox_busy`` (no slot came free in time: no match, -1).
 """
 
 from __future__ import annotations
@@ -114,15 +115,20 @@ def judge(
             return result(None)
         if att.done:
             return result(None)
-        if att.garbage is not None or att.status != -signal.SIGALRM or att.armed is None:
-            # died without an answer, and not by the alarm of a rule it was running
+        if att.garbage is not None or att.armed is None:
+            # gave no answer and was running no rule: nothing to blame but the sandbox
             detail = att.garbage or describe(att.status)
             return result(None, Fault(-1, "sandbox_failure", detail=detail))
         index, how = att.armed
-        if how == BUDGET_LIMIT:
+        if att.status != -signal.SIGALRM:
+            # died inside rule ``index`` (its memory cap, a crash in libjq): that rule's fault,
+            # and the rules after it still run, as after a timeout
+            faults.append(Fault(index, "sandbox_failure", ids[index], describe(att.status)))
+        elif how == BUDGET_LIMIT:
             faults.append(Fault(index, "budget_exhausted", ids[index]))
             return result(None)
-        faults.append(Fault(index, "timeout", ids[index], f"rule exceeded {rule_ms} ms"))
+        else:
+            faults.append(Fault(index, "timeout", ids[index], f"rule exceeded {rule_ms} ms"))
         spent += att.ran_s
         start = index + 1
         if start < len(ids) and spent * 1000 >= event_ms - 1:

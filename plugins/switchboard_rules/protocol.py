@@ -8,16 +8,22 @@ Who says what to whom::
     server ── argv ────────────────────────▶ fork server  ChildConfig (JSON), at start
     server ◀─ control socket ─────────────── fork server  READY, once jq is imported
     server ── control socket + one fd ─────▶ fork server ─▶ zygote   Request; EOF: shut down
+    server ── control socket ──────────────▶ fork server  Request(TOUCH): a rule set in use
     server ── request socket (that fd) ────▶ zygote       frame: the rule set (spec)
-    server ── request socket ──────────────▶ evaluator    frame: EvalHeader line + envelope
+    server ── request socket ──────────────▶ evaluator    frames: EvalHeader line + envelope
     server ◀─ request socket ─── evaluator or zygote      report lines, until Done or Exited
     zygote ◀─ progress page (shared memory) ─ evaluator   the rule armed right now
-    zygote ◀─ pipe ────────────────────────── trial child  whether a program compiled
+    zygote ◀─ pipe ────────────────────────── trial child  whether a program compiled, its size
     evaluator ◀─ libjq output ─────────────── rule program  one verdict string per rule
 
 The control socket is SEQPACKET (one message per request, the request socket attached as
 SCM_RIGHTS); a request socket is a STREAM socket carrying length-prefixed frames towards the
-child and newline-terminated report lines back. Report lines, in the order they may come:
+child and newline-terminated report lines back. A SPAWN request's socket stays with its
+evaluator for many evaluations: one frame in, report lines out until ``d``, and again, until
+the server closes it, the evaluator retires, or it dies (then the zygote reports ``x``).
+A zygote that is evicted shuts its evaluators' sockets for reading: an idle evaluator sees
+EOF and exits, a busy one finishes its evaluation first, and the server's next write fails.
+Report lines, in the order they may come during one evaluation:
 
 =====================  ==================================================================
 ``p PID``              :class:`Pid`: the evaluator's pid (the server kills it at the hard
@@ -54,9 +60,12 @@ class ChildConfig:
 
     memory_bytes: int  #: RLIMIT_AS of every zygote (and so of its evaluators)
     rule_ms: int  #: one rule's alarm
-    compile_ms: int  #: one trial compile's alarm
+    compile_ms: int  #: a rule set's whole compile (every trial together), one deadline
     cache_size: int  #: zygotes kept (one per rule set, least recently used goes first)
     parse_s_per_byte: float  #: time allowed to parse the envelope, per byte
+    ruleset_bytes: int = 16 * 2**20  #: the most a compiled rule set may add to its zygote
+    budget_bytes: int = 512 * 2**20  #: the whole tree's proportional set size (PSS)
+    retire_bytes: int = 16 * 2**20  #: an evaluator that grew by more exits after answering
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -70,14 +79,20 @@ class ChildConfig:
             compile_ms=int(doc["compile_ms"]),
             cache_size=int(doc["cache_size"]),
             parse_s_per_byte=float(doc["parse_s_per_byte"]),
+            ruleset_bytes=int(doc["ruleset_bytes"]),
+            budget_bytes=int(doc["budget_bytes"]),
+            retire_bytes=int(doc["retire_bytes"]),
         )
 
 
 #: The fork server's first (and only unprompted) message on the control socket.
 READY = b"ready"
-#: Request operations: evaluate an envelope, or only report the rule set's compile errors.
-EVAL = "eval"
+#: Request operations: start an evaluator serving the attached socket; only report the rule
+#: set's compile errors; mark a rule set as used (no socket attached: keeps it off the
+#: eviction list while its evaluators, which the fork server never sees, are busy).
+SPAWN = "spawn"
 COMPILE = "compile"
+TOUCH = "touch"
 
 
 @dataclass(frozen=True)
@@ -323,19 +338,22 @@ _TRIAL_COMPILED = b"K"
 _TRIAL_ERROR = b"E"
 
 
-def encode_trial(error: str | None) -> bytes:
-    """What a trial child writes: the program compiled (``error`` None), or why not."""
+def encode_trial(error: str | None, size: int = 0) -> bytes:
+    """What a trial child writes: compiled (``error`` None) taking ``size`` bytes, or why not."""
     if error is None:
-        return _TRIAL_COMPILED
+        return _TRIAL_COMPILED + str(size).encode()
     return _TRIAL_ERROR + error.encode("utf-8", "replace")
 
 
-def decode_trial(data: bytes) -> str | None:
-    """None when the program compiled, else the error; ValueError when the child died first."""
-    if data == _TRIAL_COMPILED:
-        return None
+def decode_trial(data: bytes) -> tuple[str | None, int]:
+    """(None, size) when the program compiled, else (the error, 0).
+
+    ValueError when the child died before it answered.
+    """
+    if data.startswith(_TRIAL_COMPILED) and data[1:].isdigit():
+        return None, int(data[1:])
     if data.startswith(_TRIAL_ERROR):
-        return data[len(_TRIAL_ERROR) :].decode("utf-8", "replace")
+        return data[len(_TRIAL_ERROR) :].decode("utf-8", "replace"), 0
     raise ValueError("the trial child gave no answer")
 
 

@@ -14,8 +14,10 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -58,23 +60,25 @@ class Limits:
     the plugin's config section before :meth:`from_config` reads it.
     """
 
-    max_concurrency: int  #: evaluations and compiles running at once
-    slot_wait_ms: int  #: how long a request waits for one of them (then: sandbox_busy)
+    max_concurrency: int  #: evaluations running at once (all owners together)
+    owner_concurrency: int  #: evaluations one owner may run at once
+    slot_wait_ms: int  #: how long a delivery waits for its slots (then: sandbox_busy)
+    compile_concurrency: int  #: compiles (saves, dry runs) at once; one per owner
+    compile_wait_ms: int  #: how long a compile waits for its slot (then: busy, try again)
     memory_mib: int  #: address space of each zygote and evaluator
+    ruleset_mib: int  #: the most a compiled rule set may take (refused at save beyond)
+    memory_budget_mib: int  #: the whole sandbox tree's memory (PSS), kept by eviction
     rule_ms: int  #: one rule's time
     event_ms: int  #: one event's time across all its rules
     kill_grace_ms: int  #: on top of event_ms, before the server kills an evaluator
-    cache_size: int  #: zygotes kept, one per rule set
-    compile_ms: int  #: one trial compile's time
+    cache_size: int  #: zygotes kept, one per rule set and webhook
+    compile_ms: int  #: a rule set's whole compile
+    evaluator_uses: int  #: evaluations an evaluator serves before it is replaced
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Limits:
         """The limits in the plugin's config section (its schema's defaults filled in)."""
         return cls(**{f.name: section[f.name] for f in fields(cls)})
-
-    @property
-    def slot_wait_s(self) -> float:
-        return self.slot_wait_ms / 1000
 
     @property
     def memory_bytes(self) -> int:
@@ -114,15 +118,81 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
             att.garbage = message
 
 
+@dataclass(eq=False)
+class _Evaluator:
+    """The server's end of one warm evaluator's socket."""
+
+    key: str
+    sock: socket.socket
+    uses: int = 0
+
+    def alive(self) -> bool:
+        """Quiet and open: ready for an evaluation (anything else means it exited meanwhile)."""
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False  # EOF, or its zygote's exit report: it retired or was evicted
+
+
+@dataclass
+class _Shares:
+    """One semaphore per owner (made on first use, dropped when nobody holds or waits)."""
+
+    size: int
+    held: dict[str, tuple[asyncio.Semaphore, int]] = field(default_factory=dict)
+
+    def enter(self, owner: str) -> asyncio.Semaphore:
+        sem, users = self.held.get(owner) or (asyncio.Semaphore(self.size), 0)
+        self.held[owner] = (sem, users + 1)
+        return sem
+
+    def leave(self, owner: str) -> None:
+        sem, users = self.held[owner]
+        if users <= 1:
+            del self.held[owner]
+        else:
+            self.held[owner] = (sem, users - 1)
+
+
 class Sandbox:
-    """Evaluates and compiles rule sets in isolated, resource-capped child processes."""
+    """Evaluates and compiles rule sets in isolated, resource-capped child processes.
+
+    Fairness: an evaluation holds one of its owner's ``owner_concurrency`` slots and one of
+    the ``max_concurrency`` slots of everyone, taken in that order, so one owner's slow or
+    faulting rules wait in that owner's queue and never hold more than its share. Compiles
+    (saves and dry runs) have their own ``compile_concurrency`` slots, one per owner at a
+    time: they never take an evaluation's.
+
+    Speed: each rule set (per webhook) keeps up to ``owner_concurrency`` warm evaluators
+    here, started from its zygote ahead of need (after a save's compile, and whenever a
+    delivery takes the last idle one) and reused until one faults, retires after
+    ``evaluator_uses`` evaluations or grows past its memory allowance.
+    """
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self._slots = asyncio.Semaphore(limits.max_concurrency)
+        self._owners = _Shares(limits.owner_concurrency)
+        self._compile_slots = asyncio.Semaphore(limits.compile_concurrency)
+        self._compilers = _Shares(1)
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
+        #: warm evaluators by rule-set key, least recently used first
+        self._idle: OrderedDict[str, list[_Evaluator]] = OrderedDict()
+        self._live: dict[str, int] = {}  #: evaluators started per key and not yet closed
+        self._touched: dict[str, float] = {}
+        self._refills: dict[str, asyncio.Task[None]] = {}
+        #: evaluator processes started since the sandbox was created (a figure for tests)
+        self.spawned = 0
+
+    @staticmethod
+    def key(scope: str, spec: bytes) -> str:
+        """A rule set's zygote: the same rules of two webhooks never share one."""
+        return hashlib.sha256(scope.encode() + b"\0" + spec).hexdigest()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -138,12 +208,17 @@ class Sandbox:
                 return
             self._reset()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            limits = self.limits
             cfg = wire.ChildConfig(
-                memory_bytes=self.limits.memory_bytes,
-                rule_ms=self.limits.rule_ms,
-                compile_ms=self.limits.compile_ms,
-                cache_size=self.limits.cache_size,
+                memory_bytes=limits.memory_bytes,
+                rule_ms=limits.rule_ms,
+                compile_ms=limits.compile_ms,
+                cache_size=limits.cache_size,
                 parse_s_per_byte=PARSE_S_PER_BYTE,
+                ruleset_bytes=limits.ruleset_mib * 2**20,
+                budget_bytes=limits.memory_budget_mib * 2**20,
+                # an evaluator may grow by a quarter of its cap before it is replaced
+                retire_bytes=limits.memory_bytes // 4,
             )
             argv = [
                 sys.executable,
@@ -182,6 +257,15 @@ class Sandbox:
                 raise SandboxUnavailable("the routing sandbox did not start")
 
     def _reset(self) -> None:
+        for task in self._refills.values():
+            task.cancel()
+        self._refills.clear()
+        for pool in self._idle.values():
+            for ev in pool:
+                ev.sock.close()
+        self._idle.clear()
+        self._live.clear()
+        self._touched.clear()
         if self._ctrl is not None:
             self._ctrl.close()
             self._ctrl = None
@@ -196,6 +280,12 @@ class Sandbox:
     async def close(self) -> None:
         """Stop the fork server and every zygote and evaluator under it."""
         async with self._lock:
+            for task in self._refills.values():
+                task.cancel()
+            for pool in self._idle.values():
+                for ev in pool:
+                    ev.sock.close()  # EOF: each evaluator exits
+            self._idle.clear()
             proc = self._proc
             if self._ctrl is not None:
                 self._ctrl.close()  # EOF: the fork server kills and reaps everything
@@ -213,32 +303,140 @@ class Sandbox:
         assert self._ctrl is not None
         return self._ctrl
 
-    # -- requests ----------------------------------------------------------------------------
+    # -- slots -----------------------------------------------------------------------------
 
-    async def _request(self, op: str, spec: bytes, extra: bytes, deadline: float) -> Attempt:
-        """Send one request and collect the answer until done, death or ``deadline``."""
+    @asynccontextmanager
+    async def _hold(
+        self, shares: _Shares, slots: asyncio.Semaphore, owner: str, wait_s: float
+    ) -> AsyncIterator[bool]:
+        """The owner's slot, then everyone's, within ``wait_s`` together: False when not."""
+        mine = shares.enter(owner)
+        got_mine = got_slot = False
+        try:
+            try:
+                async with asyncio.timeout(wait_s):
+                    await mine.acquire()
+                    got_mine = True
+                    await slots.acquire()
+                    got_slot = True
+            except TimeoutError:
+                pass
+            yield got_slot
+        finally:
+            if got_slot:
+                slots.release()
+            if got_mine:
+                mine.release()
+            shares.leave(owner)
+
+    # -- evaluators --------------------------------------------------------------------------
+
+    async def _open(self, op: str, key: str, spec: bytes) -> socket.socket:
+        """A request socket to ``key``'s zygote (started by the fork server when needed)."""
         loop = asyncio.get_running_loop()
-        request = wire.Request(op, hashlib.sha256(spec).hexdigest())
-        att = Attempt()
+        request = wire.Request(op, key).encode()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             mine.setblocking(False)
             for retry in (True, False):
                 ctrl = await self._ctrl_socket()
                 try:
-                    socket.send_fds(ctrl, [request.encode()], [theirs.fileno()])
+                    socket.send_fds(ctrl, [request], [theirs.fileno()])
                     break
                 except OSError:
                     async with self._lock:
                         self._reset()
                     if not retry:
                         raise
+            await loop.sock_sendall(mine, wire.frame(spec))
+        except BaseException:
+            mine.close()
+            raise
+        finally:
             theirs.close()
-            await loop.sock_sendall(mine, wire.frame(spec) + extra)
+        return mine
+
+    async def _spawn(self, key: str, spec: bytes) -> _Evaluator:
+        sock = await self._open(wire.SPAWN, key, spec)
+        self._live[key] = self._live.get(key, 0) + 1
+        self.spawned += 1
+        return _Evaluator(key, sock)
+
+    def _discard(self, ev: _Evaluator) -> None:
+        ev.sock.close()
+        left = self._live.get(ev.key, 1) - 1
+        if left > 0:
+            self._live[ev.key] = left
+        else:
+            self._live.pop(ev.key, None)
+
+    def _touch(self, key: str) -> None:
+        """Tell the fork server ``key`` is in use (at most once a second per key)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._touched.get(key, 0.0) < 1.0 or self._ctrl is None:
+            return
+        if len(self._touched) > 4 * self.limits.cache_size:
+            self._touched.clear()
+        self._touched[key] = now
+        try:
+            self._ctrl.send(wire.Request(wire.TOUCH, key).encode())
+        except OSError:
+            pass  # a full or broken control socket: the next request finds out
+
+    def _take(self, key: str) -> _Evaluator | None:
+        """A warm evaluator for ``key``, or None."""
+        pool = self._idle.get(key)
+        while pool:
+            ev = pool.pop()
+            if ev.alive():
+                self._idle.move_to_end(key)
+                self._touch(key)
+                return ev
+            self._discard(ev)
+        return None
+
+    def _give_back(self, ev: _Evaluator) -> None:
+        """Keep a healthy evaluator warm, unless it served its uses or the pool is full."""
+        ev.uses += 1
+        pool = self._idle.setdefault(ev.key, [])
+        if ev.uses >= self.limits.evaluator_uses or len(pool) >= self.limits.owner_concurrency:
+            self._discard(ev)
+            return
+        pool.append(ev)
+        self._idle.move_to_end(ev.key)
+        while len(self._idle) > self.limits.cache_size:
+            _, old = self._idle.popitem(last=False)
+            for other in old:
+                self._discard(other)
+
+    def _refill(self, key: str, spec: bytes) -> None:
+        """Start one more evaluator for ``key`` in the background, when it has room."""
+        if key in self._refills or self._live.get(key, 0) >= self.limits.owner_concurrency:
+            return
+
+        async def refill() -> None:
+            try:
+                ev = await self._spawn(key, spec)
+            except (OSError, SandboxUnavailable):
+                return
+            finally:
+                self._refills.pop(key, None)
+            pool = self._idle.setdefault(key, [])
+            pool.append(ev)
+            self._idle.move_to_end(key)
+
+        self._refills[key] = asyncio.get_running_loop().create_task(refill())
+
+    async def _exchange(self, sock: socket.socket, body: bytes, deadline: float) -> Attempt:
+        """Send ``body`` and collect the answer until done, death or ``deadline``."""
+        loop = asyncio.get_running_loop()
+        att = Attempt()
+        try:
+            await loop.sock_sendall(sock, body)
             buf = b""
             async with asyncio.timeout_at(deadline):
                 while not att.done and att.status is None and att.garbage is None:
-                    chunk = await loop.sock_recv(mine, 65536)
+                    chunk = await loop.sock_recv(sock, 65536)
                     if not chunk:
                         break
                     buf += chunk
@@ -255,27 +453,56 @@ class Sandbox:
             att.garbage = "sandbox missed its hard deadline"
         except OSError as exc:
             att.garbage = f"sandbox unreachable: {exc}"
-        finally:
-            mine.close()
-            theirs.close()
-            att.ended = loop.time()
+        att.ended = loop.time()
         return att
+
+    async def _attempt(self, key: str, spec: bytes, body: bytes, deadline: float) -> Attempt:
+        """One evaluator's run over ``body``: a warm one, or else a new one."""
+        for _ in range(3):
+            ev = self._take(key)
+            fresh = ev is None
+            if ev is None:
+                ev = await self._spawn(key, spec)
+            if not self._idle.get(key):
+                self._refill(key, spec)  # the next delivery finds one warm
+            # a new evaluator may wait for its zygote's compile: allow for it
+            extra = 2 * self.limits.compile_ms / 1000 if fresh else 0.0
+            att = await self._exchange(ev.sock, body, deadline + extra)
+            if att.done and att.status is None and att.garbage is None:
+                self._give_back(ev)
+                return att
+            self._discard(ev)
+            if fresh or att.pid is not None:
+                return att
+            # a warm evaluator that never started this evaluation had exited meanwhile
+        return att
+
+    # -- requests ----------------------------------------------------------------------------
 
     async def evaluate(
         self,
         rules: Sequence[tuple[str | None, str]],
         params: dict[str, Any],
         envelope: dict[str, Any],
+        *,
+        owner: str = "",
+        scope: str = "",
     ) -> MatchResult:
-        """The index of the first rule matching ``envelope`` (or None), plus faults."""
+        """The index of the first rule matching ``envelope`` (or None), plus faults.
+
+        ``owner`` is whose share of the sandbox this takes; ``scope`` (the webhook) keeps
+        rule sets apart: two scopes never share a zygote or an evaluator.
+        """
         if not rules:
             return MatchResult(None)
-        if not await self._take_slot():
-            return BUSY
-        try:
+        wait_s = self.limits.slot_wait_ms / 1000
+        async with self._hold(self._owners, self._slots, owner, wait_s) as ok:
+            if not ok:
+                return BUSY
             loop = asyncio.get_running_loop()
             ids = [rid for rid, _ in rules]
             spec = wire.encode_spec([e for _, e in rules], params or {})
+            key = self.key(scope, spec)
             env = wire.encode_envelope(envelope)
             allowance = len(env) * PARSE_S_PER_BYTE
             deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
@@ -286,34 +513,36 @@ class Sandbox:
                              event_ms=self.limits.event_ms)
                 if isinstance(step, MatchResult):
                     return step
-                body = wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env)
-                attempts.append(await self._request(wire.EVAL, spec, wire.frame(body), deadline))
-        finally:
-            self._slots.release()
+                body = wire.frame(wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env))
+                attempts.append(await self._attempt(key, spec, body, deadline))
 
-    async def _take_slot(self) -> bool:
-        """Wait up to ``slot_wait_s`` for one of the concurrency slots."""
-        try:
-            async with asyncio.timeout(self.limits.slot_wait_s):
-                await self._slots.acquire()
-        except TimeoutError:
-            return False
-        return True
+    async def compile(
+        self, exprs: list[str], params: dict[str, Any], *, owner: str = "", scope: str = ""
+    ) -> list[tuple[int, str]]:
+        """Compile errors by rule index (empty when every expression compiles).
 
-    async def compile(self, exprs: list[str], params: dict[str, Any]) -> list[tuple[int, str]]:
-        """Compile errors by rule index (empty when every expression compiles)."""
+        A rule set that compiles gets a warm evaluator started for ``scope`` at once, so the
+        first delivery after a save finds it ready.
+        """
         if not exprs:
             return []
-        if not await self._take_slot():
-            raise SandboxUnavailable("the routing sandbox is busy; try again")
-        try:
+        wait_s = self.limits.compile_wait_ms / 1000
+        async with self._hold(self._compilers, self._compile_slots, owner, wait_s) as ok:
+            if not ok:
+                raise SandboxUnavailable("the routing sandbox is busy compiling; try again")
             loop = asyncio.get_running_loop()
             spec = wire.encode_spec(exprs, params or {})
+            key = self.key(scope, spec)
             limits = self.limits
-            budget = ((len(exprs) + 3) * limits.compile_ms + limits.kill_grace_ms) / 1000
-            att = await self._request(wire.COMPILE, spec, b"", loop.time() + budget)
-        finally:
-            self._slots.release()
+            # the trials share compile_ms; the zygote's own compile takes as long again
+            deadline = loop.time() + (2 * limits.compile_ms + limits.kill_grace_ms) / 1000
+            sock = await self._open(wire.COMPILE, key, spec)
+            try:
+                att = await self._exchange(sock, b"", deadline)
+            finally:
+                sock.close()
         if not att.done:
             raise SandboxUnavailable(f"the routing sandbox failed: {att.garbage or 'no answer'}")
+        if not att.compile_errors and not self._idle.get(key):
+            self._refill(key, spec)
         return sorted(att.compile_errors.items())

@@ -2,9 +2,12 @@
 
 Process tree (one process group, the fork server is a child subreaper)::
 
-    fork server   imports jq, forks one zygote per rule set (LRU), never runs tenant jq
-    └── zygote    RLIMIT_AS, compiles its rule set once (after proving it safe in a forked trial)
-        └── evaluator, one per evaluation: SIGALRM hard stop per rule, writes one line per rule
+    fork server   imports jq, forks one zygote per rule set and webhook (LRU, and evicted
+                  while the tree's memory is over its budget), never runs tenant jq
+    └── zygote    RLIMIT_AS, compiles its rule set once (after proving it safe, and small
+                  enough, in forked trials under one deadline)
+        └── evaluator, started ahead of need and reused for many evaluations: SIGALRM
+            hard stop per rule (the default action: the process dies), one line per rule
 
 Every message these processes exchange with the server, and with each other, is defined
 in :mod:`.protocol`. The server starts this module without importing its package (see
@@ -35,6 +38,10 @@ from .jqscan import balanced, shadow_prelude
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 LIMIT_MSG = "compilation exceeded the sandbox's memory or time limit"
+DEADLINE_MSG = "compilation exceeded the sandbox's time limit (the rule set's compile_ms)"
+#: How often the fork server measures its tree's memory while anything changed.
+MEASURE_S = 0.5
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 #: Starts every program built here (trial, zygote and save-time compiles alike): a forbidden
 #: builtin the save-time scanner missed raises a rule error instead of running. The arities
 #: come from this libjq's own ``builtins``, read once at import.
@@ -83,16 +90,33 @@ def _clean(msg: str) -> str:
     return " ".join(lines[:2])[:500] if lines else "compile error"
 
 
-def trial(program: str, params: dict[str, Any], compile_ms: int) -> str | None:
-    """Compile ``program`` in a forked child under the limits: None when it compiles."""
+def resident() -> int:
+    """This process's resident set size, in bytes (one small read: cheap enough per evaluation)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def too_large(size: int, limit: int, what: str = "the compiled rule") -> str:
+    return (f"{what} takes {size / 2**20:.1f} MiB, over the sandbox's limit of "
+            f"{limit / 2**20:.0f} MiB ([plugins.rules] ruleset_mib)")
+
+
+def trial(program: str, params: dict[str, Any], seconds: float) -> tuple[str | None, int]:
+    """Compile ``program`` in a forked child under the limits, for at most ``seconds``.
+
+    ``(None, bytes the compiled program added)`` when it compiles, else ``(why not, 0)``.
+    """
+    if seconds <= 0.001:
+        return DEADLINE_MSG, 0
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(r)
-        signal.setitimer(signal.ITIMER_REAL, compile_ms / 1000)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
+            before = resident()
             _compile(program, params)
-            out = wire.encode_trial(None)
+            out = wire.encode_trial(None, max(resident() - before, 0))
         except Exception as exc:  # noqa: BLE001 - any compile failure is reported
             out = wire.encode_trial(_clean(str(exc)))
         os.write(w, out)
@@ -108,28 +132,48 @@ def trial(program: str, params: dict[str, Any], compile_ms: int) -> str | None:
     except ValueError:  # killed by its alarm or its memory cap before it answered
         pass
     code = os.waitstatus_to_exitcode(status)
+    if code == -signal.SIGALRM:
+        return DEADLINE_MSG, 0
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-    return f"{LIMIT_MSG} ({how})"
+    return f"{LIMIT_MSG} ({how})", 0
 
 
 class RuleSet:
-    """A compiled rule set: the program over the rules that compile, and the others' errors."""
+    """A compiled rule set: the program over the rules that compile, and the others' errors.
 
-    def __init__(self, exprs: list[str], params: dict[str, Any], compile_ms: int) -> None:
+    Every trial shares one deadline (``compile_ms`` for the whole set): a set of rules that
+    each take most of it costs one ``compile_ms``, not one per rule. A set whose compiled
+    form would add more than ``ruleset_bytes`` to the zygote is refused like a compile
+    error, naming the limit, so a cached zygote can never hold a memory bomb.
+    """
+
+    def __init__(self, exprs: list[str], params: dict[str, Any], cfg: wire.ChildConfig) -> None:
+        deadline = time.monotonic() + cfg.compile_ms / 1000
+        limit = cfg.ruleset_bytes
+
+        def attempt(indices: list[int]) -> tuple[str | None, int]:
+            return trial(build_program(exprs, indices), params, deadline - time.monotonic())
+
         self.errors: dict[int, str] = {}
         for i, expr in enumerate(exprs):
             if not balanced(expr):
                 self.errors[i] = "syntax error: unbalanced brackets"
         good = [i for i in range(len(exprs)) if i not in self.errors]
-        if good and trial(build_program(exprs, good), params, compile_ms) is not None:
-            for i in good:
-                err = trial(build_program(exprs, [i]), params, compile_ms)
+        err, size = attempt(good) if good else (None, 0)
+        if good and (err is not None or size > limit):
+            for i in good:  # which rules: each alone, in what is left of the deadline
+                err, size = attempt([i])
                 if err is not None:
                     self.errors[i] = err
+                elif size > limit:
+                    self.errors[i] = too_large(size, limit)
             rest = [i for i in good if i not in self.errors]
-            if rest and trial(build_program(exprs, rest), params, compile_ms) is not None:
+            err, size = attempt(rest) if rest else (None, 0)
+            if err is not None or size > limit:
+                why = f"{err} (the rule set as a whole)" if err else too_large(
+                    size, limit, "the compiled rule set as a whole")
                 for i in rest:
-                    self.errors[i] = f"{LIMIT_MSG} (the rule set as a whole)"
+                    self.errors[i] = why
             good = [i for i in good if i not in self.errors]
         self.good = good
         # proven safe by a trial under identical limits, so this cannot take the zygote down
@@ -145,16 +189,24 @@ def _send(fd: int, text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
-def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap) -> None:  # pragma: no cover - child
-    """Evaluate one envelope (in a fresh process) and exit.
+class _Finished(Exception):
+    """One evaluation's last report (and the exit code when the evaluator must not go on)."""
+
+    def __init__(self, text: str, code: int = 0) -> None:
+        self.text, self.code = text, code
+
+
+def evaluate_one(  # pragma: no cover - child
+    fd: int, data: bytes, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap
+) -> int | None:
+    """Evaluate one envelope: send its report lines; an exit code when this process must end.
 
     Verdicts are sent in one message at the end: the rule being evaluated lives in the
     shared ``progress`` page, from which the zygote reports the culprit if a per-rule
-    alarm kills this process. Errors are sent at once, so a later death cannot lose them.
+    alarm (or a crash) kills this process. Errors are sent at once, so a later death
+    cannot lose them.
     """
-    sock = socket.socket(fileno=fd)
-    sock.settimeout(2.0)
-    header, env = wire.decode_eval(wire.read_frame(sock))
+    header, env = wire.decode_eval(data)
     start, budget = header.start, header.budget_ms / 1000
     out = [wire.Pid(os.getpid()).encode(), *rules.error_lines()]
     todo = [i for i in rules.good if i >= start]
@@ -162,66 +214,88 @@ def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mma
     parse = len(env) * cfg.parse_s_per_byte
     budget += parse
 
-    def arm(i: int, extra: float) -> str | None:
-        """Start rule ``i``'s alarm; its Armed line, or None when the budget is spent."""
+    def arm(i: int, extra: float) -> str:
+        """Start rule ``i``'s alarm and return its Armed line (raise when the budget is spent)."""
         left = budget - (time.monotonic() - t0)
         if left <= 0.001:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            return None
+            raise _Finished("".join(pending) + wire.BudgetSpent(i).encode() + wire.DONE.encode())
         limit = cfg.rule_ms / 1000 + extra
         armed = wire.Armed(i, wire.RULE_LIMIT if limit <= left else wire.BUDGET_LIMIT)
         wire.arm_progress(progress, armed)
         signal.setitimer(signal.ITIMER_REAL, min(limit, left))
         return armed.encode()
 
-    def spent(i: int) -> str:
-        return wire.BudgetSpent(i).encode() + wire.DONE.encode()
-
-    def finish(text: str, code: int = 0) -> NoReturn:
-        wire.finish_progress(progress)
-        _send(fd, text)
-        os._exit(code)
-
-    program = rules.program
-    if not todo or program is None:
-        finish("".join(out) + wire.DONE.encode())
-    line = arm(todo[0], parse)
-    if line is None:
-        finish("".join(out) + spent(todo[0]))
-    # The pid and the first armed rule go out now: the parent times the budget from here.
-    _send(fd, "".join(out) + line)
     pending: list[str] = []
-    text = b"[%d,%s]" % (start, env)
+    program = rules.program
     try:
-        results = iter(program.input_text(text.decode("utf-8")))
-        for k, i in enumerate(todo):
-            verdict = next(results)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            if verdict == wire.JQ_MATCH:
-                finish("".join(pending) + wire.Matched(i).encode() + wire.DONE.encode())
-            elif verdict == wire.JQ_NO_MATCH:
-                pending.append(wire.NoMatch(i).encode())
-            elif isinstance(verdict, str) and verdict.startswith(wire.JQ_ERROR):
-                pending.append(wire.RuleError(i, verdict[len(wire.JQ_ERROR) :]).encode())
-                _send(fd, "".join(pending))
-                pending = []
-            else:
-                garbage = wire.Garbage(f"unexpected output from rule {i}")
-                finish("".join(pending) + garbage.encode(), 3)
-            if k + 1 < len(todo):
-                nxt = arm(todo[k + 1], 0.0)
-                if nxt is None:
-                    finish("".join(pending) + spent(todo[k + 1]))
-                pending.append(nxt)
-        finish("".join(pending) + wire.DONE.encode())
-    except StopIteration:
-        finish("".join(pending) + wire.Garbage("evaluation ended early").encode(), 3)
-    except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
-        finish("".join(pending) + wire.Garbage(str(exc)[:300]).encode(), 3)
+        if not todo or program is None:
+            raise _Finished("".join(out) + wire.DONE.encode())
+        pending = out
+        line = arm(todo[0], parse)
+        # The pid and the first armed rule go out now: the parent times the budget from here.
+        _send(fd, "".join(out) + line)
+        pending = []
+        text = b"[%d,%s]" % (start, env)
+        try:
+            results = iter(program.input_text(text.decode("utf-8")))
+            for k, i in enumerate(todo):
+                verdict = next(results)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                if verdict == wire.JQ_MATCH:
+                    raise _Finished("".join(pending) + wire.Matched(i).encode() + wire.DONE.encode())
+                if verdict == wire.JQ_NO_MATCH:
+                    pending.append(wire.NoMatch(i).encode())
+                elif isinstance(verdict, str) and verdict.startswith(wire.JQ_ERROR):
+                    pending.append(wire.RuleError(i, verdict[len(wire.JQ_ERROR) :]).encode())
+                    _send(fd, "".join(pending))
+                    pending = []
+                else:
+                    garbage = wire.Garbage(f"unexpected output from rule {i}")
+                    raise _Finished("".join(pending) + garbage.encode(), 3)
+                if k + 1 < len(todo):
+                    pending.append(arm(todo[k + 1], 0.0))
+            raise _Finished("".join(pending) + wire.DONE.encode())
+        except StopIteration:
+            raise _Finished(
+                "".join(pending) + wire.Garbage("evaluation ended early").encode(), 3
+            ) from None
+        except _Finished:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
+            raise _Finished(
+                "".join(pending) + wire.Garbage(str(exc)[:300]).encode(), 3
+            ) from None
+    except _Finished as end:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        wire.finish_progress(progress)
+        _send(fd, end.text)
+        return end.code or None
+
+
+def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap) -> NoReturn:  # pragma: no cover - child
+    """Serve evaluations on ``fd`` until it closes, then exit.
+
+    Retires (exits after answering) once it grew by more than ``retire_bytes`` since it
+    started: what one envelope or one rule left behind never accumulates. Anything
+    stranger than a verdict (garbage, an envelope that did not parse) also ends it.
+    """
+    sock = socket.socket(fileno=fd)
+    base = resident()
+    while True:
+        try:
+            data = wire.read_frame(sock)
+        except (EOFError, OSError):
+            os._exit(0)
+        code = evaluate_one(fd, data, rules, cfg, progress)
+        if code is not None:
+            os._exit(code)
+        if resident() - base > cfg.retire_bytes:
+            os._exit(0)
 
 
 class Zygote:
-    """Holds one compiled rule set and forks an evaluator per request."""
+    """Holds one compiled rule set and forks evaluators that serve the server's sockets."""
 
     def __init__(self, ctrl: socket.socket, cfg: wire.ChildConfig) -> None:
         self.ctrl = ctrl
@@ -235,33 +309,32 @@ class Zygote:
         try:
             req = wire.Request.decode(data)
             sock.settimeout(2.0)
-            frame = wire.read_frame(sock)
+            frame = wire.read_frame(sock)  # the rule set: every request carries it
             if self.rules is None:
                 exprs, params = wire.decode_spec(frame)
-                self.rules = RuleSet(exprs, params, self.cfg.compile_ms)
+                self.rules = RuleSet(exprs, params, self.cfg)
                 gc.collect()
                 gc.freeze()  # keep the collector off the pages every evaluator shares
-            if req.op == wire.COMPILE or self.rules.program is None:
-                # an evaluation where nothing compiles: answer as an evaluator would, unforked
-                me = [] if req.op == wire.COMPILE else [wire.Pid(os.getpid()).encode()]
-                answer = [*me, *self.rules.error_lines(), wire.DONE.encode()]
+            if req.op == wire.COMPILE:
+                answer = [*self.rules.error_lines(), wire.DONE.encode()]
                 sock.sendall("".join(answer).encode())
                 sock.close()
                 return
+            sock.settimeout(None)
         except (OSError, EOFError, ValueError, KeyError, TypeError):
             sock.close()
             return
         progress = wire.progress_page()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
-            gc.disable()  # short-lived: never touch (and so copy) the zygote's heap pages
+            gc.disable()  # never touch (and so copy) the zygote's heap pages
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             self.ctrl.close()
-            for pidfd, (_, other, _) in self.children.items():
+            for pidfd, (_, other, page) in self.children.items():
                 os.close(pidfd)
                 other.close()
+                page.close()
             evaluator(sock.detach(), self.rules, self.cfg, progress)
-            os._exit(0)
         self.children[os.pidfd_open(pid)] = (pid, sock, progress)
 
     def reap(self, pidfd: int) -> None:
@@ -296,6 +369,12 @@ class Zygote:
                     self.reap(item)
 
     def finish(self) -> None:
+        """Evicted or shut down: idle evaluators exit now, busy ones after their answer."""
+        for _, sock, _ in self.children.values():
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
         for pidfd in list(self.children):
             self.reap(pidfd)
         os._exit(0)
@@ -308,13 +387,45 @@ def _zygote_main(ctrl: socket.socket, cfg: wire.ChildConfig) -> None:  # pragma:
     Zygote(ctrl, cfg).run()
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def pss(pid: int) -> int:
+    """A process's proportional set size in bytes (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_pss(pid: int) -> int:
+    """The proportional set size of ``pid`` and every descendant: shared pages counted once."""
+    return pss(pid) + sum(tree_pss(c) for c in _children(pid))
+
+
 class ForkServer:
-    """Forks zygotes (one per rule set, LRU-bounded) and hands them requests."""
+    """Forks zygotes (one per rule set and webhook) and hands them requests.
+
+    Keeps at most ``cache_size`` zygotes, and while the tree's memory (PSS, measured every
+    ``MEASURE_S`` while anything changed) is over ``budget_bytes`` evicts the least recently
+    used one (never the newest): its idle evaluators exit at once, busy ones after their answer.
+    """
 
     def __init__(self, ctrl: socket.socket, cfg: wire.ChildConfig) -> None:
         self.ctrl = ctrl
         self.cfg = cfg
         self.zygotes: OrderedDict[str, tuple[int, socket.socket]] = OrderedDict()
+        self.changed_at = 0.0  #: when a zygote was last started (then: measure again)
+        self.measured_at = 0.0
 
     def spawn(self, key: str) -> socket.socket:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -328,13 +439,28 @@ class ForkServer:
             os._exit(0)
         theirs.close()
         self.zygotes[key] = (pid, mine)
+        self.changed_at = time.monotonic()
         while len(self.zygotes) > self.cfg.cache_size:
-            _, (_, old) = self.zygotes.popitem(last=False)
-            old.close()  # the zygote sees EOF, waits for its evaluators and exits
+            self.evict()
         return mine
 
-    def dispatch(self, data: bytes, fd: int) -> None:
-        key = wire.Request.decode(data).key
+    def evict(self) -> None:
+        """Let the least recently used zygote go (it exits once its evaluators have)."""
+        _, (_, old) = self.zygotes.popitem(last=False)
+        old.close()  # the zygote sees EOF, shuts its evaluators' sockets and exits
+
+    def dispatch(self, data: bytes, fd: int | None) -> None:
+        try:
+            req = wire.Request.decode(data)
+        except (ValueError, KeyError, TypeError):
+            if fd is not None:
+                os.close(fd)
+            return
+        key = req.key
+        if fd is None:  # TOUCH: in use, so not the next to go
+            if key in self.zygotes:
+                self.zygotes.move_to_end(key)
+            return
         try:
             for _ in range(2):
                 if key in self.zygotes:
@@ -355,22 +481,38 @@ class ForkServer:
         if entry is not None:
             entry[1].close()
 
+    def keep_budget(self) -> None:
+        """Measure the tree (only while something changed lately) and evict down to budget."""
+        now = time.monotonic()
+        if now - self.measured_at < MEASURE_S or now - self.changed_at > 10 * MEASURE_S:
+            return
+        self.measured_at = now
+        total = pss(os.getpid())
+        sizes = {key: tree_pss(pid) for key, (pid, _) in self.zygotes.items()}
+        total += sum(sizes.values())
+        for key in list(self.zygotes)[:-1]:  # oldest first, never the newest
+            if total <= self.cfg.budget_bytes:
+                break
+            self.drop(key)
+            total -= sizes[key]
+            self.changed_at = now  # keep measuring until the evicted ones are gone
+
     def run(self) -> None:
         self.ctrl.send(wire.READY)
         while True:
             socks = {s: k for k, (_, s) in self.zygotes.items()}
             watched: list[socket.socket] = [self.ctrl, *socks]
-            ready, _, _ = select.select(watched, [], [], 0.5)
+            ready, _, _ = select.select(watched, [], [], MEASURE_S)
             for sock in ready:
                 if sock is self.ctrl:
                     data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
                     if not data:
                         return self.shutdown()
-                    if fds:
-                        self.dispatch(data, fds[0])
+                    self.dispatch(data, fds[0] if fds else None)
                 elif sock in socks and not sock.recv(16):
                     self.drop(socks[sock])  # a zygote died or exited
             self.reap()
+            self.keep_budget()
 
     @staticmethod
     def reap() -> None:

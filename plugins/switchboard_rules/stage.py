@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from switchboard.plugin import (
@@ -17,22 +18,46 @@ from .jqscan import forbidden_names
 from .sandbox import Limits, Sandbox
 
 #: ``[plugins.rules]``: the operator's limits. The only place their defaults are written.
+#: Counts and budgets are per server worker (each worker has its own sandbox tree).
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2},
+        # evaluations running at once, all owners together
+        "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8},
+        # evaluations one owner (human) may run at once: their share
+        "owner_concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 2},
+        # how long a delivery waits for its slots before routing by the default (sandbox_busy)
         "slot_wait_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": 1000},
+        # compiles (saves, dry runs) at once, one per owner; never an evaluation's slot
+        "compile_concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2},
+        "compile_wait_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": 5000},
+        # address space of each zygote and evaluator
         "memory_mib": {"type": "integer", "minimum": 32, "maximum": 4096, "default": 128},
+        # the most one compiled rule set may take: a larger one is refused at save
+        "ruleset_mib": {"type": "integer", "minimum": 1, "maximum": 1024, "default": 16},
+        # the sandbox tree's memory (PSS): least recently used rule sets are evicted beyond
+        "memory_budget_mib": {"type": "integer", "minimum": 64, "maximum": 65536,
+                              "default": 512},
         "rule_ms": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50},
         "event_ms": {"type": "integer", "minimum": 1, "maximum": 60000, "default": 250},
         "kill_grace_ms": {"type": "integer", "minimum": 100, "maximum": 60000, "default": 1750},
+        # zygotes kept, one per rule set and webhook
         "cache_size": {"type": "integer", "minimum": 1, "maximum": 4096, "default": 64},
+        # a rule set's whole compile (every trial together)
         "compile_ms": {"type": "integer", "minimum": 10, "maximum": 60000, "default": 1000},
+        # evaluations a warm evaluator serves before it is replaced
+        "evaluator_uses": {"type": "integer", "minimum": 1, "maximum": 1000000,
+                           "default": 1000},
     },
 }
 
 DEFAULTS: dict[str, Any] = {k: v["default"] for k, v in CONFIG_SCHEMA["properties"].items()}
+
+
+def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
+    """(owner, scope): whose share of the sandbox, and which rule sets may share processes."""
+    return str(webhook.get("owner_human") or ""), str(webhook.get("id") or "")
 
 
 class RulesStage:
@@ -56,8 +81,13 @@ class RulesStage:
             await self._sandbox.close()
             self._sandbox = None
 
-    async def validate(self, config: RoutingConfig) -> None:
-        """Refuse forbidden builtins, then compile every expression in the sandbox."""
+    async def validate(
+        self, config: RoutingConfig, *, webhook: Mapping[str, Any] | None = None
+    ) -> None:
+        """Refuse forbidden builtins, then compile every expression in the sandbox.
+
+        The compile is charged to the webhook's owner and leaves a warm evaluator for it.
+        """
         for index, rule in enumerate(config.rules):
             bad = forbidden_names(rule["expr"])
             if bad:
@@ -65,7 +95,10 @@ class RulesStage:
                                  f"expression uses forbidden {', '.join(bad)}")
         if not config.rules:
             return
-        errors = await self.sandbox.compile([r["expr"] for r in config.rules], config.params)
+        owner, scope = tenant(webhook or {})
+        errors = await self.sandbox.compile(
+            [r["expr"] for r in config.rules], dict(config.params), owner=owner, scope=scope
+        )
         if errors:
             index, message = min(errors)
             raise rule_error(index, config.rules[index], "invalid_expression",
@@ -75,8 +108,10 @@ class RulesStage:
         rules = ctx.config.rules
         if not rules:
             return StageResult()
+        owner, scope = tenant(ctx.webhook)
         match: MatchResult = await self.sandbox.evaluate(
-            [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), ctx.envelope
+            [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), ctx.envelope,
+            owner=owner, scope=scope,
         )
         if match.rule_index is None:
             # No match: later stages (LLM triage) or the default decide; faults carry on.

@@ -7,10 +7,11 @@ compiles every expression in its sandbox). Dry runs validate the same way.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from switchboard.errors import RuleValidationError
@@ -213,12 +214,29 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
     return RoutingConfig(rules=tuple(normalized), default_action=default, params=params)
 
 
+def _takes_webhook(method: Any) -> bool:
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return "webhook" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 async def validate_config(
-    config: Any, grant: Grant | None, stages: Iterable[object]
+    config: Any,
+    grant: Grant | None,
+    stages: Iterable[object],
+    webhook: Mapping[str, Any] | None = None,
 ) -> RoutingConfig:
-    """``check_structure``, then every enabled stage's own ``validate`` (in stage order)."""
+    """``check_structure``, then every enabled stage's own ``validate`` (in stage order).
+
+    ``webhook`` (the row the config is for) reaches the stages whose ``validate`` takes it.
+    """
     normalized = check_structure(config, grant)
     for stage in stages:
         if isinstance(stage, ValidatingStage):
-            await stage.validate(normalized)
+            if _takes_webhook(stage.validate):
+                await stage.validate(normalized, webhook=dict(webhook or {}))  # type: ignore[call-arg]
+            else:
+                await stage.validate(normalized)
     return normalized

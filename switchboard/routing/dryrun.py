@@ -32,7 +32,7 @@ async def dry_run(
     stages as ``ctx.runtime``; the stages named in ``skip`` are validated but not run
     (``test_webhook_rules`` skips ``llm`` unless asked, so a dry run spends no budget).
     """
-    normalized = await validate_config(config, grant, stages)
+    normalized = await validate_config(config, grant, stages, webhook)
     running = [s for s in stages if s.name not in skip]
     decision = await route(running, webhook or {}, normalized, envelope, grant,
                            runtime=runtime)

@@ -224,6 +224,11 @@ class ValidatingStage(Protocol):
     checks what only it understands (the rules stage compiles every expression) and
     raises :class:`switchboard.errors.RuleValidationError` naming the rule. Dry runs call
     it too, so a candidate config is refused exactly as a save would refuse it.
+
+    A stage whose ``validate`` also takes a ``webhook`` keyword gets the webhook row the
+    config is for (its ``id`` and ``owner_human``; ``{}`` offline), e.g. to charge the work
+    to that owner's share of a shared resource. The host passes it only to stages that
+    declare it, so a stage written against ``validate(config)`` keeps working.
     """
 
     name: str

@@ -42,13 +42,16 @@ async def _mutate(
 ) -> dict[str, Any]:
     """Read-modify-validate-write under the webhook's row lock: no edit is ever lost."""
     await owned_webhook(rt, caller, webhook_id)
-    grant = await _grant(rt, webhook_id)
+    resolved = await rt.store.resolve_webhook_by_id(webhook_id)
+    if resolved is None:
+        raise NotFound(f"webhook {webhook_id} not found")
+    grant = grant_for(resolved)
     async with rt.store.db.tx() as conn:
         row = await rt.store.lock_webhook(conn, webhook_id)
         if row is None:
             raise NotFound(f"webhook {webhook_id} not found")
         candidate = change(config_of(row).to_json())
-        normalized = await validate_config(candidate, grant, rt.stages)
+        normalized = await validate_config(candidate, grant, rt.stages, resolved)
         await rt.store.save_routing(conn, webhook_id, normalized)
     return _view(webhook_id, normalized, grant)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import jq
 import pytest
+from switchboard_rules import protocol as wire
 from switchboard_rules import sandbox_child
 from switchboard_rules import stage as rules_stage
 from switchboard_rules.jqscan import FORBIDDEN_ARITIES, FORBIDDEN_FUNCTIONS, shadow_prelude
@@ -129,12 +130,14 @@ def test_prelude_covers_every_arity_libjq_defines() -> None:
 def test_trial_and_zygote_compile_the_prelude(monkeypatch: pytest.MonkeyPatch) -> None:
     trials: list[str] = []
 
-    def fake_trial(program: str, params: dict[str, Any], compile_ms: int) -> str | None:
+    def fake_trial(program: str, params: dict[str, Any], seconds: float) -> tuple[None, int]:
         trials.append(program)
-        return None
+        return None, 0
 
     monkeypatch.setattr(sandbox_child, "trial", fake_trial)
-    rules = RuleSet(["env | length == 0", ".a == 1"], {}, 1000)
+    cfg = wire.ChildConfig(memory_bytes=2**27, rule_ms=50, compile_ms=1000, cache_size=4,
+                           parse_s_per_byte=0.0)
+    rules = RuleSet(["env | length == 0", ".a == 1"], {}, cfg)
     assert trials and all(p.startswith(PRELUDE) for p in trials)
     assert rules.program is not None
     out = list(rules.program.input_text(json.dumps([0, ENVELOPE])))

@@ -59,9 +59,10 @@ def test_anything_else_is_refused(line: str) -> None:
 
 def test_child_config_request_and_spec_round_trip() -> None:
     cfg = wire.ChildConfig(memory_bytes=2**27, rule_ms=50, compile_ms=1000, cache_size=64,
-                           parse_s_per_byte=2.4e-7)
+                           parse_s_per_byte=2.4e-7, ruleset_bytes=2**24, budget_bytes=2**29,
+                           retire_bytes=2**25)
     assert wire.ChildConfig.decode(cfg.encode()) == cfg
-    req = wire.Request(wire.EVAL, "k" * 64)
+    req = wire.Request(wire.SPAWN, "k" * 64)
     assert wire.Request.decode(req.encode()) == req
     assert wire.Request.decode(wire.Request(wire.COMPILE, "k").encode()).op == "compile"
     # canonical: the same rule set is the same bytes (and so the same zygote)
@@ -96,8 +97,10 @@ def test_progress_page() -> None:
 
 
 def test_trial_answers() -> None:
-    assert wire.decode_trial(wire.encode_trial(None)) is None
-    assert wire.decode_trial(wire.encode_trial("syntax error ✓")) == "syntax error ✓"
+    assert wire.decode_trial(wire.encode_trial(None, 123456)) == (None, 123456)
+    assert wire.decode_trial(wire.encode_trial("syntax error ✓")) == ("syntax error ✓", 0)
+    with pytest.raises(ValueError):
+        wire.decode_trial(b"K")  # a size is part of the answer
     with pytest.raises(ValueError):
         wire.decode_trial(b"")  # killed before it answered
 

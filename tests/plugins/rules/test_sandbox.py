@@ -147,19 +147,34 @@ FAILURES = [
 ]
 
 
-async def test_resource_faults_are_sandbox_failures() -> None:
+async def test_resource_faults_name_their_rule_and_the_next_rules_still_run() -> None:
     async with sandbox() as sb:
         for expr in FAILURES:
-            result = await sb.evaluate([("bad", expr), ("t", "true")], {}, ENV)
-            assert result.rule_index in (None, 1), expr
-            assert any(c in ("sandbox_failure", "timeout", "error") for _, c in causes(result)), (
+            result = await sb.evaluate([("ok", "false"), ("bad", expr), ("t", "true")], {}, ENV)
+            assert result.rule_index == 2, expr
+            assert len(result.faults) == 1, (expr, result)
+            assert causes(result)[0] in ((1, "sandbox_failure"), (1, "timeout"), (1, "error")), (
                 expr
             )
+            assert result.faults[0].rule_id == "bad"
         # memory doubling hits the cap (abort) or the rule deadline, whichever comes first;
         # the sandbox keeps working afterwards
         result = await sb.evaluate([("bad", FAILURES[0])], {}, ENV)
-        assert causes(result) in ([(-1, "sandbox_failure")], [(0, "timeout")])
+        assert causes(result) in ([(0, "sandbox_failure")], [(0, "timeout")])
         assert await sb.evaluate([("t", "true")], {}, ENV) == MatchResult(0)
+
+
+async def test_a_crash_names_its_rule_like_a_timeout() -> None:
+    """The issue's case: a rule that kills its evaluator is rule i's fault, not rule -1's."""
+    crash = ".source * 3e7 | length > 0"
+    async with sandbox() as sb:
+        result = await sb.evaluate([("a", "false"), ("crash", crash), ("c", '.kind == "x"'),
+                                    ("d", ".payload.number == 7")], {}, ENV)
+    assert result.rule_index == 3
+    assert [(f.rule_index, f.cause, f.rule_id) for f in result.faults] == [
+        (1, "sandbox_failure", "crash")
+    ]
+    assert "SIGABRT" in str(result.faults[0].detail) or "SIGKILL" in str(result.faults[0].detail)
 
 
 def test_garbage_output_is_refused() -> None:

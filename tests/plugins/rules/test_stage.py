@@ -42,10 +42,14 @@ def test_every_plugins_rules_key_reaches_the_sandbox(tmp_path: Path) -> None:
     config = tmp_path / "sb.toml"
     config.write_text(
         "[plugins.rules]\nmax_concurrency = 3\nslot_wait_ms = 250\nmemory_mib = 96\n"
-        "rule_ms = 7\nevent_ms = 70\nkill_grace_ms = 500\ncache_size = 5\ncompile_ms = 300\n")
+        "rule_ms = 7\nevent_ms = 70\nkill_grace_ms = 500\ncache_size = 5\ncompile_ms = 300\n"
+        "owner_concurrency = 1\ncompile_concurrency = 4\ncompile_wait_ms = 900\n"
+        "ruleset_mib = 3\nmemory_budget_mib = 200\nevaluator_uses = 9\n")
     stage = stage_of(Runtime(load_config(str(config), env={})))
     assert stage.sandbox.limits == Limits(
         max_concurrency=3, slot_wait_ms=250, memory_mib=96, rule_ms=7, event_ms=70,
-        kill_grace_ms=500, cache_size=5, compile_ms=300)
+        kill_grace_ms=500, cache_size=5, compile_ms=300, owner_concurrency=1,
+        compile_concurrency=4, compile_wait_ms=900, ruleset_mib=3, memory_budget_mib=200,
+        evaluator_uses=9)
     # an unset key takes the schema's default, written nowhere else
     assert stage_of(Runtime(load_config(env={}))).sandbox.limits.rule_ms == 50
