@@ -2,9 +2,11 @@
 
 Run: python bench/routing.py [--total N]
 Posts a ~5 KB payload to two generic webhooks on one `switchboard serve` and prints, per
-webhook, deliveries/s and p50/p99 latency at 1 and 8 clients, the added p50 latency, and
-the CPU per delivery of the whole server process tree (server, fork server, zygotes and
-the evaluators they reaped).
+webhook, deliveries/s and p50/p99 latency at 1, 8 and 32 clients, the CPU per delivery of
+the whole server process tree (server, fork server, zygotes and the evaluators they
+reaped), how many routed deliveries were degraded by `sandbox_busy`, and the ratios the
+sandbox v2 issue targets (routed vs plain, measured side by side in this one run), then
+the sandbox tree's memory (PSS).
 """
 
 from __future__ import annotations
@@ -64,6 +66,29 @@ async def set_rules(env: dict[str, str], webhook_id: str) -> None:
         await rt.shutdown()
 
 
+def tree_pss_mib(pid: int) -> float:
+    """The proportional set size of the server's sandbox trees (fork servers and below)."""
+    total = 0
+    for proc in psutil.Process(pid).children(recursive=True):
+        try:
+            if "sandbox_child" not in " ".join(proc.cmdline()):
+                continue
+            total += sum(p.memory_full_info().pss for p in [proc, *proc.children(recursive=True)])
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
+def busy_count(dsn: str, webhook_id: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM events WHERE webhook_id = %s"
+            " AND routing_trace::text LIKE '%%sandbox_busy%%'", (webhook_id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def measure(srv: Any, url: str, clients: int, total: int) -> dict[str, float]:
     before = tree_cpu(srv.proc.pid)
     stats = summary(*asyncio.run(load(url, BODY, clients, total)))
@@ -91,18 +116,27 @@ def main() -> None:
             print(f"routing benchmark: {args.total} deliveries per row, body {len(BODY)} B,"
                   " 1 Sanic worker")
             print(f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"
-                  f" {'CPU ms':>7}")
+                  f" {'CPU ms':>7} {'busy':>5}")
             rows = {}
-            for clients in (1, 8):
+            for clients in (1, 8, 32):
                 for name, hook in (("no rules", hooks[0]), ("32 rules", hooks[1])):
+                    busy = busy_count(dsn, hook["webhook_id"])
                     s = measure(srv, hook["ingest_url"], clients, args.total)
+                    s["busy"] = busy_count(dsn, hook["webhook_id"]) - busy
                     rows[(name, clients)] = s
                     print(f"{name:>10} {clients:>7} | {s['per_s']:>7.0f} {s['p50_ms']:>7.2f}"
-                          f" {s['p99_ms']:>7.2f} {s['cpu_ms']:>7.2f}")
+                          f" {s['p99_ms']:>7.2f} {s['cpu_ms']:>7.2f} {s['busy']:>5.0f}")
             base, ruled = rows[("no rules", 1)], rows[("32 rules", 1)]
             print(f"added at 1 client: p50 {ruled['p50_ms'] - base['p50_ms']:+.2f} ms,"
-                  f" CPU {ruled['cpu_ms'] - base['cpu_ms']:+.2f} ms per delivery"
-                  " (targets: <= 5 ms each)")
+                  f" CPU {ruled['cpu_ms'] - base['cpu_ms']:+.2f} ms per delivery")
+            print(f"ratio routed/plain at 1 client: p50 {ruled['p50_ms'] / base['p50_ms']:.2f}"
+                  f" (target <= 1.3), CPU {ruled['cpu_ms'] / base['cpu_ms']:.2f}"
+                  " (target <= 1.5)")
+            for clients in (8, 32):
+                r = rows[("32 rules", clients)]["per_s"] / rows[("no rules", clients)]["per_s"]
+                print(f"ratio routed/plain deliveries/s at {clients} clients: {r:.2f}"
+                      f" (target >= 0.8); sandbox_busy {rows[('32 rules', clients)]['busy']:.0f}")
+            print(f"sandbox tree memory (PSS): {tree_pss_mib(srv.proc.pid):.1f} MiB")
         finally:
             srv.stop()
 

@@ -26,20 +26,28 @@ EOF and exits, a busy one finishes its evaluation first, and the server's next w
 Report lines, in the order they may come during one evaluation:
 
 =====================  ==================================================================
-``p PID``              :class:`Pid`: the evaluator's pid (the server kills it at the hard
-                       deadline); the zygote sends its own when it answers without forking
+``p PID``              :class:`Pid`: the evaluator's pid, once, as it starts (the server
+                       kills it at the hard deadline)
 ``c I MSG``            :class:`CompileError`: rule I does not compile (MSG is JSON)
-``a I t`` / ``a I b``  :class:`Armed`: rule I is running under its own limit (``t``) or
-                       under what is left of the event's budget (``b``)
-``r I m|n``            :class:`Matched` / :class:`NoMatch`: rule I's verdict
-``r I e MSG``          :class:`RuleError`: rule I raised (MSG is JSON)
+``a I t`` / ``a I b``  :class:`Armed`: rule I was running under its own limit (``t``) or
+                       under what is left of the event's budget (``b``): only ever
+                       reported by the zygote, read from the progress page, when the
+                       evaluator died mid-rule
+``r I m``              :class:`Matched`: rule I matched
+``r I n``              :class:`NoMatch`: rule I did not match (the decoder accepts it; an
+                       evaluator sends only what the server needs: a match, errors, the end)
+``r I e MSG``          :class:`RuleError`: rule I raised (MSG is JSON), sent at once
 ``b I``                :class:`BudgetSpent`: the budget was spent before rule I began
-``g MSG``              :class:`Garbage`: the evaluator gave up (MSG is JSON)
-``d``                  :class:`Done`: every rule that was started has a verdict
+``g MSG``              :class:`Garbage`: the evaluator gave up (MSG is JSON) and exits
+``d``                  :class:`Done`: every rule that was started has a verdict; the
+                       evaluator waits for its next frame
 ``x STATUS``           :class:`Exited`: the zygote saw the evaluator exit (exit code, or
-                       minus the signal); preceded by ``a I t|b`` read from the progress
-                       page when the evaluator died mid-rule
+                       minus the signal); preceded by ``a I t|b`` when it died mid-rule
 =====================  ==================================================================
+
+One evaluation of a warm evaluator is one frame in and, unless a rule errs, one message
+out (its compile errors, then ``r I m``, ``b I`` or nothing, then ``d``): the server wakes
+up once per evaluation and reads one line per rule only when rules fault.
 """
 
 from __future__ import annotations
@@ -318,6 +326,10 @@ def progress_page() -> mmap.mmap:
 
 def arm_progress(page: mmap.mmap, armed: Armed) -> None:
     _PROGRESS.pack_into(page, 0, armed.index, armed.how.encode(), b"0")
+
+
+#: The evaluator's inner loop writes the page directly: (page, offset, index, how, b"0").
+pack_progress = _PROGRESS.pack_into
 
 
 def finish_progress(page: mmap.mmap) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -44,6 +45,7 @@ _BOOTSTRAP = (
     "sys.modules[name] = package\n"
     "__import__(module, fromlist=['main']).main(sys.argv[3:])\n"
 )
+HARD_DEADLINE = "sandbox missed its hard deadline"
 #: Time allowed for parsing the envelope on top of the budgets (~0.1 ms per KB measured).
 PARSE_S_PER_BYTE = 0.25e-3 / 1024
 
@@ -125,6 +127,7 @@ class _Evaluator:
     key: str
     sock: socket.socket
     uses: int = 0
+    pid: int | None = None  #: said once, in its first answer
 
     def alive(self) -> bool:
         """Quiet and open: ready for an evaluation (anything else means it exited meanwhile)."""
@@ -186,6 +189,7 @@ class Sandbox:
         self._live: dict[str, int] = {}  #: evaluators started per key and not yet closed
         self._touched: dict[str, float] = {}
         self._refills: dict[str, asyncio.Task[None]] = {}
+        self._specs: dict[tuple[str, tuple[str, ...], str], tuple[bytes, str]] = {}
         #: evaluator processes started since the sandbox was created (a figure for tests)
         self.spawned = 0
 
@@ -193,6 +197,17 @@ class Sandbox:
     def key(scope: str, spec: bytes) -> str:
         """A rule set's zygote: the same rules of two webhooks never share one."""
         return hashlib.sha256(scope.encode() + b"\0" + spec).hexdigest()
+
+    def _spec(self, scope: str, exprs: list[str], params: dict[str, Any]) -> tuple[bytes, str]:
+        """A rule set's canonical bytes and key (remembered: every delivery asks again)."""
+        memo = (scope, tuple(exprs), json.dumps(params, sort_keys=True))
+        found = self._specs.get(memo)
+        if found is None:
+            spec = wire.encode_spec(exprs, params)
+            found = self._specs[memo] = (spec, self.key(scope, spec))
+            if len(self._specs) > 2 * self.limits.cache_size:
+                del self._specs[next(iter(self._specs))]  # the oldest remembered
+        return found
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -427,10 +442,16 @@ class Sandbox:
 
         self._refills[key] = asyncio.get_running_loop().create_task(refill())
 
-    async def _exchange(self, sock: socket.socket, body: bytes, deadline: float) -> Attempt:
-        """Send ``body`` and collect the answer until done, death or ``deadline``."""
+    async def _exchange(
+        self, sock: socket.socket, body: bytes, deadline: float, pid: int | None = None
+    ) -> Attempt:
+        """Send ``body`` and collect the answer until done, death or ``deadline``.
+
+        The budget is timed from the send (``first_arm``): an evaluator answers once, at
+        the end, so queueing and parsing count against the event, never in its favour.
+        """
         loop = asyncio.get_running_loop()
-        att = Attempt()
+        att = Attempt(pid=pid, first_arm=loop.time())
         try:
             await loop.sock_sendall(sock, body)
             buf = b""
@@ -450,7 +471,7 @@ class Sandbox:
                     os.kill(att.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            att.garbage = "sandbox missed its hard deadline"
+            att.garbage = HARD_DEADLINE
         except OSError as exc:
             att.garbage = f"sandbox unreachable: {exc}"
         att.ended = loop.time()
@@ -467,14 +488,17 @@ class Sandbox:
                 self._refill(key, spec)  # the next delivery finds one warm
             # a new evaluator may wait for its zygote's compile: allow for it
             extra = 2 * self.limits.compile_ms / 1000 if fresh else 0.0
-            att = await self._exchange(ev.sock, body, deadline + extra)
+            att = await self._exchange(ev.sock, body, deadline + extra, ev.pid)
+            ev.pid = att.pid
             if att.done and att.status is None and att.garbage is None:
                 self._give_back(ev)
                 return att
             self._discard(ev)
-            if fresh or att.pid is not None:
+            began = (att.done or att.armed is not None or att.errors
+                     or att.matched is not None or att.budget_at is not None)
+            if fresh or began or att.garbage == HARD_DEADLINE:
                 return att
-            # a warm evaluator that never started this evaluation had exited meanwhile
+            # a warm evaluator that never began this evaluation had exited meanwhile
         return att
 
     # -- requests ----------------------------------------------------------------------------
@@ -501,8 +525,7 @@ class Sandbox:
                 return BUSY
             loop = asyncio.get_running_loop()
             ids = [rid for rid, _ in rules]
-            spec = wire.encode_spec([e for _, e in rules], params or {})
-            key = self.key(scope, spec)
+            spec, key = self._spec(scope, [e for _, e in rules], params or {})
             env = wire.encode_envelope(envelope)
             allowance = len(env) * PARSE_S_PER_BYTE
             deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
@@ -531,8 +554,7 @@ class Sandbox:
             if not ok:
                 raise SandboxUnavailable("the routing sandbox is busy compiling; try again")
             loop = asyncio.get_running_loop()
-            spec = wire.encode_spec(exprs, params or {})
-            key = self.key(scope, spec)
+            spec, key = self._spec(scope, exprs, params or {})
             limits = self.limits
             # the trials share compile_ms; the zygote's own compile takes as long again
             deadline = loop.time() + (2 * limits.compile_ms + limits.kill_grace_ms) / 1000

@@ -62,22 +62,28 @@ def _prctl(option: int, arg: int) -> None:
 
 
 def build_program(exprs: list[str], indices: list[int]) -> str:
-    """One program over ``[start, envelope]`` streaming one short verdict string per rule."""
+    """One program over ``[start, envelope]`` streaming one short verdict string per rule.
+
+    A rule's verdict is its first output's truthiness (``reduce`` over ``first``: no
+    output is no match, and no array is built on the hot path); an error is caught and
+    becomes ``e`` + its message, cut to fit a verdict.
+    """
     match, no_match = json.dumps(wire.JQ_MATCH), json.dumps(wire.JQ_NO_MATCH)
     error, garbage = json.dumps(wire.JQ_ERROR), json.dumps(wire.JQ_GARBAGE)
+    cut = wire.JQ_VERDICT_MAX - len(wire.JQ_ERROR)
     parts = []
     for i in indices:
         # newlines (twice: a comment's backslash continuation eats one) keep a trailing
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
         parts.append(
-            f"(if $__s <= {i} then (try ([$__e | first((\n{exprs[i]}\n\n))] | "
-            f"if length == 0 then {no_match} elif (.[0] == null or .[0] == false) then "
-            f"{no_match} else {match} end) catch ({error} + tostring)) else empty end)"
+            f"(if $__s <= {i} then (try (reduce ($__e | first((\n{exprs[i]}\n\n))) as $__v "
+            f"({no_match}; if $__v then {match} else {no_match} end)) "
+            f"catch ({error} + (tostring | .[:{cut}]))) else empty end)"
         )
     body = ",\n".join(parts)
     return (
         f"{PRELUDE}.[0] as $__s | .[1] as $__e | ({body}) | "
-        f'if type == "string" then .[:{wire.JQ_VERDICT_MAX}] else {garbage} end'
+        f'if type == "string" then . else {garbage} end'
     )
 
 
@@ -189,98 +195,76 @@ def _send(fd: int, text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
-class _Finished(Exception):
-    """One evaluation's last report (and the exit code when the evaluator must not go on)."""
-
-    def __init__(self, text: str, code: int = 0) -> None:
-        self.text, self.code = text, code
-
-
 def evaluate_one(  # pragma: no cover - child
     fd: int, data: bytes, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap
 ) -> int | None:
-    """Evaluate one envelope: send its report lines; an exit code when this process must end.
+    """Evaluate one envelope and send its answer; an exit code when this process must end.
 
-    Verdicts are sent in one message at the end: the rule being evaluated lives in the
-    shared ``progress`` page, from which the zygote reports the culprit if a per-rule
-    alarm (or a crash) kills this process. Errors are sent at once, so a later death
-    cannot lose them.
+    The answer is one message at the end: the rule being evaluated lives in the shared
+    ``progress`` page, from which the zygote reports the culprit if a per-rule alarm (or a
+    crash) kills this process. Errors are sent at once, so a later death cannot lose them.
+    This is the hot path of every routed delivery: no per-rule allocation beyond jq's.
     """
     header, env = wire.decode_eval(data)
-    start, budget = header.start, header.budget_ms / 1000
-    out = [wire.Pid(os.getpid()).encode(), *rules.error_lines()]
-    todo = [i for i in rules.good if i >= start]
-    t0 = time.monotonic()
+    start = header.start
     parse = len(env) * cfg.parse_s_per_byte
-    budget += parse
-
-    def arm(i: int, extra: float) -> str:
-        """Start rule ``i``'s alarm and return its Armed line (raise when the budget is spent)."""
-        left = budget - (time.monotonic() - t0)
-        if left <= 0.001:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            raise _Finished("".join(pending) + wire.BudgetSpent(i).encode() + wire.DONE.encode())
-        limit = cfg.rule_ms / 1000 + extra
-        armed = wire.Armed(i, wire.RULE_LIMIT if limit <= left else wire.BUDGET_LIMIT)
-        wire.arm_progress(progress, armed)
-        signal.setitimer(signal.ITIMER_REAL, min(limit, left))
-        return armed.encode()
-
-    pending: list[str] = []
+    deadline = time.monotonic() + header.budget_ms / 1000 + parse
+    head = "".join(rules.error_lines())
+    todo = [i for i in rules.good if i >= start]
     program = rules.program
+    if not todo or program is None:
+        _send(fd, head + "d\n")
+        return None
+    rule_s = cfg.rule_ms / 1000
+    setitimer, monotonic, pack = signal.setitimer, time.monotonic, wire.pack_progress
+    timer = signal.ITIMER_REAL
+    rule_limit, budget_limit = wire.RULE_LIMIT.encode(), wire.BUDGET_LIMIT.encode()
+    match_v, no_match_v, error_v = wire.JQ_MATCH, wire.JQ_NO_MATCH, wire.JQ_ERROR
+    end, code = "d\n", 0
+    results: Any = None
     try:
-        if not todo or program is None:
-            raise _Finished("".join(out) + wire.DONE.encode())
-        pending = out
-        line = arm(todo[0], parse)
-        # The pid and the first armed rule go out now: the parent times the budget from here.
-        _send(fd, "".join(out) + line)
-        pending = []
-        text = b"[%d,%s]" % (start, env)
-        try:
-            results = iter(program.input_text(text.decode("utf-8")))
-            for k, i in enumerate(todo):
-                verdict = next(results)
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                if verdict == wire.JQ_MATCH:
-                    raise _Finished("".join(pending) + wire.Matched(i).encode() + wire.DONE.encode())
-                if verdict == wire.JQ_NO_MATCH:
-                    pending.append(wire.NoMatch(i).encode())
-                elif isinstance(verdict, str) and verdict.startswith(wire.JQ_ERROR):
-                    pending.append(wire.RuleError(i, verdict[len(wire.JQ_ERROR) :]).encode())
-                    _send(fd, "".join(pending))
-                    pending = []
-                else:
-                    garbage = wire.Garbage(f"unexpected output from rule {i}")
-                    raise _Finished("".join(pending) + garbage.encode(), 3)
-                if k + 1 < len(todo):
-                    pending.append(arm(todo[k + 1], 0.0))
-            raise _Finished("".join(pending) + wire.DONE.encode())
-        except StopIteration:
-            raise _Finished(
-                "".join(pending) + wire.Garbage("evaluation ended early").encode(), 3
-            ) from None
-        except _Finished:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
-            raise _Finished(
-                "".join(pending) + wire.Garbage(str(exc)[:300]).encode(), 3
-            ) from None
-    except _Finished as end:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        wire.finish_progress(progress)
-        _send(fd, end.text)
-        return end.code or None
+        for k, i in enumerate(todo):
+            left = deadline - monotonic()
+            if left <= 0.001:
+                end = wire.BudgetSpent(i).encode() + end
+                break
+            limit = rule_s + parse if k == 0 else rule_s  # the first rule also parses
+            pack(progress, 0, i, rule_limit if limit <= left else budget_limit, b"0")
+            setitimer(timer, limit if limit <= left else left)
+            if results is None:
+                results = iter(program.input_text((b"[%d,%s]" % (start, env)).decode("utf-8")))
+            verdict = next(results)
+            setitimer(timer, 0)
+            if verdict == no_match_v:
+                continue
+            if verdict == match_v:
+                end = wire.Matched(i).encode() + end
+                break
+            if isinstance(verdict, str) and verdict.startswith(error_v):
+                _send(fd, head + wire.RuleError(i, verdict[len(error_v) :]).encode())
+                head = ""
+                continue
+            end, code = wire.Garbage(f"unexpected output from rule {i}").encode(), 3
+            break
+    except StopIteration:
+        end, code = wire.Garbage("evaluation ended early").encode(), 3
+    except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
+        end, code = wire.Garbage(str(exc)[:300]).encode(), 3
+    setitimer(timer, 0)
+    wire.finish_progress(progress)
+    _send(fd, head + end)
+    return code or None
 
 
 def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap) -> NoReturn:  # pragma: no cover - child
-    """Serve evaluations on ``fd`` until it closes, then exit.
+    """Say its pid, then serve evaluations on ``fd`` until it closes, and exit.
 
     Retires (exits after answering) once it grew by more than ``retire_bytes`` since it
     started: what one envelope or one rule left behind never accumulates. Anything
     stranger than a verdict (garbage, an envelope that did not parse) also ends it.
     """
     sock = socket.socket(fileno=fd)
+    _send(fd, wire.Pid(os.getpid()).encode())
     base = resident()
     while True:
         try:

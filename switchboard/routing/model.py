@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -132,6 +131,16 @@ class Decision:
         return {"drop": self.drop, "queue": self.queue, "endpoints": list(self.endpoints)}
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON document (dicts, lists, scalars): what ``copy.deepcopy`` does,
+    several times faster, since every live delivery reads its webhook's config through it."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_copy(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class RoutingConfig:
     """A webhook's routing configuration, spelled the same from the database to the API.
@@ -148,7 +157,7 @@ class RoutingConfig:
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown)."""
-        return copy.deepcopy({
+        return json_copy({
             "rules": list(self.rules),
             "default_action": self.default_action,
             "params": self.params,
@@ -157,7 +166,7 @@ class RoutingConfig:
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> RoutingConfig:
         """A config from its stored form; missing keys read as empty."""
-        doc = copy.deepcopy(doc or {})
+        doc = json_copy(doc or {})
         return cls(
             rules=tuple(doc.get("rules") or ()),
             default_action=doc.get("default_action"),
