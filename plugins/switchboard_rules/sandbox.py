@@ -190,8 +190,9 @@ class Sandbox:
         self._touched: dict[str, float] = {}
         self._refills: dict[str, asyncio.Task[None]] = {}
         self._specs: dict[tuple[str, tuple[str, ...], str], tuple[bytes, str]] = {}
-        #: evaluator processes started since the sandbox was created (a figure for tests)
-        self.spawned = 0
+        #: since the sandbox was created: evaluator processes started, and attempts served by a
+        #: warm evaluator or by one started for them (figures for tests and benchmarks)
+        self.stats = {"spawned": 0, "warm": 0, "fresh": 0}
 
     @staticmethod
     def key(scope: str, spec: bytes) -> str:
@@ -374,7 +375,7 @@ class Sandbox:
     async def _spawn(self, key: str, spec: bytes) -> _Evaluator:
         sock = await self._open(wire.SPAWN, key, spec)
         self._live[key] = self._live.get(key, 0) + 1
-        self.spawned += 1
+        self.stats["spawned"] += 1
         return _Evaluator(key, sock)
 
     def _discard(self, ev: _Evaluator) -> None:
@@ -432,15 +433,37 @@ class Sandbox:
         async def refill() -> None:
             try:
                 ev = await self._spawn(key, spec)
+                ready = await self._started(ev)
             except (OSError, SandboxUnavailable):
                 return
             finally:
                 self._refills.pop(key, None)
+            if not ready:
+                self._discard(ev)
+                return
             pool = self._idle.setdefault(key, [])
             pool.append(ev)
             self._idle.move_to_end(key)
 
         self._refills[key] = asyncio.get_running_loop().create_task(refill())
+
+    async def _started(self, ev: _Evaluator) -> bool:
+        """Wait for a new evaluator's first line (its pid, once its zygote has compiled)."""
+        loop = asyncio.get_running_loop()
+        buf = b""
+        try:
+            async with asyncio.timeout(2 * self.limits.compile_ms / 1000 + 1):
+                while not buf.endswith(b"\n"):
+                    chunk = await loop.sock_recv(ev.sock, 64)
+                    if not chunk:
+                        return False
+                    buf += chunk
+        except (TimeoutError, OSError):
+            return False
+        att = Attempt()
+        parse_line(buf[:-1].decode("utf-8", "replace"), att, 0.0)
+        ev.pid = att.pid
+        return ev.pid is not None and b"\n" not in buf[:-1]
 
     async def _exchange(
         self, sock: socket.socket, body: bytes, deadline: float, pid: int | None = None
@@ -490,6 +513,7 @@ class Sandbox:
             extra = 2 * self.limits.compile_ms / 1000 if fresh else 0.0
             att = await self._exchange(ev.sock, body, deadline + extra, ev.pid)
             ev.pid = att.pid
+            self.stats["fresh" if fresh else "warm"] += 1
             if att.done and att.status is None and att.garbage is None:
                 self._give_back(ev)
                 return att

@@ -121,8 +121,9 @@ def trial(program: str, params: dict[str, Any], seconds: float) -> tuple[str | N
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             before = resident()
-            _compile(program, params)
+            compiled = _compile(program, params)  # held: freed, it would measure nothing
             out = wire.encode_trial(None, max(resident() - before, 0))
+            del compiled
         except Exception as exc:  # noqa: BLE001 - any compile failure is reported
             out = wire.encode_trial(_clean(str(exc)))
         os.write(w, out)

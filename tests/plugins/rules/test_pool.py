@@ -1,0 +1,149 @@
+"""Warm evaluators: started ahead of need, reused, never shared between webhooks, replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psutil
+import pytest
+from switchboard_rules.sandbox import Limits, Sandbox
+from switchboard_rules.stage import DEFAULTS
+
+from switchboard.routing.model import MatchResult
+
+pytestmark = pytest.mark.anyio
+
+ENV: dict[str, Any] = {"source": "gitea", "kind": "push", "payload": {"n": 7}, "size": 10}
+RULES: list[tuple[str | None, str]] = [("a", '.kind == "issues"'), ("b", ".payload.n == 7")]
+
+
+@asynccontextmanager
+async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
+    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
+    await sb.start()
+    try:
+        yield sb
+    finally:
+        await sb.close()
+
+
+def tree(sb: Sandbox) -> dict[int, list[int]]:
+    """Each zygote's pid and its evaluators' pids (trial children are gone by then).
+
+    Zombies are gone already: they wait only for their parent's next reaping round.
+    """
+    assert sb.pid is not None
+
+    def live(procs: list[psutil.Process]) -> list[psutil.Process]:
+        out = []
+        for p in procs:
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    return {z.pid: sorted(e.pid for e in live(z.children()))
+            for z in live(psutil.Process(sb.pid).children())}
+
+
+async def settle(sb: Sandbox) -> None:
+    """Wait for background refills to finish starting their evaluators."""
+    for _ in range(200):
+        if not sb._refills:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+
+
+async def test_evaluations_reuse_warm_evaluators_and_start_no_process() -> None:
+    async with sandbox() as sb:
+        assert await sb.evaluate(RULES, {}, ENV, owner="h", scope="w") == MatchResult(1)
+        await settle(sb)
+        before, spawned = tree(sb), sb.stats["spawned"]
+        for n in range(100):
+            env = {**ENV, "payload": {"n": n}}
+            expected = MatchResult(1) if n == 7 else MatchResult(None)
+            assert await sb.evaluate(RULES, {}, env, owner="h", scope="w") == expected
+        assert sb.stats["spawned"] == spawned  # not one process started for 100 deliveries
+        assert tree(sb) == before  # the same zygote, the same evaluators
+        assert sb.stats["warm"] >= 100
+
+
+async def test_a_compile_leaves_a_warm_evaluator_for_the_first_delivery() -> None:
+    async with sandbox() as sb:
+        assert await sb.compile([e for _, e in RULES], {}, owner="h", scope="w") == []
+        await settle(sb)
+        assert sb.stats == {"spawned": 1, "warm": 0, "fresh": 0}
+        assert await sb.evaluate(RULES, {}, ENV, owner="h", scope="w") == MatchResult(1)
+        assert sb.stats["warm"] == 1 and sb.stats["fresh"] == 0
+
+
+async def test_two_webhooks_with_the_same_rules_never_share_a_process() -> None:
+    async with sandbox() as sb:
+        for scope in ("w1", "w2", "w1", "w2"):
+            assert await sb.evaluate(RULES, {}, ENV, owner="h", scope=scope) == MatchResult(1)
+        await settle(sb)
+        zygotes = tree(sb)
+        assert len(zygotes) == 2  # one per webhook, though the rule sets are identical
+        first, second = zygotes.values()
+        assert first and second and not set(first) & set(second)
+
+
+async def test_a_changed_rule_set_answers_on_the_very_next_evaluation() -> None:
+    async with sandbox() as sb:
+        for _ in range(3):
+            assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
+            changed = [("a", '.kind == "push"'), *RULES[1:]]
+            assert await sb.evaluate(changed, {}, ENV, scope="w") == MatchResult(0)
+            assert await sb.evaluate(RULES[:1], {}, ENV, scope="w") == MatchResult(None)
+            params = [("p", "$params.n == .payload.n")]
+            assert await sb.evaluate(params, {"n": 7}, ENV, scope="w") == MatchResult(0)
+            assert await sb.evaluate(params, {"n": 8}, ENV, scope="w") == MatchResult(None)
+
+
+async def test_an_evaluator_retires_after_its_uses() -> None:
+    async with sandbox(evaluator_uses=3) as sb:
+        for _ in range(12):
+            assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
+        # each evaluator served at most 3: at least 4 were started
+        assert sb.stats["spawned"] >= 4
+
+
+async def test_evaluators_killed_while_idle_are_replaced_without_a_fault() -> None:
+    async with sandbox() as sb:
+        assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
+        await settle(sb)
+        for evaluators in tree(sb).values():
+            for pid in evaluators:
+                os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(0.1)
+        assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
+
+
+async def test_evicted_rule_sets_come_back_without_a_fault() -> None:
+    async with sandbox(cache_size=1) as sb:
+        for scope in ("w1", "w2", "w1", "w3", "w2", "w1"):
+            assert await sb.evaluate(RULES, {}, ENV, scope=scope) == MatchResult(1)
+        await settle(sb)
+        await asyncio.sleep(0.2)
+        assert len(tree(sb)) == 1  # the evicted zygotes and their evaluators are gone
+
+
+async def test_a_timeout_replaces_only_its_own_evaluator() -> None:
+    async with sandbox(rule_ms=20) as sb:
+        assert await sb.evaluate(RULES, {}, ENV, scope="quiet") == MatchResult(1)
+        await settle(sb)
+        quiet = tree(sb)
+        slow = [("slow", "last(range(1e12)) > 0"), ("ok", "true")]
+        result = await sb.evaluate(slow, {}, ENV, scope="slow")
+        assert result.rule_index == 1 and [f.cause for f in result.faults] == ["timeout"]
+        after = tree(sb)
+        for zygote, evaluators in quiet.items():
+            assert after[zygote] == evaluators  # the other webhook's evaluators untouched
