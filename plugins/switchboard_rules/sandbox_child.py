@@ -266,7 +266,9 @@ def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mma
     """
     sock = socket.socket(fileno=fd)
     _send(fd, wire.Pid(os.getpid()).encode())
-    base = resident()
+    # the high-water mark (one syscall, no file to read): growth that came and went still
+    # counts, since the pages it left behind are what the tree's budget pays for
+    base = _peak_kib()
     while True:
         try:
             data = wire.read_frame(sock)
@@ -275,8 +277,12 @@ def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mma
         code = evaluate_one(fd, data, rules, cfg, progress)
         if code is not None:
             os._exit(code)
-        if resident() - base > cfg.retire_bytes:
+        if (_peak_kib() - base) * 1024 > cfg.retire_bytes:
             os._exit(0)
+
+
+def _peak_kib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 class Zygote:
