@@ -49,11 +49,8 @@ def tree_cpu(pid: int) -> tuple[float, float]:
         try:
             t = proc.cpu_times()
             own = t.user + t.system + t.children_user + t.children_system
-            if "sandbox_child" in " ".join(proc.cmdline()):
-                sandbox += own + sum(
-                    c.cpu_times().user + c.cpu_times().system
-                    + c.cpu_times().children_user + c.cpu_times().children_system
-                    for c in proc.children(recursive=True))
+            if "sandbox_child" in " ".join(proc.cmdline()):  # forks keep the fork server's
+                sandbox += own
         except psutil.Error:
             continue
         total += own

@@ -329,14 +329,20 @@ class Sandbox:
         mine = shares.enter(owner)
         got_mine = got_slot = False
         try:
-            try:
-                async with asyncio.timeout(wait_s):
-                    await mine.acquire()
-                    got_mine = True
-                    await slots.acquire()
-                    got_slot = True
-            except TimeoutError:
-                pass
+            if not mine.locked() and not slots.locked():  # both free: no timer to set up
+                await mine.acquire()
+                got_mine = True
+                await slots.acquire()
+                got_slot = True
+            else:
+                try:
+                    async with asyncio.timeout(wait_s):
+                        await mine.acquire()
+                        got_mine = True
+                        await slots.acquire()
+                        got_slot = True
+                except TimeoutError:
+                    pass
             yield got_slot
         finally:
             if got_slot:

@@ -164,9 +164,13 @@ class RoutingConfig:
         })
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any] | None) -> RoutingConfig:
-        """A config from its stored form; missing keys read as empty."""
-        doc = json_copy(doc or {})
+    def from_json(cls, doc: dict[str, Any] | None, *, copy: bool = True) -> RoutingConfig:
+        """A config from its stored form; missing keys read as empty.
+
+        ``copy=False`` adopts ``doc``'s rules as they are: for a document nobody else holds
+        (a row the database just returned), where a copy would only cost time.
+        """
+        doc = json_copy(doc or {}) if copy else (doc or {})
         return cls(
             rules=tuple(doc.get("rules") or ()),
             default_action=doc.get("default_action"),

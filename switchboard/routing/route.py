@@ -26,8 +26,12 @@ def grant_for(webhook: dict[str, Any]) -> Grant:
 
 
 def config_of(webhook: dict[str, Any]) -> RoutingConfig:
-    """The routing config stored on a webhook row (its ``routing`` column)."""
-    return RoutingConfig.from_json(webhook.get("routing"))
+    """The routing config stored on a webhook row (its ``routing`` column).
+
+    Not copied: every row is parsed afresh from the database for one caller, and every
+    caller that hands a config on does so through ``to_json()`` (a copy).
+    """
+    return RoutingConfig.from_json(webhook.get("routing"), copy=False)
 
 
 async def route(
