@@ -437,15 +437,18 @@ class Sandbox:
             return
 
         async def refill() -> None:
+            ev: _Evaluator | None = None
+            ready = False
             try:
                 ev = await self._spawn(key, spec)
                 ready = await self._started(ev)
             except (OSError, SandboxUnavailable):
-                return
-            finally:
+                pass
+            finally:  # also when cancelled (the sandbox closing): never leak the socket
                 self._refills.pop(key, None)
-            if not ready:
-                self._discard(ev)
+                if ev is not None and not ready:
+                    self._discard(ev)
+            if ev is None or not ready:
                 return
             pool = self._idle.setdefault(key, [])
             pool.append(ev)
@@ -472,15 +475,16 @@ class Sandbox:
         return ev.pid is not None and b"\n" not in buf[:-1]
 
     async def _exchange(
-        self, sock: socket.socket, body: bytes, deadline: float, pid: int | None = None
+        self, sock: socket.socket, body: bytes, deadline: float, att: Attempt | None = None
     ) -> Attempt:
-        """Send ``body`` and collect the answer until done, death or ``deadline``.
+        """Send ``body`` and collect the answer into ``att`` until done, death or ``deadline``.
 
         The budget is timed from the send (``first_arm``): an evaluator answers once, at
         the end, so queueing and parsing count against the event, never in its favour.
         """
         loop = asyncio.get_running_loop()
-        att = Attempt(pid=pid, first_arm=loop.time())
+        att = att or Attempt()
+        att.first_arm = loop.time()
         try:
             await loop.sock_sendall(sock, body)
             buf = b""
@@ -517,7 +521,17 @@ class Sandbox:
                 self._refill(key, spec)  # the next delivery finds one warm
             # a new evaluator may wait for its zygote's compile: allow for it
             extra = 2 * self.limits.compile_ms / 1000 if fresh else 0.0
-            att = await self._exchange(ev.sock, body, deadline + extra, ev.pid)
+            att = Attempt(pid=ev.pid)
+            try:
+                await self._exchange(ev.sock, body, deadline + extra, att)
+            except BaseException:  # cancelled mid-answer: the evaluator is in an unknown state
+                if att.pid is not None and not att.done:
+                    try:
+                        os.kill(att.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self._discard(ev)
+                raise
             ev.pid = att.pid
             self.stats["fresh" if fresh else "warm"] += 1
             if att.done and att.status is None and att.garbage is None:

@@ -117,17 +117,19 @@ def trial(program: str, params: dict[str, Any], seconds: float) -> tuple[str | N
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
-        os.close(r)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            before = resident()
-            compiled = _compile(program, params)  # held: freed, it would measure nothing
-            out = wire.encode_trial(None, max(resident() - before, 0))
-            del compiled
-        except Exception as exc:  # noqa: BLE001 - any compile failure is reported
-            out = wire.encode_trial(_clean(str(exc)))
-        os.write(w, out)
-        os._exit(0)
+        try:  # a forked child never returns into its parent's code, whatever happens
+            os.close(r)
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            try:
+                before = resident()
+                compiled = _compile(program, params)  # held: freed, it would measure nothing
+                out = wire.encode_trial(None, max(resident() - before, 0))
+                del compiled
+            except Exception as exc:  # noqa: BLE001 - any compile failure is reported
+                out = wire.encode_trial(_clean(str(exc)))
+            os.write(w, out)
+        finally:
+            os._exit(0)
     os.close(w)
     chunks = []
     while chunk := os.read(r, 4096):
@@ -325,7 +327,10 @@ class Zygote:
                 os.close(pidfd)
                 other.close()
                 page.close()
-            evaluator(sock.detach(), self.rules, self.cfg, progress)
+            try:
+                evaluator(sock.detach(), self.rules, self.cfg, progress)
+            finally:  # e.g. the server hung up mid-answer: never unwind into the zygote
+                os._exit(4)
         self.children[os.pidfd_open(pid)] = (pid, sock, progress)
 
     def reap(self, pidfd: int) -> None:
@@ -424,10 +429,12 @@ class ForkServer:
         if pid == 0:  # pragma: no cover - child
             mine.close()
             self.ctrl.close()
-            for _, other in self.zygotes.values():
-                other.close()
-            _zygote_main(theirs, self.cfg)
-            os._exit(0)
+            try:
+                for _, other in self.zygotes.values():
+                    other.close()
+                _zygote_main(theirs, self.cfg)
+            finally:  # never unwind into the fork server's loop
+                os._exit(0)
         theirs.close()
         self.zygotes[key] = (pid, mine)
         self.changed_at = time.monotonic()

@@ -147,3 +147,26 @@ async def test_a_timeout_replaces_only_its_own_evaluator() -> None:
         after = tree(sb)
         for zygote, evaluators in quiet.items():
             assert after[zygote] == evaluators  # the other webhook's evaluators untouched
+
+
+async def test_a_cancelled_delivery_leaves_no_evaluator_behind() -> None:
+    """The producer hung up mid-evaluation: its evaluator is killed, the next one is clean."""
+    async with sandbox(rule_ms=5000, event_ms=10000) as sb:
+        slow = [("slow", "last(range(1e12)) > 0"), ("ok", "true")]
+        assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
+        await settle(sb)
+        task = asyncio.create_task(sb.evaluate(slow, {}, ENV, scope="w2"))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)
+        busy = [p for p in psutil.Process(sb.pid).children(recursive=True)
+                if p.status() == psutil.STATUS_RUNNING]
+        assert busy == []  # nothing still spinning on the abandoned rule
+        for _ in range(3):
+            assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
+        _, key = sb._spec("w2", [e for _, e in slow], {})
+        await settle(sb)
+        # counted out: what is left for that rule set is exactly its warm, idle evaluators
+        assert sb._live.get(key, 0) == len(sb._idle.get(key, []))
