@@ -1,7 +1,14 @@
-"""Benchmark the routing sandbox: latency and CPU per evaluation, compile-once vs per-call."""
+"""Benchmark the routing sandbox: latency and CPU per evaluation, compile-once vs per-call.
+
+Run: python bench/routing_sandbox.py [--hostile N]
+Then N hostile evaluations (memory bombs, infinite recursion, a catastrophic regex, long
+loops, an evaluator crash; default 1000) and the memory of this process and of the sandbox
+tree (PSS) before and after them.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -76,13 +83,64 @@ async def run(label: str, sb: Sandbox, per_call_params: bool) -> None:
     )
 
 
+HOSTILE = [
+    'reduce range(40) as $i ("x"; . + .) | length > 0',  # memory doubling: the cap
+    "def f: [f]; f",  # infinite recursion
+    '"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!" | test("^(a+)+$")',  # regex
+    "last(range(1e12)) > 0",  # a long loop
+    ".source * 3e7 | length > 0",  # kills its evaluator
+]
+
+
+async def hostile(sb: Sandbox, n: int) -> None:
+    """``n`` hostile deliveries: each faults its own rule; memory before and after."""
+    assert sb.pid is not None
+    me = psutil.Process()
+
+    def tree_pss() -> float:
+        assert sb.pid is not None
+        procs = [psutil.Process(sb.pid), *psutil.Process(sb.pid).children(recursive=True)]
+        total = 0
+        for proc in procs:
+            try:
+                total += proc.memory_full_info().pss
+            except psutil.Error:
+                pass
+        return total / 2**20
+
+    async def deliveries(count: int) -> dict[str, int]:
+        causes: dict[str, int] = {}
+        for k in range(count):
+            rules = [("ok", "false"), ("bad", HOSTILE[k % len(HOSTILE)]), ("t", "true")]
+            result = await sb.evaluate(rules, {}, envelope(), owner="h", scope="hostile")
+            assert result.rule_index == 2 and [f.rule_index for f in result.faults] == [1]
+            for f in result.faults:
+                causes[f.cause] = causes.get(f.cause, 0) + 1
+        return causes
+
+    await deliveries(50)
+    rss0, pss0 = me.memory_info().rss / 2**20, tree_pss()
+    started = time.perf_counter()
+    causes = await deliveries(n)
+    took = time.perf_counter() - started
+    rss1, pss1 = me.memory_info().rss / 2**20, tree_pss()
+    print(f"{n} hostile deliveries in {took:.1f} s, faults {causes}")
+    print(f"  server RSS {rss0:.1f} -> {rss1:.1f} MiB ({rss1 - rss0:+.1f}),"
+          f" sandbox tree PSS {pss0:.1f} -> {pss1:.1f} MiB ({pss1 - pss0:+.1f})")
+
+
 async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hostile", type=int, default=1000)
+    args = ap.parse_args()
     print(f"32 rules, envelope {len(str(envelope()))} bytes, {N} sequential evaluations")
     sb = Sandbox(Limits.from_config(DEFAULTS))
     await sb.start()
     try:
         await run("warm zygote (compile once)", sb, per_call_params=False)
         await run("compile per call (new zygote)", sb, per_call_params=True)
+        if args.hostile:
+            await hostile(sb, args.hostile)
     finally:
         await sb.close()
 

@@ -170,8 +170,8 @@ class Sandbox:
     time: they never take an evaluation's.
 
     Speed: each rule set (per webhook) keeps up to ``owner_concurrency`` warm evaluators
-    here, started from its zygote ahead of need (after a save's compile, and whenever a
-    delivery takes the last idle one) and reused until one faults, retires after
+    here, started from its zygote ahead of need (after a save's compile, and whenever
+    overlapping deliveries take its last idle one) and reused until one faults, retires after
     ``evaluator_uses`` evaluations or grows past its memory allowance.
     """
 
@@ -187,6 +187,7 @@ class Sandbox:
         #: warm evaluators by rule-set key, least recently used first
         self._idle: OrderedDict[str, list[_Evaluator]] = OrderedDict()
         self._live: dict[str, int] = {}  #: evaluators started per key and not yet closed
+        self._busy: dict[str, int] = {}  #: evaluations in flight per key
         self._touched: dict[str, float] = {}
         self._refills: dict[str, asyncio.Task[None]] = {}
         self._specs: dict[tuple[str, tuple[str, ...], str], tuple[bytes, str]] = {}
@@ -281,6 +282,7 @@ class Sandbox:
                 ev.sock.close()
         self._idle.clear()
         self._live.clear()
+        self._busy.clear()
         self._touched.clear()
         if self._ctrl is not None:
             self._ctrl.close()
@@ -517,8 +519,13 @@ class Sandbox:
             fresh = ev is None
             if ev is None:
                 ev = await self._spawn(key, spec)
-            if not self._idle.get(key):
-                self._refill(key, spec)  # the next delivery finds one warm
+            busy = self._busy.get(key, 0)
+            if busy and not self._idle.get(key):
+                # deliveries of this rule set overlap: have one more warm for the next. A rule
+                # set used one delivery at a time keeps a single evaluator (memory: each one
+                # costs a few MiB of the tree's budget).
+                self._refill(key, spec)
+            self._busy[key] = busy + 1
             # a new evaluator may wait for its zygote's compile: allow for it
             extra = 2 * self.limits.compile_ms / 1000 if fresh else 0.0
             att = Attempt(pid=ev.pid)
@@ -532,6 +539,12 @@ class Sandbox:
                         pass
                 self._discard(ev)
                 raise
+            finally:
+                left = self._busy.get(key, 1) - 1
+                if left > 0:
+                    self._busy[key] = left
+                else:
+                    self._busy.pop(key, None)
             ev.pid = att.pid
             self.stats["fresh" if fresh else "warm"] += 1
             if att.done and att.status is None and att.garbage is None:
