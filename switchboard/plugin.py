@@ -26,6 +26,7 @@ from .errors import (
     StoreUnavailable,
     SwitchboardError,
 )
+from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
 from .hookspecs import PluginConfig
 from .registry import (
     Command,
@@ -117,6 +118,7 @@ __all__ = [
     "LLM_CAUSES",
     "MAX_DELIVERY_ID_BYTES",
     "MAX_RULES",
+    "SCHEME_SCHEMA",
     "SIGNATURE_PREFIX",
     "STAGE_LLM",
     "TRUST_SIGNED",
@@ -132,6 +134,7 @@ __all__ = [
     "Forbidden",
     "Grant",
     "Headers",
+    "HmacSource",
     "IdentifyingSource",
     "Identity",
     "InvalidArgument",
@@ -155,6 +158,8 @@ __all__ = [
     "RulePackRegistry",
     "RuleValidationError",
     "Runtime",
+    "Scheme",
+    "SchemeError",
     "ServiceError",
     "Sink",
     "SinkEvent",
@@ -193,6 +198,8 @@ __all__ = [
     "refuse",
     "rule_error",
     "sample_envelope",
+    "secret_key",
+    "signed_content",
     "stored_envelope",
     "usable_delivery_id",
     "validate_config",

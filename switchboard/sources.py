@@ -6,7 +6,7 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 from .pgtext import raw_bytes
 
@@ -44,11 +44,16 @@ class Headers:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One HTTP delivery exactly as received: headers and the raw body bytes."""
+    """One HTTP delivery exactly as received: headers and the raw body bytes.
+
+    ``config`` is the webhook's ``source_config`` (empty when it has none): what a source
+    that declares a ``config_schema`` was configured with for this webhook.
+    """
 
     headers: Headers
     body: bytes
     content_type: str | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,11 @@ class Source(Protocol):
 
     A source may also be an :class:`IdentifyingSource` (dry runs then see its kind) and a
     :class:`ProducerSide` (``switchboard send`` can then sign for it).
+
+    A source configured per webhook declares ``config_schema`` (a JSON schema, not None):
+    creating a webhook of it then takes a ``source_config`` validated against it (and by
+    the source's ``check_config(config)``, when it has one, which raises ``ValueError``
+    naming the field), handed to :meth:`verify` as ``delivery.config``.
     """
 
     name: str

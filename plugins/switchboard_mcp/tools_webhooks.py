@@ -14,14 +14,29 @@ WebhookId = Annotated[str, Field(description="The webhook's id (webhook_id)")]
 EndpointId = Annotated[str, Field(description="The target endpoint's id")]
 
 
+SigningSecret = Annotated[str | None, Field(
+    description="The producer's own signing secret to import (e.g. Stripe's whsec_...; 8 to "
+                "1024 printable ASCII bytes). Stored sealed and never shown back. Omit to have "
+                "one minted (returned once).")]
+
+
 async def create_webhook(
     ctx: ToolContext,
-    source_type: Annotated[str, Field(description="cairn, gitea, github, generic, ...")],
+    source_type: Annotated[str, Field(description="cairn, gitea, github, generic, hmac, "
+                                                  "stripe, ...")],
     target_queue: Annotated[str, Field(description="One of this endpoint's webhook queues")],
+    signing_secret: SigningSecret = None,
+    source_config: Annotated[dict[str, Any] | None, Field(
+        description="The source's configuration, for a source that takes one: the hmac "
+                    "source's signature scheme (signature_header, encoding, signed, "
+                    "timestamp, delivery_id, kind, ...)")] = None,
 ) -> dict[str, Any]:
     """Create a webhook owned by this endpoint. Returns its ingest_url (which carries the
-    ingest token) and, for signed sources, its signing_secret: both shown once, never again."""
-    return await webhooks.create_webhook(ctx.runtime, ctx.endpoint, source_type, target_queue)
+    ingest token) and, for signed sources, its signing_secret: both shown once, never again
+    (an imported signing_secret is not shown back: signing_secret_imported is true)."""
+    return await webhooks.create_webhook(ctx.runtime, ctx.endpoint, source_type, target_queue,
+                                         signing_secret=signing_secret,
+                                         source_config=source_config)
 
 
 async def list_webhooks(ctx: ToolContext) -> dict[str, Any]:
@@ -30,9 +45,14 @@ async def list_webhooks(ctx: ToolContext) -> dict[str, Any]:
     return await webhooks.list_webhooks(ctx.runtime, ctx.endpoint)
 
 
-async def rotate_webhook(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:
-    """Mint a new ingest URL (and signing secret, shown once); the old ones stop working."""
-    return await webhooks.rotate_webhook(ctx.runtime, ctx.endpoint, webhook_id)
+async def rotate_webhook(
+    ctx: ToolContext, webhook_id: WebhookId, signing_secret: SigningSecret = None
+) -> dict[str, Any]:
+    """Mint a new ingest URL and signing secret (shown once; or import the producer's new
+    secret). The previous URL and secret keep working until previous_until (the server's
+    rotation overlap, 24 h by default), so deliveries already in flight still land."""
+    return await webhooks.rotate_webhook(ctx.runtime, ctx.endpoint, webhook_id,
+                                         signing_secret=signing_secret)
 
 
 async def delete_webhook(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:

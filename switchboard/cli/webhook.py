@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidArgument
 from ..runtime import Runtime
 from ..service import webhooks
 from .main import emit
@@ -18,8 +22,18 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     create.add_argument("--source", required=True, metavar="S",
                         help=f"source type (installed: {sources})")
     create.add_argument("--target-queue", required=True, metavar="Q")
-    rotate = sub.add_parser("rotate", help="mint a new ingest token (and signing secret)")
+    create.add_argument("--secret-file", metavar="F",
+                        help="import the producer's own signing secret from F ('-': stdin);"
+                             " it is stored sealed and never shown again")
+    create.add_argument("--source-config", metavar="JSON",
+                        help="the source's configuration (JSON, or @FILE): the hmac"
+                             " source's signature scheme")
+    rotate = sub.add_parser(
+        "rotate", help="mint a new ingest token (and signing secret); the previous ones keep"
+                       " working for [ingest] rotation_overlap_hours (default 24)")
     rotate.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    rotate.add_argument("--secret-file", metavar="F",
+                        help="import the producer's new signing secret from F ('-': stdin)")
     delete = sub.add_parser("delete", help="delete a webhook (its events stay)")
     delete.add_argument("webhook_id", metavar="WEBHOOK_ID")
     route = sub.add_parser("route", help="manage a webhook's extra delivery targets")
@@ -33,15 +47,45 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     rlist.add_argument("webhook_id", metavar="WEBHOOK_ID")
 
 
+def _secret_file(path: str | None) -> str | None:
+    """The secret in ``path`` (one line; its trailing newline is not part of it)."""
+    if path is None:
+        return None
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"--secret-file: cannot read {path}: {exc}") from exc
+    return text.strip("\r\n")
+
+
+def _source_config(text: str | None) -> Any:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(f"--source-config: cannot read {text[1:]}: {exc}") from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"--source-config: not JSON: {exc}") from exc
+
+
 async def run(args: argparse.Namespace, rt: Runtime) -> int:
     doc: Any
     if args.action == "create":
         endpoint = await rt.store.get_endpoint(args.endpoint)
-        doc = await webhooks.create_webhook(rt, endpoint, args.source, args.target_queue)
+        doc = await webhooks.create_webhook(
+            rt, endpoint, args.source, args.target_queue,
+            signing_secret=_secret_file(args.secret_file),
+            source_config=_source_config(args.source_config))
         doc = {k: doc[k] for k in ("webhook_id", "ingest_url", "signing_secret",
-                                   "source_type", "target_queue", "trust_mode") if k in doc}
+                                   "signing_secret_imported", "source_type", "target_queue",
+                                   "trust_mode", "source_config") if k in doc}
     elif args.action == "rotate":
-        doc = await webhooks.rotate_webhook(rt, None, args.webhook_id)
+        doc = await webhooks.rotate_webhook(rt, None, args.webhook_id,
+                                            signing_secret=_secret_file(args.secret_file))
     elif args.action == "delete":
         doc = await webhooks.delete_webhook(rt, None, args.webhook_id)
     elif args.route_action == "add":

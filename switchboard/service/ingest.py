@@ -71,9 +71,18 @@ async def ingest(
     source = rt.registries.sources.get(webhook["source_type"])
     if source is None:  # its plugin was disabled after the webhook was created
         return UNCONFIGURED
+    delivery = Delivery(headers, body, content_type, webhook.get("source_config") or {})
     sealed = webhook["signing_secret_enc"]
     secret = rt.secrets.open(sealed).encode() if sealed else None
-    verdict = source.verify(Delivery(headers, body, content_type), secret, time.time())
+    now = time.time()
+    verdict = source.verify(delivery, secret, now)
+    used = "current"
+    previous = webhook.get("previous_secret_enc")
+    if not verdict.ok and previous:
+        # inside the last rotation's overlap window the replaced secret still verifies
+        again = source.verify(delivery, rt.secrets.open(previous).encode(), now)
+        if again.ok:
+            verdict, used = again, "previous"
     if not verdict.ok:
         log.info("webhook %s: verification failed: %s", webhook["id"], verdict.detail)
         return UNVERIFIED
@@ -97,6 +106,8 @@ async def ingest(
                            runtime=rt, external_id=external_id)
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)
+    if webhook.get("in_overlap") and secret is not None:
+        trace["secret"] = used  # which one verified, while two are valid
     validate_trace(trace)
     event = {
         "source": webhook["source_type"],

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
+
+from jsonschema import Draft202012Validator
+from psycopg.types.json import Jsonb
 
 from ..errors import CeilingExceeded, Forbidden, InvalidArgument, NotFound
 from ..runtime import Runtime
@@ -18,18 +23,91 @@ def ingest_url(rt: Runtime, token: str) -> str:
     return f"{rt.config.base_url}/webhooks/w/{token}"
 
 
-def _mint_credentials(rt: Runtime, trust_mode: str) -> tuple[str, str | None, bytes | None]:
+#: An imported (producer-generated) signing secret: printable ASCII, no spaces.
+MIN_SECRET_BYTES = 8
+MAX_SECRET_BYTES = 1024
+_SECRET_RE = re.compile(r"[\x21-\x7e]+")
+#: The largest ``source_config`` a webhook stores (serialized JSON).
+MAX_SOURCE_CONFIG_BYTES = 8192
+
+
+def check_secret(secret: Any) -> str:
+    """A producer's secret as given, or InvalidArgument naming the field and the limit."""
+    if not isinstance(secret, str):
+        raise InvalidArgument("signing_secret: must be a string")
+    secret = secret.strip()
+    size = len(secret.encode("utf-8"))
+    if not MIN_SECRET_BYTES <= size <= MAX_SECRET_BYTES:
+        raise InvalidArgument(f"signing_secret: must be {MIN_SECRET_BYTES} to "
+                              f"{MAX_SECRET_BYTES} bytes (got {size})")
+    if not _SECRET_RE.fullmatch(secret):
+        raise InvalidArgument("signing_secret: printable ASCII only, no spaces or control "
+                              "characters")
+    return secret
+
+
+def _credentials(
+    rt: Runtime, trust_mode: str, imported: Any = None
+) -> tuple[str, str | None, bytes | None]:
+    """A new ingest token and, for a signed source, a secret: minted, or the producer's own.
+
+    The secret is returned only when it was minted here (an imported one is never shown
+    back: its producer already has it).
+    """
     token = mint_token(nbytes=24)
     if trust_mode != TRUST_SIGNED:
+        if imported is not None:
+            raise InvalidArgument("signing_secret: this source is not signed (trust mode "
+                                  f"{trust_mode!r}); it takes no secret")
         return token, None, None
+    if imported is not None:
+        return token, None, rt.secrets.seal(check_secret(imported))
     secret = mint_token(SECRET_PREFIX, nbytes=32)
     return token, secret, rt.secrets.seal(secret)
 
 
+def _source_config(source: Any, source_type: str, config: Any) -> dict[str, Any] | None:
+    """``config`` checked against what the source declares (None: it takes none)."""
+    schema = getattr(source, "config_schema", None)
+    if schema is None:
+        if config is not None:
+            raise InvalidArgument(f"source_config: the {source_type!r} source takes no "
+                                  "configuration")
+        return None
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise InvalidArgument("source_config: must be a JSON object")
+    size = len(json.dumps(config).encode())
+    if size > MAX_SOURCE_CONFIG_BYTES:
+        raise InvalidArgument(f"source_config: over {MAX_SOURCE_CONFIG_BYTES} bytes "
+                              f"(got {size})")
+    errors = sorted(Draft202012Validator(schema).iter_errors(config),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        raise InvalidArgument(f"source_config: {where}: {errors[0].message}")
+    check = getattr(source, "check_config", None)
+    if check is not None:
+        try:
+            check(config)
+        except ValueError as exc:
+            message = str(exc)
+            if not message.startswith("source_config"):
+                message = f"source_config: {message}"
+            raise InvalidArgument(message) from exc
+    return config
+
+
 async def create_webhook(
-    rt: Runtime, endpoint: Row, source_type: str, target_queue: str
+    rt: Runtime, endpoint: Row, source_type: str, target_queue: str,
+    *, signing_secret: Any = None, source_config: Any = None,
 ) -> dict[str, Any]:
-    """Create a webhook owned by ``endpoint``, within its ceiling; the secret is shown once."""
+    """Create a webhook owned by ``endpoint``, within its ceiling; the secret is shown once.
+
+    ``signing_secret`` imports a secret the producer generated (stored sealed, never shown
+    again); ``source_config`` configures a source that declares a ``config_schema``.
+    """
     source = rt.registries.sources.get(source_type)
     if source is None:
         raise InvalidArgument(
@@ -46,7 +124,8 @@ async def create_webhook(
         raise CeilingExceeded(
             f"target_queue: {target_queue!r} is not among this endpoint's webhook queues"
         )
-    token, secret, sealed = _mint_credentials(rt, source.trust_mode)
+    config = _source_config(source, source_type, source_config)
+    token, secret, sealed = _credentials(rt, source.trust_mode, signing_secret)
     row = await rt.store.create_webhook_within(
         endpoint["id"],
         int(endpoint["webhook_max"]),
@@ -55,6 +134,7 @@ async def create_webhook(
         trust_mode=source.trust_mode,
         ingest_token_hash=hash_token(token),
         signing_secret_enc=sealed,
+        source_config=Jsonb(config) if config is not None else None,
     )
     if row is None:
         raise CeilingExceeded(
@@ -70,6 +150,10 @@ async def create_webhook(
     }
     if secret is not None:
         out["signing_secret"] = secret
+    elif signing_secret is not None:
+        out["signing_secret_imported"] = True
+    if config is not None:
+        out["source_config"] = config
     return out
 
 
@@ -92,6 +176,9 @@ def webhook_view(rt: Runtime, row: Row) -> dict[str, Any]:
         "rule_count": len((row.get("routing") or {}).get("rules") or []),
         "created_at": row["created_at"],
         "rotated_at": row["rotated_at"],
+        "source_config": row.get("source_config"),
+        # until when the credentials the last rotation replaced still work (None: they don't)
+        "previous_until": row.get("previous_until"),
     }))
 
 
@@ -109,13 +196,24 @@ async def list_webhooks(rt: Runtime, caller: Row) -> dict[str, Any]:
     }
 
 
-async def rotate_webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
+async def rotate_webhook(
+    rt: Runtime, caller: Row | None, webhook_id: str, *, signing_secret: Any = None
+) -> dict[str, Any]:
+    """New ingest URL and secret (minted, or ``signing_secret`` imported).
+
+    The previous URL and secret keep working for ``[ingest] rotation_overlap_hours``
+    (default 24), so deliveries the producer already signed or queued still land.
+    """
     row = await owned_webhook(rt, caller, webhook_id)
-    token, secret, sealed = _mint_credentials(rt, row["trust_mode"])
-    await rt.store.rotate_webhook(row["id"], hash_token(token), sealed)
-    out: dict[str, Any] = {"webhook_id": row["id"], "ingest_url": ingest_url(rt, token)}
+    token, secret, sealed = _credentials(rt, row["trust_mode"], signing_secret)
+    overlap = float(rt.config.section("ingest").get("rotation_overlap_hours", 24)) * 3600
+    done = await rt.store.rotate_webhook(row["id"], hash_token(token), sealed, overlap)
+    out: dict[str, Any] = {"webhook_id": row["id"], "ingest_url": ingest_url(rt, token),
+                           "previous_until": jsonable(done["previous_until"])}
     if secret is not None:
         out["signing_secret"] = secret
+    elif signing_secret is not None:
+        out["signing_secret_imported"] = True
     return out
 
 

@@ -12,7 +12,8 @@ from .identity import LIVE_ENDPOINT
 
 _WEBHOOK_COLS = (
     "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, "
-    "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing, "
+    "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing, w.source_config, "
+    "w.previous_until, "
     "e.owner_human, e.webhook_queues AS owner_webhook_queues"
 )
 
@@ -44,7 +45,10 @@ _HUMAN_QUEUES = f"""
 
 _RESOLVED = f"""
     SELECT w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode,
-           w.signing_secret_enc, w.routing,
+           w.signing_secret_enc, w.routing, w.source_config,
+           CASE WHEN w.previous_until > now() THEN w.previous_secret_enc END
+               AS previous_secret_enc,
+           coalesce(w.previous_until > now(), false) AS in_overlap,
            o.owner_human, o.webhook_queues AS owner_webhook_queues,
            ({_TARGETS}) AS targets, ({_HUMAN_QUEUES}) AS human_queues
     FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
@@ -72,11 +76,22 @@ class WebhookQueries:
         )
 
     async def rotate_webhook(self, webhook_id: str, token_hash: str,
-                             secret_enc: bytes | None) -> Row:
+                             secret_enc: bytes | None, overlap_seconds: float = 0) -> Row:
+        """New credentials; the old ones keep working for ``overlap_seconds`` (0: none).
+
+        Only the credentials being replaced get the overlap: a rotation inside another's
+        window ends that window (two old generations are never live at once).
+        """
         row = await self.db.fetchone(
-            "UPDATE endpoint_webhooks SET ingest_token_hash = %s, signing_secret_enc = %s,"
-            " rotated_at = now() WHERE id = %s RETURNING id, rotated_at",
-            (token_hash, secret_enc, webhook_id),
+            "UPDATE endpoint_webhooks SET"
+            " previous_token_hash = CASE WHEN %(overlap)s > 0 THEN ingest_token_hash END,"
+            " previous_secret_enc = CASE WHEN %(overlap)s > 0 THEN signing_secret_enc END,"
+            " previous_until = CASE WHEN %(overlap)s > 0"
+            "   THEN now() + make_interval(secs => %(overlap)s) END,"
+            " ingest_token_hash = %(token)s, signing_secret_enc = %(secret)s,"
+            " rotated_at = now() WHERE id = %(id)s RETURNING id, rotated_at, previous_until",
+            {"overlap": float(overlap_seconds), "token": token_hash, "secret": secret_enc,
+             "id": webhook_id},
         )
         assert row is not None
         return row
@@ -88,9 +103,15 @@ class WebhookQueries:
         return row is not None
 
     async def resolve_webhook(self, token_hash: str) -> Row | None:
-        """The webhook behind an ingest token's hash with its live targets and grant queues."""
-        return await self.db.fetchone(_RESOLVED + " WHERE w.ingest_token_hash = %s",
-                                      (token_hash,))
+        """The webhook behind an ingest token's hash with its live targets and grant queues.
+
+        The previous token (of the last rotation) resolves too, inside its overlap window.
+        """
+        return await self.db.fetchone(
+            _RESOLVED + " WHERE w.ingest_token_hash = %(h)s"
+            " OR (w.previous_token_hash = %(h)s AND w.previous_until > now())",
+            {"h": token_hash},
+        )
 
     async def resolve_webhook_by_id(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):
@@ -186,10 +207,11 @@ class WebhookQueries:
                 return None
             cur = await conn.execute(
                 "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue,"
-                " trust_mode, ingest_token_hash, signing_secret_enc) VALUES (%(endpoint_id)s,"
-                " %(source_type)s, %(target_queue)s, %(trust_mode)s, %(ingest_token_hash)s,"
-                " %(signing_secret_enc)s) RETURNING id, created_at",
-                {"endpoint_id": endpoint_id, **fields},
+                " trust_mode, ingest_token_hash, signing_secret_enc, source_config) VALUES"
+                " (%(endpoint_id)s, %(source_type)s, %(target_queue)s, %(trust_mode)s,"
+                " %(ingest_token_hash)s, %(signing_secret_enc)s, %(source_config)s)"
+                " RETURNING id, created_at",
+                {"endpoint_id": endpoint_id, "source_config": None, **fields},
             )
             row: Row | None = await cur.fetchone()
             return row

@@ -45,6 +45,12 @@ async def test_the_ingest_token_is_stored_only_as_its_hash(runtime: Runtime) -> 
     assert listed["webhooks"][0]["webhook_id"] == created["webhook_id"]
 
 
+async def _end_overlap(rt: Runtime, webhook_id: str) -> None:
+    await rt.store.db.fetchone(
+        "UPDATE endpoint_webhooks SET previous_until = now() - interval '1 second'"
+        " WHERE id = %s RETURNING id", (webhook_id,))
+
+
 async def test_deliveries_find_the_webhook_by_the_hash_and_rotation_retires_the_old_token(
     runtime: Runtime,
 ) -> None:
@@ -55,6 +61,31 @@ async def test_deliveries_find_the_webhook_by_the_hash_and_rotation_retires_the_
     assert await _post(runtime, hash_token(old), "d2") == 404  # the hash is no credential
     rotated = await webhooks.rotate_webhook(runtime, owner, created["webhook_id"])
     new = _token(rotated)
-    assert new != old
-    assert await _post(runtime, old, "d3") == 404
+    assert new != old and rotated["previous_until"]
+    assert await _post(runtime, old, "d3") == 202  # inside the overlap window
     assert await _post(runtime, new, "d4") == 202
+    await _end_overlap(runtime, created["webhook_id"])
+    assert await _post(runtime, old, "d5") == 404  # after it
+    assert await _post(runtime, new, "d6") == 202
+
+
+async def test_a_second_rotation_retires_the_first_token_at_once(runtime: Runtime) -> None:
+    owner = await _owner(runtime)
+    created = await webhooks.create_webhook(runtime, owner, "generic", "inbox")
+    first = _token(created)
+    second = _token(await webhooks.rotate_webhook(runtime, owner, created["webhook_id"]))
+    third = _token(await webhooks.rotate_webhook(runtime, owner, created["webhook_id"]))
+    assert await _post(runtime, first, "d1") == 404  # two old generations never live at once
+    assert await _post(runtime, second, "d2") == 202
+    assert await _post(runtime, third, "d3") == 202
+
+
+async def test_no_overlap_when_the_operator_sets_none(runtime: Runtime) -> None:
+    runtime.config.raw["ingest"]["rotation_overlap_hours"] = 0
+    owner = await _owner(runtime)
+    created = await webhooks.create_webhook(runtime, owner, "generic", "inbox")
+    old = _token(created)
+    rotated = await webhooks.rotate_webhook(runtime, owner, created["webhook_id"])
+    assert rotated["previous_until"] is None
+    assert await _post(runtime, old, "d1") == 404
+    assert await _post(runtime, _token(rotated), "d2") == 202
