@@ -11,18 +11,15 @@ import os
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import psycopg
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from sbtest import CLI, HELLO, Server, install_hello, make_env, remember_secrets
+from sbmcp import agent
+from sbtest import CLI, HELLO, Server, install_hello, make_env
 from sbworld import World
 
 from switchboard.plugin import SinkEvent
@@ -127,35 +124,6 @@ def acme_headers(secret: str, body: bytes, delivery: str) -> dict[str, str]:
             "X-Acme-Signature": signature}
 
 
-class Agent:
-    """One MCP session over streamable HTTP with an endpoint's bearer token."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-
-    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
-        result = await self.session.call_tool(tool, arguments)
-        assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
-        assert result.structured_content is not None
-        remember_secrets(result.structured_content)
-        return result.structured_content
-
-    async def error(self, tool: str, **arguments: Any) -> str:
-        result = await self.session.call_tool(tool, arguments)
-        assert result.is_error, f"{tool} succeeded"
-        return str(result.content[0].text)  # type: ignore[union-attr]
-
-
-@asynccontextmanager
-async def agent(url: str, token: str) -> AsyncIterator[Agent]:
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                                  timeout=30) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield Agent(session)
-
-
 def _rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn) as conn:
         return list(conn.execute(sql, args).fetchall())
@@ -202,8 +170,8 @@ async def test_acme_source_live_dry_runs_send_and_sink(
         # The plugin's MCP tool, registered with its section's default greeting.
         assert (await me.call("hello"))["greeting"] == f"hello, {owner['endpoint_id']}"
         # The hello stage validates its own part of a config, on save as in dry runs.
-        refused = await me.error("set_webhook_rules", webhook_id=wid, rules=RULES,
-                                 params={"hello": 1})
+        refused = (await me.fails("set_webhook_rules", webhook_id=wid, rules=RULES,
+                                  params={"hello": 1})).text
         assert refused.startswith("invalid_params:") and "params.hello" in refused
         await me.call("set_webhook_rules", webhook_id=wid, rules=RULES)
 

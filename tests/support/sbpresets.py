@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import configparser
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from switchboard.runtime import Runtime
 from switchboard.service import identity, webhooks
 from switchboard.service.ingest import IngestReply, ingest
 from switchboard.sources import Delivery, Headers, Verification
+
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+#: Every preset distribution: a directory under plugins/ with its own setup.cfg.
+PRESETS = sorted(p for p in PLUGINS.glob("switchboard-*") if (p / "setup.cfg").is_file())
+
+
+def _entry_point_names(setup_cfg: Path) -> list[str]:
+    cfg = configparser.ConfigParser()
+    cfg.read(setup_cfg, encoding="utf-8")
+    lines = cfg.get("options.entry_points", "switchboard", fallback="").splitlines()
+    return [line.split("=", 1)[0].strip() for line in lines if "=" in line]
+
+
+#: The source each preset registers (a preset's source is named as its entry point).
+PRESET_SOURCES = sorted(name for p in PRESETS for name in _entry_point_names(p / "setup.cfg"))
 
 
 def fixture(package: str, name: str) -> tuple[dict[str, str], bytes]:

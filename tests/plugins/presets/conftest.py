@@ -15,14 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from sbpresets import PRESETS
 from sbtest import make_env
 
 from switchboard.config import load_config
 from switchboard.runtime import Runtime
-
-PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
-#: Every preset distribution: a directory under plugins/ with its own setup.cfg.
-PRESETS = sorted(p for p in PLUGINS.glob("switchboard-*") if (p / "setup.cfg").is_file())
 
 
 @pytest.fixture(scope="package")
