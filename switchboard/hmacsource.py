@@ -354,6 +354,9 @@ class HmacSource:
         Header locations are filled (delivery id, kind, timestamp); body locations are the
         body's business. Unsigned when ``secret`` is empty.
         """
+        if self.scheme is None and not config:
+            raise SchemeError(f"the {self.name} source signs with a webhook's own scheme: "
+                              "give it as config")
         scheme = self.scheme or Scheme.from_json(dict(config or {}))
         headers = {"Content-Type": "application/json"}
         ident = delivery_id or str(uuid.uuid4())

@@ -115,7 +115,10 @@ def build_request(
         body = prepare_body(producer, body, stamp=stamp, now=now)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    headers = producer.sign(body, secret, event)
+    try:
+        headers = producer.sign(body, secret, event)
+    except ValueError as exc:  # e.g. the hmac source, whose scheme is each webhook's own
+        raise UsageError(str(exc)) from None
     extra = extra_headers.items() if isinstance(extra_headers, Mapping) else extra_headers
     return body, _merge_headers(headers, extra)
 

@@ -52,10 +52,10 @@ class Agent:
 
 
 @asynccontextmanager
-async def agent(url: str, token: str) -> AsyncIterator[Agent]:
+async def agent(url: str, token: str, *, timeout: float = 30) -> AsyncIterator[Agent]:
     """Exactly what a stock client configured with a URL and an Authorization header does."""
     headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()

@@ -4,59 +4,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import httpx2
 from fakeai import FakeAI
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from sbllm import QUEUES, Tenant
+from sbmcp import agent
 from sbtest import remember_secrets
 
 from switchboard.routing.trace import validate_trace
 from switchboard.service import identity
-
-
-class Failed(AssertionError):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-        self.code = text.split(":", 1)[0]
-
-
-class Agent:
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-
-    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
-        result = await self.session.call_tool(tool, arguments)
-        if result.is_error:
-            raise Failed(result.content[0].text)  # type: ignore[union-attr]
-        assert result.structured_content is not None
-        return result.structured_content
-
-    async def fails(self, tool: str, **arguments: Any) -> Failed:
-        try:
-            await self.call(tool, **arguments)
-        except Failed as exc:
-            return exc
-        raise AssertionError(f"{tool} succeeded")
-
-    async def tool_names(self) -> set[str]:
-        return {t.name for t in (await self.session.list_tools()).tools}
-
-
-@asynccontextmanager
-async def agent(t: Tenant, token: str) -> AsyncIterator[Agent]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        async with streamable_http_client(t.srv.base_url + "/mcp", http_client=http) as (r, w):
-            async with ClientSession(r, w) as session:
-                await session.initialize()
-                yield Agent(session)
 
 
 async def _vend(t: Tenant, name: str, **kw: Any) -> dict[str, Any]:
@@ -74,7 +31,7 @@ async def test_an_endpoint_sets_reads_and_clears_its_own_triage(tenant: Tenant,
     a, b = await _vend(t, "agent-a"), await _vend(t, "agent-b")
     doc = {"provider": "static", "model": "static-triage", "queues": QUEUES,
            "min_confidence": 0.5}
-    async with agent(t, a["token"]) as ag:
+    async with agent(t.srv.base_url + "/mcp", a["token"]) as ag:
         assert {"get_llm_triage", "set_llm_triage"} <= await ag.tool_names()
         first = await ag.call("get_llm_triage")
         assert first["endpoint_id"] == a["endpoint_id"] and first["llm_triage"] is None
@@ -91,21 +48,21 @@ async def test_an_endpoint_sets_reads_and_clears_its_own_triage(tenant: Tenant,
         assert far.code == "forbidden" and "'payroll' is not a queue" in far.text
         assert (await ag.call("get_llm_triage"))["llm_triage"] == saved["llm_triage"]
 
-    async with agent(t, b["token"]) as bg:
+    async with agent(t.srv.base_url + "/mcp", b["token"]) as bg:
         # Another endpoint, even of the same human, sees and sets only its own.
         assert (await bg.call("get_llm_triage"))["llm_triage"] is None
         await bg.call("set_llm_triage", llm_triage={**doc, "model": "b-model"})
-    async with agent(t, a["token"]) as ag:
+    async with agent(t.srv.base_url + "/mcp", a["token"]) as ag:
         assert (await ag.call("get_llm_triage"))["llm_triage"]["model"] == "static-triage"
         assert (await ag.call("set_llm_triage", llm_triage=None))["llm_triage"] is None
-    async with agent(t, b["token"]) as bg:
+    async with agent(t.srv.base_url + "/mcp", b["token"]) as bg:
         assert (await bg.call("get_llm_triage"))["llm_triage"]["model"] == "b-model"
 
 
 async def test_the_tools_follow_verb_scope(tenant: Tenant) -> None:
     t = tenant
     narrow = await _vend(t, "narrow", verbs=["get_llm_triage"])
-    async with agent(t, narrow["token"]) as ag:
+    async with agent(t.srv.base_url + "/mcp", narrow["token"]) as ag:
         assert await ag.tool_names() == {"get_llm_triage"}
         err = await ag.fails("set_llm_triage", llm_triage=None)
         assert err.code == "forbidden"
@@ -115,7 +72,7 @@ async def test_a_dry_run_asks_the_model_only_when_told(tenant: Tenant, fake_ai: 
     t = tenant
     ep = await _vend(t, "router")
     model = fake_ai.on(t.model("dry"), {"queue": "review", "confidence": 0.9, "reason": "a PR"})
-    async with agent(t, ep["token"]) as ag:
+    async with agent(t.srv.base_url + "/mcp", ep["token"]) as ag:
         hook = await ag.call("create_webhook", source_type="generic", target_queue="inbox")
         remember_secrets(hook)
         await ag.call("set_llm_triage", llm_triage={"provider": "fake", "model": model,

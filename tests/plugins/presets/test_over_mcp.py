@@ -53,24 +53,34 @@ async def test_presets_and_hmac_schemes_over_mcp_and_http(
         await identity.add_human(rt, "alice")
         ep = await identity.vend_endpoint(
             rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
-            source_types=[*PRESET_SOURCES, "hmac"], webhook_max=10)
+            source_types=[*PRESET_SOURCES, "hmac"], webhook_max=len(PRESET_SOURCES) + 4)
         remember_secrets(ep)
     finally:
         await rt.shutdown()
     async with agent(srv.base_url + "/mcp", ep["token"]) as me:
-        # a preset, with the producer's own secret: never shown back
-        mine = _secret()
-        preset = PRESET_SOURCES[0]
-        made = await me.call("create_webhook", source_type=preset, target_queue="inbox",
-                             signing_secret=mine)
-        assert made["signing_secret_imported"] is True and mine not in json.dumps(made)
-        body = json.dumps({"id": "evt_1", "type": "thing.happened"}).encode()
-        # the preset's own producer side signs (the server has it; so do we, from the site)
-        module = next(e for e in entry_points(group="switchboard") if e.name == preset).load()
-        headers = _preset_signer(module, preset).sign(body, mine.encode(), "thing.happened",
-                                                      delivery_id="d-1", now=time.time())
-        resp = _post(made["ingest_url"], headers, body)
-        assert resp.status_code == 202, resp.text
+        # every preset, with the producer's own secret: never shown back
+        for preset in PRESET_SOURCES:
+            mine = _secret()
+            made = await me.call("create_webhook", source_type=preset, target_queue="inbox",
+                                 signing_secret=mine)
+            assert made["signing_secret_imported"] is True and mine not in json.dumps(made)
+            body = json.dumps({"id": "evt_1", "event_id": "Ev1", "type": "thing.happened",
+                               "object_kind": "push"}).encode()
+            # the preset's own producer side signs (the server has it; so do we, from the site)
+            module = next(e for e in entry_points(group="switchboard")
+                          if e.name == preset).load()
+            signer = _preset_signer(module, preset)
+            headers = signer.sign(body, mine.encode(), "thing.happened", delivery_id="d-1",
+                                  now=time.time())
+            resp = _post(made["ingest_url"], headers, body)
+            assert resp.status_code == 202, (preset, resp.text)
+            assert resp.json()["verified"] is True
+            if signer.scheme.mode == "token":  # the body is not signed: the token is wrong
+                forged = {**headers, signer.scheme.signature_header: mine + "x"}
+                resp = _post(made["ingest_url"], forged, body)
+            else:
+                resp = _post(made["ingest_url"], headers, body + b"x")
+            assert resp.status_code == 401, preset
 
         # the hmac source: a scheme per webhook, validated with the field named
         bad = await me.fails("create_webhook", source_type="hmac", target_queue="inbox",

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from switchboard_rules.sandbox import Limits, Sandbox, SandboxUnavailable
-from switchboard_rules.stage import DEFAULTS
+from sbsandbox import sandbox
+from switchboard_rules.sandbox import Sandbox, SandboxUnavailable
 
 from switchboard.routing.model import MatchResult
 
@@ -23,16 +21,6 @@ QUIET: list[tuple[str | None, str]] = [("drop-bots", '.kind == "issues"'), ("b",
 SLOW: list[tuple[str | None, str]] = [(f"s{i}", "until(false; .)") for i in range(32)]
 #: A compile bomb: libjq folds these constants at compile time (the issue's case).
 BOMB = " and ".join(['(("x" * 2e7) == ("x" * 2e7))'] * 150)
-
-
-@asynccontextmanager
-async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
-    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
-    await sb.start()
-    try:
-        yield sb
-    finally:
-        await sb.close()
 
 
 async def quiet_owner(sb: Sandbox, n: int) -> list[MatchResult]:

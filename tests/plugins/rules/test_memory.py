@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import psutil
 import pytest
-from switchboard_rules.sandbox import Limits, Sandbox
+from sbsandbox import sandbox
 from switchboard_rules.sandbox_child import tree_pss
-from switchboard_rules.stage import DEFAULTS, RulesStage
+from switchboard_rules.stage import RulesStage
 
 from switchboard.errors import RuleValidationError
 from switchboard.routing.config import validate_config
@@ -21,16 +19,6 @@ pytestmark = pytest.mark.anyio
 
 ENV: dict[str, Any] = {"source": "gitea", "kind": "push", "payload": {"n": 7}, "size": 10}
 MIB = 2**20
-
-
-@asynccontextmanager
-async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
-    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
-    await sb.start()
-    try:
-        yield sb
-    finally:
-        await sb.close()
 
 
 def big(mib: float, tag: int = 0) -> str:

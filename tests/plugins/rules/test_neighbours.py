@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import httpx2
 import psycopg
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from sbtest import CLI, Server, remember_secrets
+from sbmcp import Agent, ToolFailed, agent
+from sbtest import CLI, Server
 from sbworld import World
 
 from switchboard.routing.trace import validate_trace
@@ -230,40 +228,6 @@ async def test_slow_rules_at_32_connections_degrade_only_their_owner(
     assert causes["timeout"] > 0 and causes["sandbox_busy"] > 0, causes
 
 
-class ToolFailed(AssertionError):
-    """A tool answered with an isError result; ``text`` is ``code: message``."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-        self.code = text.split(":", 1)[0]
-
-
-class Agent:
-    """One MCP session over streamable HTTP, with the real client."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-
-    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
-        result = await self.session.call_tool(tool, arguments)
-        if result.is_error:
-            raise ToolFailed(result.content[0].text)  # type: ignore[union-attr]
-        assert result.structured_content is not None, f"{tool}: no structured content"
-        remember_secrets(result.structured_content)
-        return result.structured_content
-
-
-@asynccontextmanager
-async def agent(srv: Server, token: str) -> AsyncIterator[Agent]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
-        async with streamable_http_client(srv.base_url + "/mcp", http_client=http) as (r, w):
-            async with ClientSession(r, w) as session:
-                await session.initialize()
-                yield Agent(session)
-
-
 async def test_compile_bombs_in_dry_runs_over_mcp_degrade_only_their_owner(
         server: Server, tenants: tuple[Tenant, Tenant], module_dsn: str) -> None:
     noisy, quiet = tenants
@@ -293,9 +257,9 @@ async def test_compile_bombs_in_dry_runs_over_mcp_degrade_only_their_owner(
 
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
-        noisy_agents = [await stack.enter_async_context(agent(server, noisy.token))
+        noisy_agents = [await stack.enter_async_context(agent(server.base_url + "/mcp", noisy.token, timeout=60))
                         for _ in range(2)]
-        quiet_agent = await stack.enter_async_context(agent(server, quiet.token))
+        quiet_agent = await stack.enter_async_context(agent(server.base_url + "/mcp", quiet.token, timeout=60))
         sent = await quiet_deliveries(client, quiet, "before", 2)
         tasks = [asyncio.create_task(dry_run(ag, i)) for i, ag in enumerate(noisy_agents)]
         try:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import psutil
 import pytest
-from switchboard_rules.sandbox import Limits, Sandbox
-from switchboard_rules.stage import DEFAULTS
+from sbsandbox import sandbox
+from switchboard_rules.sandbox import Sandbox
 
 from switchboard.routing.model import MatchResult
 
@@ -20,16 +18,6 @@ pytestmark = pytest.mark.anyio
 
 ENV: dict[str, Any] = {"source": "gitea", "kind": "push", "payload": {"n": 7}, "size": 10}
 RULES: list[tuple[str | None, str]] = [("a", '.kind == "issues"'), ("b", ".payload.n == 7")]
-
-
-@asynccontextmanager
-async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
-    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
-    await sb.start()
-    try:
-        yield sb
-    finally:
-        await sb.close()
 
 
 def tree(sb: Sandbox) -> dict[int, list[int]]:

@@ -7,14 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import psutil
 import pytest
-from switchboard_rules.sandbox import Attempt, Limits, Sandbox, parse_line
-from switchboard_rules.stage import DEFAULTS
+from sbsandbox import sandbox
+from switchboard_rules.sandbox import Attempt, parse_line
 
 from switchboard.routing.model import MatchResult
 
@@ -27,17 +25,6 @@ ENV: dict[str, Any] = {
     "payload": {"action": "review_requested", "number": 7, "labels": ["a", "b"]},
     "size": 2048,
 }
-
-
-@asynccontextmanager
-async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
-    """A started sandbox with the config's defaults, or these ``[plugins.rules]`` values."""
-    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
-    await sb.start()
-    try:
-        yield sb
-    finally:
-        await sb.close()
 
 
 def causes(result: MatchResult) -> list[tuple[int, str]]:
