@@ -62,6 +62,11 @@ class Verification:
 
     ``ok`` False means refuse with 401 and store nothing; ``detail`` says why (it is
     logged and stored, never echoed to the producer).
+
+    ``reply`` (only with ``ok``) answers the producer's handshake instead of ingesting: a
+    producer proving the URL before it sends events (Slack's ``url_verification`` echoes
+    its ``challenge``). The receiver answers ``200`` with ``reply`` as JSON and stores
+    nothing; only a verified delivery may get one, so nobody else can make the URL talk.
     """
 
     ok: bool
@@ -70,6 +75,7 @@ class Verification:
     kind: str | None = None
     detail: str = ""
     extra: dict[str, object] = field(default_factory=dict)
+    reply: dict[str, Any] | None = None
 
 
 @runtime_checkable

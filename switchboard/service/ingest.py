@@ -86,6 +86,9 @@ async def ingest(
     if not verdict.ok:
         log.info("webhook %s: verification failed: %s", webhook["id"], verdict.detail)
         return UNVERIFIED
+    if verdict.reply is not None and verdict.verified:
+        # the producer's handshake (proving the URL): answered, nothing stored
+        return IngestReply(200, dict(verdict.reply))
     # The delivery id is an identity: escaped reversibly, so distinct ids stay distinct.
     external_id = f"{webhook['id']}:{key_text(verdict.delivery_id or body_key(body))}"
     grant = grant_for(webhook)

@@ -19,17 +19,21 @@ form-encoded body, whose ``.payload`` is null too.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
 from switchboard.plugin import (
+    Delivery,
     HmacSource,
     Projection,
     ProjectionRegistry,
     SourceRegistry,
+    Verification,
     hookimpl,
 )
 
-__all__ = ["SCHEME", "SLACK_KEYS", "SLACK_PROJECTION", "build_slack"]
+__all__ = ["SCHEME", "SLACK_KEYS", "SLACK_PROJECTION", "SlackSource", "build_slack"]
 
 #: Slack's scheme (docs.slack.dev/authentication/verifying-requests-from-slack).
 SCHEME = {
@@ -115,10 +119,31 @@ SLACK_PROJECTION = Projection(
 )
 
 
+class SlackSource(HmacSource):
+    """Slack's scheme, and the Events API's URL handshake answered once verified."""
+
+    def __init__(self) -> None:
+        super().__init__("slack", SCHEME)
+
+    def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
+        """Verify; a verified ``url_verification`` is answered with its ``challenge``."""
+        verdict = super().verify(delivery, secret, now)
+        if not verdict.ok or verdict.kind != "url_verification":
+            return verdict
+        try:
+            doc = json.loads(delivery.body)
+        except (ValueError, UnicodeDecodeError):
+            return verdict
+        challenge = doc.get("challenge") if isinstance(doc, dict) else None
+        if not isinstance(challenge, str) or len(challenge) > 512:
+            return verdict
+        return replace(verdict, reply={"challenge": challenge})
+
+
 @hookimpl
 def switchboard_register_sources(register: SourceRegistry) -> None:
     """Register the ``slack`` source."""
-    register.add(HmacSource("slack", SCHEME))
+    register.add(SlackSource())
 
 
 @hookimpl

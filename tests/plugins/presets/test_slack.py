@@ -243,3 +243,24 @@ async def test_a_slash_command_end_to_end(preset_runtime: Runtime) -> None:
         "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],))
     assert todo is not None and todo["title"] == "slack delivery"
     assert todo["payload"]["payload"] is None and todo["payload"]["slack"] is None
+
+
+async def test_the_url_verification_handshake_is_answered_and_nothing_stored(
+    preset_runtime: Runtime,
+) -> None:
+    rt = preset_runtime
+    created = await create(rt, NAME, SECRET)
+    body = json.dumps({"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "type": "url_verification",
+                       "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}
+                      ).encode()
+    headers: dict[str, Any] = source(rt, NAME).sign(body, SECRET.encode(), None,
+                                                    now=time.time())
+    reply = await post(rt, token_of(created), headers, body)
+    assert reply.status == 200
+    assert reply.body == {"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}
+    stored = await rt.store.db.fetchone(
+        "SELECT count(*) AS n FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+    assert stored is not None and stored["n"] == 0
+    # the challenge is echoed only to Slack: a forged handshake is refused like any delivery
+    forged = {**headers, "X-Slack-Signature": "v0=" + "0" * 64}
+    assert (await post(rt, token_of(created), forged, body)).status == 401
