@@ -156,7 +156,13 @@ def identify(source: object, headers: Headers, body: bytes) -> Identity:
 
 
 def producer_side(source: object) -> ProducerSide | None:
-    """``source`` when it can sign deliveries, else None."""
+    """``source`` when it can sign deliveries on its own, else None.
+
+    A source configured per webhook (``config_schema``) signs only with a webhook's
+    configuration, which ``switchboard send`` does not have: it is no producer side here.
+    """
+    if getattr(source, "config_schema", None) is not None:
+        return None
     return source if isinstance(source, ProducerSide) else None
 
 
