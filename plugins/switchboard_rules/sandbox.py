@@ -513,12 +513,22 @@ class Sandbox:
         return att
 
     async def _attempt(self, key: str, spec: bytes, body: bytes, deadline: float) -> Attempt:
-        """One evaluator's run over ``body``: a warm one, or else a new one."""
+        """One evaluator's run over ``body``: a warm one, or else a new one.
+
+        An evaluator that never began the evaluation (a warm one that exited meanwhile, a
+        new one whose socket broke before it started) is replaced, up to three times; one
+        that began and then failed is the attempt's answer (the policy judges it).
+        """
+        att = Attempt(garbage="sandbox unreachable")
         for _ in range(3):
             ev = self._take(key)
             fresh = ev is None
             if ev is None:
-                ev = await self._spawn(key, spec)
+                try:
+                    ev = await self._spawn(key, spec)
+                except OSError as exc:  # the fork server or the zygote went away: again
+                    att = Attempt(garbage=f"sandbox unreachable: {exc}")
+                    continue
             busy = self._busy.get(key, 0)
             if busy and not self._idle.get(key):
                 # deliveries of this rule set overlap: have one more warm for the next. A rule
@@ -553,9 +563,9 @@ class Sandbox:
             self._discard(ev)
             began = (att.done or att.armed is not None or att.errors
                      or att.matched is not None or att.budget_at is not None)
-            if fresh or began or att.garbage == HARD_DEADLINE:
+            if began or att.garbage == HARD_DEADLINE or (fresh and att.status is not None):
                 return att
-            # a warm evaluator that never began this evaluation had exited meanwhile
+            # never began: a warm one that had exited meanwhile, or a broken new one
         return att
 
     # -- requests ----------------------------------------------------------------------------
@@ -615,11 +625,19 @@ class Sandbox:
             limits = self.limits
             # the trials share compile_ms; the zygote's own compile takes as long again
             deadline = loop.time() + (2 * limits.compile_ms + limits.kill_grace_ms) / 1000
-            sock = await self._open(wire.COMPILE, key, spec)
-            try:
-                att = await self._exchange(sock, b"", deadline)
-            finally:
-                sock.close()
+            att = Attempt(garbage="sandbox unreachable")
+            for _ in range(2):  # once more when the socket broke before the zygote read it
+                try:
+                    sock = await self._open(wire.COMPILE, key, spec)
+                except OSError as exc:
+                    att = Attempt(garbage=f"sandbox unreachable: {exc}")
+                    continue
+                try:
+                    att = await self._exchange(sock, b"", deadline)
+                finally:
+                    sock.close()
+                if att.done or not (att.garbage or "").startswith("sandbox unreachable"):
+                    break
         if not att.done:
             raise SandboxUnavailable(f"the routing sandbox failed: {att.garbage or 'no answer'}")
         if not att.compile_errors and not self._idle.get(key):

@@ -114,7 +114,7 @@ def test_extra_headers_replace_the_producers_in_any_case() -> None:
 
 def test_unknown_source() -> None:
     with pytest.raises(UsageError):
-        build_request("gitlab", b"{}", SECRET, None, [], stamp=False)
+        build_request("no-such-source", b"{}", SECRET, None, [], stamp=False)
 
 
 # --------------------------------------------------------------------------------------
