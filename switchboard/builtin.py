@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import hookimpl
-from .cli import admin, send, serve, webhook
+from .cli import admin, read, send, serve, webhook
 from .registry import CommandRegistry
 
 
@@ -16,7 +16,15 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
     )
     register.add_command(
         "webhook", webhook.configure, webhook.run,
-        help="create, rotate and delete webhooks; add and remove routes",
+        help="create, list, rotate and delete webhooks; add and remove routes",
+    )
+    register.add_command(
+        "events", read.configure_events, read.run_events,
+        help="list a webhook's deliveries; show one with its trace and todos",
+    )
+    register.add_command(
+        "todos", read.configure_todos, read.run_todos,
+        help="list todos of every endpoint, by endpoint, queue and state",
     )
     register.add_command(
         "send", send.configure, send.run, needs_store=False,

@@ -12,6 +12,8 @@ from ..errors import InvalidArgument
 from ..runtime import Runtime
 from ..service import webhooks
 from .main import emit
+from .read import render_webhooks
+from .render import add_output_flags, show
 
 
 def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> None:
@@ -28,6 +30,9 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     create.add_argument("--source-config", metavar="JSON",
                         help="the source's configuration (JSON, or @FILE): the hmac"
                              " source's signature scheme")
+    lst = sub.add_parser("list", help="list webhooks (never their secrets nor ingest URLs)")
+    lst.add_argument("--owner", metavar="H", help="only the webhooks of this human (name or id)")
+    add_output_flags(lst)
     rotate = sub.add_parser(
         "rotate", help="mint a new ingest token (and signing secret); the previous ones keep"
                        " working for [ingest] rotation_overlap_hours (default 24)")
@@ -83,6 +88,9 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         doc = {k: doc[k] for k in ("webhook_id", "ingest_url", "signing_secret",
                                    "signing_secret_imported", "source_type", "target_queue",
                                    "trust_mode", "source_config") if k in doc}
+    elif args.action == "list":
+        show(args, await webhooks.list_all_webhooks(rt, owner=args.owner), render_webhooks)
+        return 0
     elif args.action == "rotate":
         doc = await webhooks.rotate_webhook(rt, None, args.webhook_id,
                                             signing_secret=_secret_file(args.secret_file))

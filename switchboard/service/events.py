@@ -15,9 +15,12 @@ from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
 from .common import jsonable
+from .todos import browsed_view
 from .webhooks import owned_webhook
 
 LIMIT_DEFAULT, LIMIT_MAX = 20, 100
+#: The most characters of a body that is not JSON :func:`show_event` shows.
+PREVIEW_CHARS = 2000
 
 
 def event_view(row: Row) -> dict[str, Any]:
@@ -86,4 +89,42 @@ async def get_event(
     view = event_view(row)
     view["headers"] = row.get("headers") or {}
     view["payload"] = parse_payload(bytes(row["body"]))
+    return view
+
+
+def payload_view(body: bytes) -> dict[str, Any]:
+    """The body for reading: its JSON value, or a text preview of what is not JSON.
+
+    ``payload_format`` is ``json``, ``text`` (``payload`` is the first :data:`PREVIEW_CHARS`
+    characters, undecodable bytes replaced; ``payload_truncated`` says whether there was
+    more) or ``empty``. Never the bytes themselves.
+    """
+    value = parse_payload(body)
+    if value is not None or body.strip() == b"null":
+        return {"payload_format": "json", "payload": value}
+    if not body.strip():
+        return {"payload_format": "empty", "payload": None}
+    text = body.decode("utf-8", errors="replace")
+    return {"payload_format": "text", "payload": text[:PREVIEW_CHARS],
+            "payload_truncated": len(text) > PREVIEW_CHARS}
+
+
+async def show_event(rt: Runtime, caller: Row | None, event_id: str) -> dict[str, Any]:
+    """One event by its id alone: its view, sanitized headers, payload and the todos it made.
+
+    ``caller`` None is the operator (any event); an endpoint sees only its human's webhooks'
+    events, another's is exactly not found. Each todo carries its endpoint, queue and state.
+    """
+    row = await rt.store.get_event(event_id)
+    if row is not None and caller is not None:
+        try:
+            await owned_webhook(rt, caller, row.get("webhook_id") or "")
+        except NotFound:
+            row = None
+    if row is None:
+        raise NotFound(f"event {event_id} not found")
+    view = event_view(row)
+    view["headers"] = row.get("headers") or {}
+    view.update(payload_view(bytes(row["body"])))
+    view["todos"] = [browsed_view(t) for t in await rt.store.todos_of_event(row["id"])]
     return view

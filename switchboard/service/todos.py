@@ -7,7 +7,7 @@ from typing import Any
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..runtime import Runtime
 from ..store import Row
-from .common import jsonable
+from .common import check_queue, jsonable
 
 STATES = ("pending", "claimed", "done", "dead")
 LIVE_STATES = ["pending", "claimed"]
@@ -78,6 +78,32 @@ async def list_todos(
     states = [state] if state else LIVE_STATES
     rows = await rt.store.list_todos(caller["id"], queues, states, _limit(limit))
     return {"todos": [todo_view(r, full=False) for r in rows]}
+
+
+def browsed_view(row: Row) -> dict[str, Any]:
+    """A todo as an operator lists it: :func:`todo_view` (listed) plus its endpoint and holder."""
+    return {**todo_view(row, full=False), "endpoint_id": row["endpoint_id"],
+            "endpoint_name": row.get("endpoint_name"), "owner": row.get("owner")}
+
+
+async def list_all_todos(
+    rt: Runtime, *, endpoint_id: str | None = None, queue: str | None = None,
+    state: str | None = None, limit: int | None = None,
+) -> dict[str, Any]:
+    """Any endpoint's todos for an operator, newest first, in every state unless ``state``.
+
+    An unknown ``endpoint_id`` is not found; ``queue``, ``state`` and ``limit`` are checked
+    as :func:`list_todos` checks them.
+    """
+    if endpoint_id is not None:
+        endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
+    if queue is not None:
+        check_queue(queue, "queue")
+    if state is not None and state not in STATES:
+        raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
+    rows = await rt.store.browse_todos(endpoint_id=endpoint_id, queue=queue, state=state,
+                                       limit=_limit(limit))
+    return {"todos": [browsed_view(r) for r in rows]}
 
 
 async def claim(

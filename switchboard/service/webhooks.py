@@ -196,6 +196,21 @@ async def list_webhooks(rt: Runtime, caller: Row) -> dict[str, Any]:
     }
 
 
+async def list_all_webhooks(rt: Runtime, *, owner: str | None = None) -> dict[str, Any]:
+    """Every webhook, or those of the human ``owner`` names (a name or an id), for an operator.
+
+    Each is :func:`webhook_view` plus its endpoint's name and its owner (id and name); an
+    unknown ``owner`` is not found.
+    """
+    human = await rt.store.get_human(owner) if owner is not None else None
+    rows = await rt.store.list_webhooks(human["id"] if human else None)
+    return {"webhooks": [
+        {**webhook_view(rt, r), "endpoint_name": r["endpoint_name"],
+         "owner_human": r["owner_human"], "owner_name": r["owner_name"]}
+        for r in rows
+    ]}
+
+
 async def rotate_webhook(
     rt: Runtime, caller: Row | None, webhook_id: str, *, signing_secret: Any = None
 ) -> dict[str, Any]:

@@ -57,8 +57,44 @@ _HELD = (
 )
 
 
+#: What an operator's listing shows of a todo (never its payload or work order).
+_BROWSE_COLS = (
+    "t.id, t.endpoint_id, e.name AS endpoint_name, t.queue, t.state, t.title, t.event_id,"
+    " t.owner, t.attempts, t.available_at, t.lease_expires_at, t.created_at, t.updated_at,"
+    " t.completed_at"
+)
+
+
 class TodoQueries:
     db: Database
+
+    async def browse_todos(
+        self, *, endpoint_id: str | None = None, queue: str | None = None,
+        state: str | None = None, limit: int,
+    ) -> list[Row]:
+        """Any endpoint's todos for an operator, newest first, filtered by what is given."""
+        where: list[str] = []
+        params: dict[str, Any] = {"limit": limit}
+        for column, value in (("endpoint_id", endpoint_id), ("queue", queue), ("state", state)):
+            if value is not None:
+                where.append(f"t.{column} = %({column})s")
+                params[column] = value
+        return await self.db.fetchall(
+            f"SELECT {_BROWSE_COLS} FROM todos t JOIN endpoints e ON e.id = t.endpoint_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY t.created_at DESC, t.id DESC LIMIT %(limit)s",
+            params,
+        )
+
+    async def todos_of_event(self, event_id: str) -> list[Row]:
+        """The todos one event made, in the order they were written."""
+        if not is_uuid(event_id):
+            return []
+        return await self.db.fetchall(
+            f"SELECT {_BROWSE_COLS} FROM todos t JOIN endpoints e ON e.id = t.endpoint_id"
+            " WHERE t.event_id = %s ORDER BY t.created_at, t.id",
+            (event_id,),
+        )
 
     async def get_todo(self, endpoint_id: str, queues: list[str], todo_id: str) -> Row | None:
         """The endpoint's todo in one of ``queues``, or None (another's reads the same)."""

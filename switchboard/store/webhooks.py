@@ -68,11 +68,17 @@ class WebhookQueries:
         )
 
     async def list_webhooks_of_human(self, human_id: str) -> list[Row]:
+        return await self.list_webhooks(human_id)
+
+    async def list_webhooks(self, owner_human: str | None = None) -> list[Row]:
+        """Every webhook, or one human's, oldest first, with its endpoint's and owner's names."""
+        where, params = ("WHERE e.owner_human = %s ", (owner_human,)) if owner_human else ("", ())
         return await self.db.fetchall(
-            f"SELECT {_WEBHOOK_COLS} FROM endpoint_webhooks w "
-            "JOIN endpoints e ON e.id = w.endpoint_id WHERE e.owner_human = %s "
-            "ORDER BY w.created_at, w.id",
-            (human_id,),
+            f"SELECT {_WEBHOOK_COLS}, e.name AS endpoint_name, h.name AS owner_name"
+            " FROM endpoint_webhooks w JOIN endpoints e ON e.id = w.endpoint_id"
+            " JOIN humans h ON h.id = e.owner_human "
+            + where + "ORDER BY w.created_at, w.id",
+            params,
         )
 
     async def rotate_webhook(self, webhook_id: str, token_hash: str,

@@ -1,0 +1,156 @@
+"""The operator's read verbs: ``events list|show`` and ``todos list`` (``webhook list`` is
+in :mod:`.webhook`). Each parses its arguments, calls the service the MCP tools call, and
+prints JSON or a table (:mod:`.render`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from ..routing.model import DISPOSITIONS
+from ..runtime import Runtime
+from ..service import events, todos
+from .render import (
+    Column,
+    add_output_flags,
+    bounded_int,
+    cell,
+    heading,
+    json_block,
+    key_values,
+    show,
+    table,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _trace(key: str) -> Any:
+    return lambda r: (r.get("routing_trace") or {}).get(key)
+
+
+def _rule(trace: dict[str, Any]) -> Any:
+    """The rule that decided: its id, else its name, else its index."""
+    for key in ("rule_id", "rule_name", "rule_index"):
+        if trace.get(key) is not None:
+            return trace[key]
+    return None
+
+
+WEBHOOK_COLUMNS: list[Column] = [
+    ("WEBHOOK", lambda r: r["webhook_id"]),
+    ("OWNER", lambda r: r.get("owner_name")),
+    ("ENDPOINT", lambda r: r.get("endpoint_name") or r["endpoint_id"]),
+    ("SOURCE", lambda r: r["source_type"]),
+    ("QUEUE", lambda r: r["target_queue"]),
+    ("TRUST", lambda r: r["trust_mode"]),
+    ("RULES", lambda r: r["rule_count"]),
+    ("CREATED", lambda r: r["created_at"]),
+]
+
+EVENT_COLUMNS: list[Column] = [
+    ("EVENT", lambda r: r["event_id"]),
+    ("RECEIVED", lambda r: r["received_at"]),
+    ("SOURCE", lambda r: r["source"]),
+    ("KIND", lambda r: r["kind"]),
+    ("VERIFIED", lambda r: r["verified"]),
+    ("DISPOSITION", lambda r: r["disposition"]),
+    ("STAGE", _trace("stage")),
+    ("CAUSE", _trace("cause")),
+    ("RULE", lambda r: _rule(r.get("routing_trace") or {})),
+]
+
+TODO_COLUMNS: list[Column] = [
+    ("TODO", lambda r: r["todo_id"]),
+    ("ENDPOINT", lambda r: r.get("endpoint_name") or r["endpoint_id"]),
+    ("QUEUE", lambda r: r["queue"]),
+    ("STATE", lambda r: r["state"]),
+    ("ATTEMPTS", lambda r: r["attempts"]),
+    ("TITLE", lambda r: r["title"]),
+    ("CREATED", lambda r: r["created_at"]),
+]
+
+
+def render_webhooks(out: Console, doc: dict[str, Any]) -> None:
+    out.print(table("webhooks", WEBHOOK_COLUMNS, doc["webhooks"]))
+
+
+def _render_events(out: Console, doc: dict[str, Any]) -> None:
+    out.print(table(f"events of webhook {doc['webhook_id']} (newest first)", EVENT_COLUMNS,
+                    doc["events"]))
+    if doc.get("next_cursor"):
+        out.print(cell(f"more: --cursor {doc['next_cursor']}"))
+
+
+def _render_event(out: Console, doc: dict[str, Any]) -> None:
+    trace = doc.get("routing_trace") or {}
+    out.print(key_values(f"event {doc['event_id']}", [
+        (key, doc.get(key)) for key in (
+            "webhook_id", "source", "kind", "received_at", "verified", "trust_mode",
+            "content_type", "size", "disposition")
+    ] + [("stage", trace.get("stage")), ("cause", trace.get("cause")),
+         ("rule", _rule(trace))]))
+    headers = doc.get("headers") or {}
+    out.print(table("headers (sanitized)", [("NAME", lambda r: r["name"]),
+                                            ("VALUE", lambda r: r["value"])],
+                    [{"name": k, "value": v} for k, v in headers.items()]))
+    out.print(heading("routing trace"))
+    out.print(json_block(trace))
+    fmt = doc.get("payload_format")
+    more = " (truncated)" if doc.get("payload_truncated") else ""
+    out.print(heading(f"payload ({fmt}){more}"))
+    if fmt == "json":
+        out.print(json_block(doc.get("payload")))
+    elif fmt == "text":
+        out.print(cell(doc.get("payload"), lines=True))
+    out.print(table("todos", TODO_COLUMNS, doc.get("todos") or []))
+
+
+def _render_todos(out: Console, doc: dict[str, Any]) -> None:
+    out.print(table("todos (newest first)", TODO_COLUMNS, doc["todos"]))
+
+
+def configure_events(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lst = sub.add_parser("list", help="a webhook's stored deliveries, newest first")
+    lst.add_argument("--webhook", required=True, metavar="ID", help="the webhook")
+    lst.add_argument("--disposition", choices=DISPOSITIONS, help="only routed or dropped ones")
+    lst.add_argument("--limit", type=bounded_int(1, events.LIMIT_MAX), metavar="N",
+                     help=f"at most N (default {events.LIMIT_DEFAULT}, at most"
+                          f" {events.LIMIT_MAX})")
+    lst.add_argument("--cursor", metavar="C", help="the next page (a next_cursor printed before)")
+    add_output_flags(lst)
+    one = sub.add_parser("show", help="one delivery: sanitized headers, payload, routing trace"
+                                      " and its todos (never its raw body or a secret)")
+    one.add_argument("event_id", metavar="EVENT_ID")
+    add_output_flags(one)
+
+
+async def run_events(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action == "list":
+        doc = await events.list_events(rt, None, args.webhook, disposition=args.disposition,
+                                       limit=args.limit, cursor=args.cursor)
+        show(args, doc, _render_events)
+    else:
+        show(args, await events.show_event(rt, None, args.event_id), _render_event)
+    return 0
+
+
+def configure_todos(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lst = sub.add_parser("list", help="todos of every endpoint, newest first, in every state"
+                                      " unless --state")
+    lst.add_argument("--endpoint", metavar="ID", help="only this endpoint's")
+    lst.add_argument("--queue", metavar="Q", help="only this queue's")
+    lst.add_argument("--state", choices=todos.STATES, help="only todos in this state")
+    lst.add_argument("--limit", type=bounded_int(1, todos.LIMIT_MAX), metavar="N",
+                     help=f"at most N (default {todos.LIMIT_DEFAULT}, at most {todos.LIMIT_MAX})")
+    add_output_flags(lst)
+
+
+async def run_todos(args: argparse.Namespace, rt: Runtime) -> int:
+    doc = await todos.list_all_todos(rt, endpoint_id=args.endpoint, queue=args.queue,
+                                     state=args.state, limit=args.limit)
+    show(args, doc, _render_todos)
+    return 0

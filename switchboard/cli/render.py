@@ -1,0 +1,129 @@
+"""How the read verbs print: a table on a terminal (``rich``), JSON for scripts.
+
+A read verb prints JSON (what :func:`switchboard.cli.main.emit` writes) unless stdout is a
+terminal; ``--json`` forces JSON and ``--table`` forces the table (on a pipe too, as plain
+text, as wide as ``COLUMNS`` says, 80 otherwise). The tables show text exactly as stored:
+never read as rich markup, control characters replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .main import emit
+
+if TYPE_CHECKING:  # rich is imported when a table is drawn, not by every command
+    from rich.console import Console
+    from rich.json import JSON
+    from rich.table import Table
+    from rich.text import Text
+
+#: (header, how to read the cell from one row)
+Column = tuple[str, Callable[[dict[str, Any]], Any]]
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true",
+                       help="print JSON (the default when stdout is not a terminal)")
+    group.add_argument("--table", action="store_true",
+                       help="print a table (the default on a terminal), on a pipe too")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``low`` to ``high`` (the error names the range)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer from {low} to {high} (got {text!r})")
+        return value
+
+    return parse
+
+
+def wants_table(args: argparse.Namespace) -> bool:
+    if getattr(args, "json", False):
+        return False
+    if getattr(args, "table", False):
+        return True
+    return sys.stdout.isatty()
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+
+
+def cell(value: Any, *, lines: bool = False) -> Text:
+    """A value as plain text: never markup; None empty; lists and objects as compact JSON.
+
+    Tabs and line breaks become spaces (``lines``: line breaks are kept), other control
+    characters U+FFFD, so nothing stored can steer the terminal.
+    """
+    from rich.text import Text
+
+    if value is None:
+        return Text("")
+    if isinstance(value, bool):
+        return Text("yes" if value else "no")
+    if not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False, default=str) \
+            if isinstance(value, dict | list) else str(value)
+    keep = "\n" if lines else ""
+    return Text("".join(c if c.isprintable() or c in keep
+                        else " " if c in "\t\n\r" else "\ufffd" for c in value))
+
+
+def heading(text: str) -> Text:
+    out = cell(text)
+    out.stylize("bold")
+    return out
+
+
+def table(title: str | None, columns: Sequence[Column], rows: Iterable[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
+    out = Table(title=cell(title) if title else None, title_justify="left")
+    for header, _ in columns:
+        # ids and times stay whole; free text wraps
+        whole = header in ("ID", "EVENT", "TODO", "WEBHOOK", "ENDPOINT ID", "RECEIVED",
+                           "CREATED")
+        out.add_column(header, no_wrap=whole, overflow="fold")
+    for row in rows:
+        out.add_row(*(cell(get(row)) for _, get in columns))
+    return out
+
+
+def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
+    from rich.table import Table
+
+    out = Table(title=cell(title), title_justify="left", show_header=False)
+    out.add_column("field", style="bold", no_wrap=True)
+    out.add_column("value", overflow="fold")
+    for key, value in pairs:
+        out.add_row(key, cell(value))
+    return out
+
+
+def json_block(value: Any) -> JSON:
+    """A JSON value pretty-printed (escaped: control characters cannot reach the terminal)."""
+    from rich.json import JSON
+
+    return JSON(json.dumps(value, default=str))
+
+
+def show(args: argparse.Namespace, doc: Any, render: Callable[[Console, Any], None]) -> None:
+    """JSON for scripts, or ``render(console, doc)`` for a person."""
+    if wants_table(args):
+        render(console(), doc)
+    else:
+        emit(doc)
