@@ -8,27 +8,23 @@ one claimed. Every test reads it back through the real ``switchboard`` command.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import os
 import pty
 import re
 import subprocess
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from rich.console import Console
 from sbtest import CLI, SWITCHBOARD, make_env
-from sbworld import World
+from sbworld import World, on_runtime
 
 from switchboard.cli.render import cell
 from switchboard.cli.render import table as make_table
 from switchboard.cli.send import build_request
-from switchboard.config import load_config
 from switchboard.errors import NotFound
 from switchboard.runtime import Runtime
 from switchboard.service import events, rules, todos
@@ -40,20 +36,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MISSING = "00000000-0000-0000-0000-000000000000"
 TEXT_BODY = b"disk full on host-7\n"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def on_runtime(env: dict[str, str], call: Callable[[Runtime], Awaitable[T]]) -> T:
-    """``call(runtime)`` on an in-process runtime of the CLI's database (its own loop)."""
-    async def run() -> T:
-        rt = Runtime(load_config(env=env))
-        await rt.open_store(migrate=False)
-        try:
-            return await call(rt)
-        finally:
-            await rt.shutdown()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run()).result()
 
 
 def token_of(hook: dict[str, Any]) -> str:

@@ -80,23 +80,28 @@ class World:
         self.cli.json("webhook", "route", "add", webhook_id, self.endpoints[endpoint]["endpoint_id"])
 
     def _service(self, call: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``call(runtime)`` on a runtime built from the CLI's environment.
+        """Run ``call(runtime)`` on a runtime built from the CLI's environment."""
+        return on_runtime(self.cli.env, call)
 
-        On its own thread and loop, so it works from sync and async tests alike.
-        """
-        from switchboard.config import load_config
-        from switchboard.runtime import Runtime
 
-        async def run() -> T:
-            rt = Runtime(load_config(env=self.cli.env))
-            await rt.open_store(migrate=False)
-            try:
-                return await call(rt)
-            finally:
-                await rt.shutdown()
+def on_runtime(env: dict[str, str], call: Callable[[Any], Awaitable[T]]) -> T:
+    """``call(runtime)`` on an in-process runtime of ``env``'s database.
 
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, run()).result()
+    On its own thread and loop, so it works from sync and async tests alike.
+    """
+    from switchboard.config import load_config
+    from switchboard.runtime import Runtime
+
+    async def run() -> T:
+        rt = Runtime(load_config(env=env))
+        await rt.open_store(migrate=False)
+        try:
+            return await call(rt)
+        finally:
+            await rt.shutdown()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run()).result()
 
 
 def _csv(value: str) -> list[str]:
