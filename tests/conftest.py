@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sbpg import EXPECT_MAJOR, server_version, session_server
+from sbpg import EXPECT_MAJOR, drop_database, server_version, session_server
 from sbtest import CLI, Server, free_port, make_env
 
 from switchboard.config import load_config
@@ -82,8 +82,7 @@ def template_db(pg_server: Any) -> Iterator[str]:
                                   migrate.collect(regs.migrations.directories)))
         yield name
     finally:
-        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database(pg_server.get_uri(), name)
 
 
 @contextlib.contextmanager
@@ -96,8 +95,7 @@ def _scratch_database(pg_server: Any, template: str | None) -> Iterator[str]:
     try:
         yield pg_server.get_uri(name)
     finally:
-        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database(pg_server.get_uri(), name)
 
 
 @pytest.fixture

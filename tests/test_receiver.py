@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sbpg import drop_database
 from sbtest import CLI, Server, free_port, make_env
 from sbworld import World
 
@@ -159,8 +160,7 @@ def stage(pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFac
         yield srv, world, hooks, dsn
     finally:
         srv.stop()
-        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database(pg_server.get_uri(), name)
 
 
 def _deliver(srv: Server, hook: dict[str, Any], source: str, body: bytes, kind: str | None,

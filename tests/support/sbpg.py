@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,22 @@ def server_version(server: Any) -> tuple[int, str]:
             " current_setting('server_version')").fetchone()
     assert row is not None
     return int(row[0]), str(row[1])
+
+
+def drop_database(server_uri: str, name: str) -> None:
+    """``DROP DATABASE name WITH (FORCE)``, waiting out an autovacuum worker in it.
+
+    FORCE terminates the other sessions in the database, but a role that is neither a
+    superuser nor in ``pg_signal_backend`` may not terminate an autovacuum worker (it runs
+    as no role): PostgreSQL refuses with InsufficientPrivilege. The worker is gone within
+    moments, so try again for a while.
+    """
+    for attempt in range(50):
+        try:
+            with psycopg.connect(server_uri, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            return
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+            if attempt == 49:
+                raise
+            time.sleep(0.2)

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from sbmcp import agent
+from sbpg import drop_database
 from sbtest import CLI, Server, free_port, make_env, remember_secrets
 from sbworld import World
 
@@ -35,8 +36,7 @@ def mcp_server(pg_server: Any, template_db: str,
     srv = Server(env, port, tmp / "server.log").start()
     yield srv
     srv.stop()
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    drop_database(pg_server.get_uri(), name)
 
 
 @dataclass
