@@ -324,11 +324,9 @@ def progress_page() -> mmap.mmap:
     return page
 
 
-def arm_progress(page: mmap.mmap, armed: Armed) -> None:
-    _PROGRESS.pack_into(page, 0, armed.index, armed.how.encode(), b"0")
-
-
-#: The evaluator's inner loop writes the page directly: (page, offset, index, how, b"0").
+#: How the evaluator arms rule I on the page: ``pack_progress(page, 0, I, how, b"0")``
+#: (``how`` is RULE_LIMIT or BUDGET_LIMIT as bytes). The struct's own method: no wrapper
+#: call, no Armed object, on the per-rule hot path.
 pack_progress = _PROGRESS.pack_into
 
 

@@ -89,7 +89,7 @@ def test_eval_frame_round_trip_over_a_socket() -> None:
 def test_progress_page() -> None:
     page = wire.progress_page()
     assert wire.armed_at_death(page) is None  # died before arming anything
-    wire.arm_progress(page, wire.Armed(4, wire.BUDGET_LIMIT))
+    wire.pack_progress(page, 0, 4, wire.BUDGET_LIMIT.encode(), b"0")  # as the evaluator does
     assert wire.armed_at_death(page) == wire.Armed(4, wire.BUDGET_LIMIT)
     wire.finish_progress(page)
     assert wire.armed_at_death(page) is None  # it finished: nothing to blame
