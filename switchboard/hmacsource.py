@@ -28,6 +28,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .routing.envelope import parse_payload
 from .sources import (
     TRUST_SIGNED,
     Delivery,
@@ -170,11 +171,10 @@ class _Read:
             self.entries = [raw.strip()]
 
     def doc(self) -> Any:
+        """The body as the envelope's ``.payload`` reads it (the host's one strict parse,
+        nesting bounded): None for anything else, never an exception, whatever the bytes."""
         if self._doc is ...:
-            try:
-                self._doc = json.loads(self.body)
-            except (ValueError, UnicodeDecodeError):
-                self._doc = None
+            self._doc = parse_payload(self.body)
         return self._doc
 
     def at(self, loc: Mapping[str, str]) -> str | None:
@@ -226,6 +226,15 @@ def secret_key(secret: bytes, encoding: str) -> bytes:
         raise ValueError("the signing secret is not base64") from exc
 
 
+def _raw(text: str) -> bytes:
+    """The bytes a producer sent for ``text``: header bytes that were not UTF-8 come back as
+    they arrived; a lone surrogate (a JSON ``\\ud800``) is kept, never an exception."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
 def signed_content(template: str, body: bytes, delivery_id: str, timestamp: str) -> bytes:
     """The bytes a scheme signs: the template's text with {id}, {t} and {body} filled in."""
     out = bytearray()
@@ -233,9 +242,9 @@ def signed_content(template: str, body: bytes, delivery_id: str, timestamp: str)
         if part == "{body}":
             out += body
         elif part == "{id}":
-            out += delivery_id.encode()
+            out += _raw(delivery_id)
         elif part == "{t}":
-            out += timestamp.encode()
+            out += _raw(timestamp)
         else:
             out += part.encode()
     return bytes(out)
@@ -314,9 +323,11 @@ class HmacSource:
         given = read.signatures()
         if not given:
             return refuse(f"no signature in {scheme.signature_header}")
-        delivery_id = read.first(scheme.delivery_id) or ""
-        if "{id}" in scheme.signed and not delivery_id:
-            return refuse("missing the delivery id the signature covers")
+        delivery_id = ""
+        if "{id}" in scheme.signed:  # else the body is not read before it verifies
+            delivery_id = read.first(scheme.delivery_id) or ""
+            if not delivery_id:
+                return refuse("missing the delivery id the signature covers")
         try:
             key = secret_key(secret, scheme.secret_encoding)
         except ValueError as exc:

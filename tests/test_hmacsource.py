@@ -129,3 +129,43 @@ def test_sign_then_verify_round_trips_every_location_kind() -> None:
     assert headers["Id"] == "d-7" and headers["Sig"].startswith(f"t={NOW},v1=")
     verdict = _deliver(src, headers, body, SCHEME)
     assert verdict.ok and verdict.delivery_id == "d-7" and verdict.kind == "k"
+
+
+@pytest.mark.parametrize(("body", "body_id"), [
+    (b"[" * 3000 + b"]" * 3000, None),  # deeper than Python's recursion limit
+    (b'{"meta": {"id": 5e999}, "events": NaN}', None),  # not strict JSON: no payload
+    (b'{"meta": {"id": "\\ud800"}}', "\ud800"),  # kept: ids are escaped reversibly later
+    (b"\xff\xfe\x00", None),
+    (b'{"meta": {"id": "' + b"x" * 300 + b'"}}', None),  # an id too long to be a key
+])  # fmt: skip
+def test_hostile_bodies_are_verified_or_refused_never_raised(body: bytes,
+                                                             body_id: str | None) -> None:
+    src = HmacSource("hmac")
+    signed = src.sign(body, SECRET, None, now=NOW, config=SCHEME, delivery_id="h-1")
+    unsigned = {"Sig": f"t={NOW},v1=AAAA"}
+    verdict = _deliver(src, {**signed, "Id": ""}, body, SCHEME)  # the id must come from the body
+    assert not verdict.ok  # it signed {id}: the body's id (if any) is not what was signed
+    assert not _deliver(src, unsigned, body, SCHEME).ok
+    ok = _deliver(src, signed, body, SCHEME)
+    assert ok.ok and ok.delivery_id == "h-1" and ok.kind is None
+    plain = {"signature_header": "S", "delivery_id": [{"pointer": "/meta/id"}],
+             "kind": [{"pointer": "/events/0/kind"}]}
+    mac = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    verdict = _deliver(src, {"S": mac}, body, plain)
+    assert verdict.ok and verdict.kind is None
+    if body_id is None:
+        assert verdict.delivery_id.startswith("sha256:")  # nothing usable: the body's hash
+    else:
+        assert verdict.delivery_id == body_id
+
+
+def test_a_header_that_was_not_utf8_is_signed_as_the_bytes_that_arrived() -> None:
+    """Sanic hands non-UTF-8 header bytes over surrogate-escaped: they are signed as sent."""
+    src = HmacSource("hmac")
+    body = b"{}"
+    sent = "d-\udcff"  # the byte 0xff, as the receiver sees it
+    mac = hmac.new(SECRET, b"d-\xff:" + str(NOW).encode() + b":" + body, hashlib.sha256)
+    headers = {"Id": sent, "Sig": f"t={NOW},v1={base64.b64encode(mac.digest()).decode()}"}
+    verdict = _deliver(src, headers, body, SCHEME)
+    assert verdict.ok and verdict.delivery_id == sent
+    assert not _deliver(src, {**headers, "Id": "d-\ud800"}, body, SCHEME).ok  # no exception
