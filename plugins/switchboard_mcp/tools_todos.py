@@ -64,5 +64,11 @@ async def heartbeat(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
     return await todos.heartbeat(ctx.runtime, ctx.endpoint, id, owner=ctx.owner)
 
 
-TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat)
+async def retry(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
+    """Put a dead todo of yours back to pending, claimable at once with a fresh set of
+    attempts (its last result is kept). Any other state is a conflict."""
+    return await todos.retry(ctx.runtime, ctx.endpoint, id)
+
+
+TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat, retry)
 

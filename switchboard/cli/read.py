@@ -1,5 +1,5 @@
 """The operator's read verbs: ``events list|show`` and ``todos list`` (``webhook list`` is
-in :mod:`.webhook`). Each parses its arguments, calls the service the MCP tools call, and
+in :mod:`.webhook`), and ``todos retry``. Each parses its arguments, calls the service the MCP tools call, and
 prints JSON or a table (:mod:`.render`)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..routing.model import DISPOSITIONS
 from ..runtime import Runtime
 from ..service import events, todos
+from .main import emit
 from .render import (
     Column,
     add_output_flags,
@@ -147,9 +148,15 @@ def configure_todos(p: argparse.ArgumentParser) -> None:
     lst.add_argument("--limit", type=bounded_int(1, todos.LIMIT_MAX), metavar="N",
                      help=f"at most N (default {todos.LIMIT_DEFAULT}, at most {todos.LIMIT_MAX})")
     add_output_flags(lst)
+    retry = sub.add_parser("retry", help="put a dead todo back to pending, claimable at once"
+                                         " with a fresh set of attempts")
+    retry.add_argument("todo_id", metavar="ID")
 
 
 async def run_todos(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action == "retry":
+        emit(await todos.retry(rt, None, args.todo_id))
+        return 0
     doc = await todos.list_all_todos(rt, endpoint_id=args.endpoint, queue=args.queue,
                                      state=args.state, limit=args.limit)
     show(args, doc, _render_todos)

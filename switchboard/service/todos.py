@@ -1,4 +1,5 @@
-"""The drain verbs: list, claim, claim_next, complete, fail and heartbeat an endpoint's todos."""
+"""The drain verbs: list, claim, claim_next, complete, fail, heartbeat and retry an
+endpoint's todos."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ _WORK = ("payload", "routing_trace", "work_order", "result")
 
 
 def todo_view(row: Row, *, full: bool = True) -> dict[str, Any]:
+    """A todo as shown: ``id`` (what claim, complete, fail, heartbeat and retry take) and,
+    as it always was, the same value as ``todo_id``."""
     keys = _LISTED + _WORK if full else _LISTED
     view = {k: row.get(k) for k in keys}
-    view["todo_id"] = view.pop("id")
+    view["todo_id"] = view["id"]
     return dict(jsonable(view))
 
 
@@ -172,4 +175,24 @@ async def heartbeat(
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "heartbeat")
-    return {"todo_id": row["id"], "lease_expires_at": jsonable(row["lease_expires_at"])}
+    return {"id": row["id"], "todo_id": row["id"],
+            "lease_expires_at": jsonable(row["lease_expires_at"])}
+
+
+async def retry(rt: Runtime, caller: Row | None, todo_id: str) -> dict[str, Any]:
+    """A ``dead`` todo back to ``pending``, claimable at once with a fresh ``max_attempts``.
+
+    ``caller`` (an agent) may retry only a todo of its own in its scope, as it may claim
+    one; None (the operator's CLI) any endpoint's. Another state is a conflict naming it;
+    an unknown todo (or another endpoint's) is not found. The last ``result`` is kept.
+    """
+    endpoint_id = caller["id"] if caller is not None else None
+    queues = list(caller["scope_queues"]) if caller is not None else None
+    row = await rt.store.retry_todo(todo_id, endpoint_id, queues)
+    if row is None:
+        found = (await rt.store.get_todo(endpoint_id, queues or [], todo_id)
+                 if endpoint_id is not None else await rt.store.get_any_todo(todo_id))
+        if found is None:
+            raise NotFound(f"todo {todo_id} not found")
+        raise Conflict(f"todo {todo_id} is {found['state']}; only a dead todo can be retried")
+    return {"todo": todo_view(row)}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
+from ..errors import Conflict
 from .db import Database, Row, is_uuid
 
 _COLS = (
@@ -179,3 +181,35 @@ class TodoQueries:
             {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
              "ttl": ttl},
         )
+
+    async def retry_todo(
+        self, todo_id: str, endpoint_id: str | None = None, queues: list[str] | None = None
+    ) -> Row | None:
+        """A dead todo pending again at once, with a fresh set of attempts (else None).
+
+        ``endpoint_id`` and ``queues`` confine it to one endpoint's scope (an agent's
+        call); an operator's passes neither. The last ``result`` (why it failed) is kept
+        until the todo completes or fails again. A dead todo whose delivery has a live todo
+        again on that endpoint (the live idempotency key is unique) is a ``Conflict``.
+        """
+        if not is_uuid(todo_id):
+            return None
+        where = "id = %(id)s AND state = 'dead'"
+        if endpoint_id is not None:
+            where += " AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)"
+        try:
+            return await self.db.fetchone(
+                "UPDATE todos SET state = 'pending', attempts = 0, owner = NULL,"
+                " lease_expires_at = NULL, completed_at = NULL, available_at = now(),"
+                f" updated_at = now() WHERE {where} RETURNING {_COLS}",
+                {"id": todo_id, "endpoint": endpoint_id, "queues": queues or []},
+            )
+        except psycopg.errors.UniqueViolation:
+            raise Conflict(f"todo {todo_id}: its delivery already has a live todo on this"
+                           " endpoint; complete or fail that one instead") from None
+
+    async def get_any_todo(self, todo_id: str) -> Row | None:
+        """Any endpoint's todo by id (an operator's lookup), or None."""
+        if not is_uuid(todo_id):
+            return None
+        return await self.db.fetchone(f"SELECT {_COLS} FROM todos WHERE id = %s", (todo_id,))
