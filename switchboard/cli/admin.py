@@ -175,7 +175,10 @@ def register(register: CommandRegistry) -> None:
         "plugins", lambda p: None, cmd_plugins, needs_store=False,
         help="list loaded plugins: name, version, distribution, hooks, what each provides",
     )
-    register.add_command("human", conf_human, cmd_human, help="add and list humans")
+    # `human add` is the first step on a new install, so it may create the database;
+    # every other verb needs one already there (endpoint vend needs a human anyway).
+    register.add_command("human", conf_human, cmd_human, help="add and list humans",
+                         creates_database=lambda args: args.action == "add")
     register.add_command("friend", conf_friend, cmd_friend,
                          help="add, list and remove friendships")
     register.add_command("endpoint", conf_endpoint, cmd_endpoint, help="vend, list, revoke endpoints")

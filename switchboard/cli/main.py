@@ -52,7 +52,7 @@ def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
 async def _run_async(rt: Runtime, cmd: Any, args: argparse.Namespace) -> int:
     try:
         if cmd.needs_store:
-            await rt.open_store()
+            await rt.open_store(create=cmd.may_create_database(args))
         code: int = await cmd.run(args, rt)
         return code
     finally:
