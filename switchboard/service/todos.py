@@ -42,7 +42,9 @@ def _scope(caller: Row, queue: str | None) -> list[str]:
     if queue is None:
         return scope
     if not isinstance(queue, str) or queue not in scope:
-        raise Forbidden(f"queue: {queue!r} is not in this endpoint's scope")
+        raise Forbidden(f"queue: {queue!r} is not in this endpoint's scope"
+                        f" ({', '.join(scope) or 'none'}); the queues an endpoint drains are"
+                        " set when it is vended: `switchboard endpoint vend --queues ...`")
     return [queue]
 
 
@@ -72,13 +74,24 @@ async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFoun
 
 async def list_todos(
     rt: Runtime, caller: Row, *, queue: str | None = None, state: str | None = None,
-    limit: int | None = None,
+    limit: int | None = None, unreachable: bool = False,
 ) -> dict[str, Any]:
-    """The caller's todos in its scope, oldest available first (pending and claimed by default)."""
-    queues = _scope(caller, queue)
+    """The caller's todos in its scope, oldest available first (pending and claimed by default).
+
+    ``unreachable``: instead, the todos its human's webhooks made in a queue their endpoint
+    does not drain (which no one can claim), newest first, each with that endpoint and the
+    webhook (``queue`` then filters by their queue, whatever the caller's scope).
+    """
     if state is not None and state not in STATES:
         raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
     states = [state] if state else LIVE_STATES
+    if unreachable:
+        if queue is not None:
+            check_queue(queue, "queue")
+        rows = await rt.store.unreachable_todos(owner_human=caller["owner_human"], queue=queue,
+                                                states=states, limit=_limit(limit))
+        return {"todos": [unreachable_view(r) for r in rows]}
+    queues = _scope(caller, queue)
     rows = await rt.store.list_todos(caller["id"], queues, states, _limit(limit))
     return {"todos": [todo_view(r, full=False) for r in rows]}
 
@@ -89,15 +102,32 @@ def browsed_view(row: Row) -> dict[str, Any]:
             "endpoint_name": row.get("endpoint_name"), "owner": row.get("owner")}
 
 
+def unreachable_view(row: Row) -> dict[str, Any]:
+    """A todo no one can claim: :func:`browsed_view`, the webhook that made it, the flag."""
+    return {**browsed_view(row), "webhook_id": str(row["webhook_id"]), "unreachable": True}
+
+
 async def list_all_todos(
     rt: Runtime, *, endpoint_id: str | None = None, queue: str | None = None,
-    state: str | None = None, limit: int | None = None,
+    state: str | None = None, limit: int | None = None, unreachable: bool = False,
 ) -> dict[str, Any]:
     """Any endpoint's todos for an operator, newest first, in every state unless ``state``.
 
     An unknown ``endpoint_id`` is not found; ``queue``, ``state`` and ``limit`` are checked
-    as :func:`list_todos` checks them.
+    as :func:`list_todos` checks them. ``unreachable``: only the live ones (pending and
+    claimed unless ``state``) in a queue their endpoint does not drain, with their webhook.
     """
+    if unreachable:
+        if endpoint_id is not None:
+            endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
+        if queue is not None:
+            check_queue(queue, "queue")
+        if state is not None and state not in STATES:
+            raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
+        rows = await rt.store.unreachable_todos(
+            owner_human=None, endpoint_id=endpoint_id, queue=queue,
+            states=[state] if state else LIVE_STATES, limit=_limit(limit))
+        return {"todos": [unreachable_view(r) for r in rows]}
     if endpoint_id is not None:
         endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
     if queue is not None:

@@ -88,6 +88,31 @@ class TodoQueries:
             params,
         )
 
+    async def unreachable_todos(
+        self, *, owner_human: str | None, queue: str | None, states: list[str], limit: int,
+        endpoint_id: str | None = None,
+    ) -> list[Row]:
+        """Todos in a queue their endpoint does not drain (no one can claim them), newest
+        first, with the webhook that made them: of ``owner_human``'s webhooks, or of all."""
+        where = ["NOT (t.queue = ANY(e.scope_queues))", "t.state = ANY(%(states)s)"]
+        params: dict[str, Any] = {"states": states, "limit": limit}
+        if owner_human is not None:
+            where.append("o.owner_human = %(human)s")
+            params["human"] = owner_human
+        for column, value in (("queue", queue), ("endpoint_id", endpoint_id)):
+            if value is not None:
+                where.append(f"t.{column} = %({column})s")
+                params[column] = value
+        return await self.db.fetchall(
+            f"SELECT {_BROWSE_COLS}, ev.webhook_id FROM todos t"
+            " JOIN endpoints e ON e.id = t.endpoint_id JOIN events ev ON ev.id = t.event_id"
+            " JOIN endpoint_webhooks w ON w.id = ev.webhook_id"
+            " JOIN endpoints o ON o.id = w.endpoint_id"
+            f" WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.id DESC"
+            " LIMIT %(limit)s",
+            params,
+        )
+
     async def todos_of_event(self, event_id: str) -> list[Row]:
         """The todos one event made, in the order they were written."""
         if not is_uuid(event_id):
