@@ -24,7 +24,7 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
     )
     register.add_command(
         "todos", read.configure_todos, read.run_todos,
-        help="list todos of every endpoint, by endpoint, queue and state",
+        help="list todos of every endpoint, by endpoint, queue and state; retry a dead one",
     )
     register.add_command(
         "send", send.configure, send.run, needs_store=False,

@@ -18,7 +18,8 @@ DEFAULTS: dict[str, Any] = {
     "database_url": None,
     "base_url": "http://127.0.0.1:8080",
     "addr": "127.0.0.1:8080",
-    "data_dir": "./.switchboard",
+    # None: the per-user data directory (default_data_dir), wherever a command runs
+    "data_dir": None,
     "secret_key": None,
     "disabled_plugins": [],
     "server": {"workers": 1, "pool_min_size": 2, "pool_max_size": 20, "access_log": False,
@@ -44,13 +45,26 @@ ENV_KEYS = {
 }
 
 
+def default_data_dir() -> Path:
+    """The per-user data directory (``~/.local/share/switchboard`` on Linux, per
+    ``platformdirs``): the same whichever directory a command or ``switchboard mcp`` starts in."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("switchboard", appauthor=False))
+
+
 @dataclass
 class Config:
-    """The validated configuration (``raw`` keeps every section as data)."""
+    """The validated configuration (``raw`` keeps every section as data).
+
+    ``data_dir_from`` says where ``data_dir`` came from (for messages): the environment
+    variable, the config file, or the per-user default.
+    """
 
     raw: dict[str, Any]
     path: Path | None = None
     plugin_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data_dir_from: str = "the per-user default"
 
     def section(self, name: str) -> dict[str, Any]:
         value: dict[str, Any] = self.raw.get(name) or {}
@@ -88,7 +102,10 @@ class Config:
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.raw["data_dir"]).expanduser().resolve()
+        value = self.raw["data_dir"]
+        if value is None:
+            return default_data_dir()
+        return Path(value).expanduser().resolve()
 
     @property
     def disabled_plugins(self) -> list[str]:
@@ -147,9 +164,28 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     _validate(file_doc, load_schema("config"))
+    data_dir_from = "the per-user default"
+    if isinstance(file_doc.get("data_dir"), str) and path is not None:
+        # Relative to the file, not to wherever a command happens to run.
+        file_doc["data_dir"] = str(Path(path).expanduser().resolve().parent
+                                   / Path(file_doc["data_dir"]).expanduser())
+        data_dir_from = f"data_dir in {path}"
     for var, key in ENV_KEYS.items():
         if env.get(var):
             file_doc[key] = env[var]
+    if env.get("SWITCHBOARD_DATA_DIR"):
+        data_dir_from = "SWITCHBOARD_DATA_DIR"
     raw = _merge(DEFAULTS, file_doc)
     _validate(raw, load_schema("config"))
-    return Config(raw=raw, path=Path(path) if path else None)
+    return Config(raw=raw, path=Path(path) if path else None, data_dir_from=data_dir_from)
+
+
+def no_database_message(config: Config) -> str:
+    """What a command that may not create the embedded database says when there is none."""
+    return (
+        f"no Switchboard database in {config.data_dir} (the data dir, from "
+        f"{config.data_dir_from}; it would use the embedded PostgreSQL in "
+        f"{config.data_dir / 'pg'}). `switchboard serve` or `switchboard migrate` creates "
+        "it there; to use another, give --config FILE (with data_dir or database_url) or set "
+        "SWITCHBOARD_DATA_DIR or SWITCHBOARD_DATABASE_URL, as `serve` was given them"
+    )

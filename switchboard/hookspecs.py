@@ -276,6 +276,9 @@ def switchboard_register_commands(register: CommandRegistry, config: PluginConfi
         runtime)``, to offer what is installed and enabled) adds arguments to an
         ``argparse`` parser and ``run(args, runtime)`` is async and returns an exit code
         (JSON goes to stdout). ``needs_store=False`` runs without opening the database.
+        With the embedded database, a command refuses to run where there is none yet
+        (naming the data dir) unless ``creates_database`` (a bool, or ``f(args)``) says it
+        may create it: only what is useful on an empty database should.
     :param config: this plugin's section.
     """
 

@@ -167,6 +167,15 @@ class Command:
     run: Callable[..., Any]
     help: str = ""
     needs_store: bool = True
+    #: Whether it may create the embedded database when there is none yet: a bool, or
+    #: ``f(args)`` deciding per invocation (``human add`` may, ``human list`` may not).
+    #: Only a command that is useful on an empty database should: any other run in the
+    #: wrong place would silently start a new, empty one.
+    creates_database: bool | Callable[[Any], bool] = False
+
+    def may_create_database(self, args: Any) -> bool:
+        create = self.creates_database
+        return bool(create(args) if callable(create) else create)
 
 
 class CommandRegistry(NamedRegistry[Command]):
@@ -179,8 +188,9 @@ class CommandRegistry(NamedRegistry[Command]):
         run: Callable[..., Any],
         help: str = "",
         needs_store: bool = True,
+        creates_database: bool | Callable[[Any], bool] = False,
     ) -> Command:
-        return self.add(Command(name, configure, run, help, needs_store))
+        return self.add(Command(name, configure, run, help, needs_store, creates_database))
 
 
 @dataclass

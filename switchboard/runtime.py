@@ -8,15 +8,15 @@ from typing import Any
 
 import pluggy
 
-from .config import Config
-from .errors import PluginError
+from .config import Config, no_database_message
+from .errors import ConfigError, PluginError
 from .plugins import apply_config, build_registries, call_each, make_plugin_manager
 from .registry import Registries
 from .routing.model import RoutingStage
 from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
-from .store.embedded import EmbeddedPostgres
+from .store.embedded import EmbeddedPostgres, embedded_exists
 
 log = logging.getLogger("switchboard")
 
@@ -45,23 +45,35 @@ class Runtime:
 
     # -- storage ---------------------------------------------------------------------
 
-    def ensure_database(self, *, quiet: bool = False) -> str:
-        """The DSN to use: the configured one, else the embedded server (started now)."""
+    def ensure_database(self, *, quiet: bool = False, create: bool = True) -> str:
+        """The DSN to use: the configured one, else the embedded server (started now).
+
+        ``create=False`` refuses to initialize an embedded database where there is none
+        yet (a ``ConfigError`` saying where it looked and how to choose another), so a
+        command run with the wrong config or environment never answers from a new, empty
+        one as if it were the real one.
+        """
         if self.dsn is None:
+            if not create and not embedded_exists(self.config.data_dir):
+                raise ConfigError(no_database_message(self.config))
             self._embedded = EmbeddedPostgres(self.config.data_dir, quiet=quiet)
             self.dsn = self._embedded.start()
         return self.dsn
 
-    async def migrate(self) -> list[str]:
-        dsn = self.ensure_database()
+    async def migrate(self, *, create: bool = True) -> list[str]:
+        dsn = self.ensure_database(create=create)
         return await migrations.apply(
             dsn, migrations.collect(self.registries.migrations.directories)
         )
 
-    async def open_store(self, *, migrate: bool = True) -> Store:
+    async def open_store(self, *, migrate: bool = True, create: bool = True) -> Store:
+        """Open the pool (migrating first unless ``migrate=False``); ``create``: as
+        :meth:`ensure_database`."""
         if self._store is None:
             if migrate:
-                await self.migrate()
+                await self.migrate(create=create)
+            else:
+                self.ensure_database(create=create)
             server = self.config.section("server")
             db = Database(
                 self.ensure_database(),

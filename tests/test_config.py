@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from platformdirs import user_data_dir
 from psycopg.conninfo import conninfo_to_dict
 from sbtest import (
     SWITCHBOARD,
@@ -35,7 +36,7 @@ def test_defaults_without_file_or_env() -> None:
     assert cfg.database_url is None
     assert cfg.base_url == "http://127.0.0.1:8080"
     assert (cfg.host, cfg.port) == ("127.0.0.1", 8080)
-    assert cfg.data_dir == Path("./.switchboard").resolve()
+    assert cfg.data_dir == Path(user_data_dir("switchboard", appauthor=False))
     assert cfg.section("ingest")["max_body_bytes"] == 5 * 1024 * 1024
 
 

@@ -180,7 +180,9 @@ def check_triage(doc: Any, settings: dict[str, Any], granted: list[str],
         if name not in granted:
             raise InvalidArgument(
                 f"llm_triage.queues[{i}].name: {name!r} is not a queue this endpoint's "
-                f"webhooks may route to (granted: {', '.join(granted) or 'none'})",
+                f"webhooks may route to (granted: {', '.join(granted) or 'none'}): its"
+                " webhook queues (`switchboard endpoint vend --webhook-queues`) and the queues"
+                " its human's other endpoints drain (`switchboard endpoint vend --queues`)",
                 code="not_granted",
             )
     return out

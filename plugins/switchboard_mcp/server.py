@@ -163,7 +163,9 @@ class SwitchboardMCP(MCPServer[Any]):
         if caller is None:
             return tool_error("forbidden", "invalid, revoked or expired token")
         if tool.verb not in self.verbs_of(caller):
-            return tool_error("forbidden", f"verb {tool.verb!r} is not in this endpoint's scope")
+            return tool_error("forbidden", f"verb {tool.verb!r} is not in this endpoint's scope;"
+                              " the verbs an endpoint may call are set when it is vended:"
+                              " `switchboard endpoint vend --verbs ...`")
         if context is None:
             context = Context(mcp_server=self)
         token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller))

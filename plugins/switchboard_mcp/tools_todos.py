@@ -22,10 +22,15 @@ async def list_todos(
         Field(description="Default: pending and claimed"),
     ] = None,
     limit: Annotated[int | None, Field(description="1-100 (default 20)")] = None,
+    unreachable: Annotated[bool, Field(
+        description="true: instead, the todos your human's webhooks put in a queue their "
+                    "endpoint does not drain, which no one can claim (newest first, each "
+                    "with endpoint_id, endpoint_name and webhook_id)")] = False,
 ) -> dict[str, Any]:
-    """This endpoint's todos in its scope queues, oldest available first."""
+    """This endpoint's todos in its scope queues, oldest available first; with
+    unreachable=true, your webhooks' todos that no endpoint can claim."""
     return await todos.list_todos(ctx.runtime, ctx.endpoint, queue=queue, state=state,
-                                  limit=limit)
+                                  limit=limit, unreachable=unreachable)
 
 
 async def claim(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
@@ -64,5 +69,11 @@ async def heartbeat(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
     return await todos.heartbeat(ctx.runtime, ctx.endpoint, id, owner=ctx.owner)
 
 
-TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat)
+async def retry(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
+    """Put a dead todo of yours back to pending, claimable at once with a fresh set of
+    attempts (its last result is kept). Any other state is a conflict."""
+    return await todos.retry(ctx.runtime, ctx.endpoint, id)
+
+
+TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat, retry)
 

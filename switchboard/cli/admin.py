@@ -10,6 +10,7 @@ from ..registry import CommandRegistry
 from ..runtime import Runtime
 from ..service import identity
 from .main import emit
+from .render import Column, add_output_flags, show, table
 
 
 def _csv(value: str) -> list[str]:
@@ -60,13 +61,36 @@ def provided_by(rt: Runtime, plugin: str) -> dict[str, list[str]]:
     return out
 
 
+# the id and times stay whole (render.table): the creation time is left to the JSON
+HUMAN_COLUMNS: list[Column] = [
+    ("NAME", lambda r: r["name"]),
+    ("ENDPOINTS", lambda r: r["endpoints"]),
+    ("LIVE", lambda r: r["live_endpoints"]),
+    ("ID", lambda r: r["human_id"]),
+]
+
+FRIEND_COLUMNS: list[Column] = [
+    ("FROM", lambda r: r["from"]),
+    ("TO", lambda r: r["to"]),
+    ("STATE", lambda r: r["state"]),
+    ("CREATED", lambda r: r["created_at"]),
+    ("UPDATED", lambda r: r["updated_at"]),
+]
+
+
 def conf_human(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = sub.add_parser("add", help="add a human (an owner of endpoints)")
     add.add_argument("name")
+    lst = sub.add_parser("list", help="list humans, with how many endpoints each owns")
+    add_output_flags(lst)
 
 
 async def cmd_human(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action == "list":
+        show(args, await identity.list_humans(rt),
+             lambda out, doc: out.print(table("humans", HUMAN_COLUMNS, doc["humans"])))
+        return 0
     emit(await identity.add_human(rt, args.name))
     return 0
 
@@ -79,9 +103,26 @@ def conf_friend(p: argparse.ArgumentParser) -> None:
     add.add_argument("from_human", metavar="FROM")
     add.add_argument("to_human", metavar="TO")
     add.add_argument("--state", default="approved", choices=["pending", "approved", "revoked"])
+    lst = sub.add_parser("list", help="list friendships (those HUMAN is on either side of)")
+    lst.add_argument("human", metavar="HUMAN", nargs="?", help="a human's name or id")
+    add_output_flags(lst)
+    remove = sub.add_parser(
+        "remove", help="delete the friendship FROM -> TO and the routes from FROM's webhooks"
+                       " to TO's endpoints it authorized")
+    remove.add_argument("from_human", metavar="FROM")
+    remove.add_argument("to_human", metavar="TO")
 
 
 async def cmd_friend(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action == "list":
+        show(args, await identity.list_friends(rt, args.human),
+             lambda out, doc: out.print(table("friendships (FROM's webhooks may route to TO's"
+                                              " endpoints while approved)", FRIEND_COLUMNS,
+                                              doc["friendships"])))
+        return 0
+    if args.action == "remove":
+        emit(await identity.remove_friend(rt, args.from_human, args.to_human))
+        return 0
     emit(await identity.add_friend(rt, args.from_human, args.to_human, args.state))
     return 0
 
@@ -134,6 +175,10 @@ def register(register: CommandRegistry) -> None:
         "plugins", lambda p: None, cmd_plugins, needs_store=False,
         help="list loaded plugins: name, version, distribution, hooks, what each provides",
     )
-    register.add_command("human", conf_human, cmd_human, help="manage humans")
-    register.add_command("friend", conf_friend, cmd_friend, help="manage friendships")
+    # `human add` is the first step on a new install, so it may create the database;
+    # every other verb needs one already there (endpoint vend needs a human anyway).
+    register.add_command("human", conf_human, cmd_human, help="add and list humans",
+                         creates_database=lambda args: args.action == "add")
+    register.add_command("friend", conf_friend, cmd_friend,
+                         help="add, list and remove friendships")
     register.add_command("endpoint", conf_endpoint, cmd_endpoint, help="vend, list, revoke endpoints")

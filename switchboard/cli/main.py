@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from .. import loghygiene
+from .. import __version__, loghygiene
 from ..config import load_config
 from ..errors import ConfigError, SwitchboardError
 from ..runtime import Runtime
@@ -21,6 +21,10 @@ def emit(doc: Any) -> None:
     print(json.dumps(doc, indent=2, sort_keys=False, default=str))
 
 
+def version_line() -> str:
+    return f"switchboard {__version__}"
+
+
 def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="switchboard",
@@ -28,6 +32,8 @@ def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="PATH", help="TOML config file (or SWITCHBOARD_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    parser.add_argument("--version", action="version", version=version_line(),
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     if rt is not None:
@@ -46,7 +52,7 @@ def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
 async def _run_async(rt: Runtime, cmd: Any, args: argparse.Namespace) -> int:
     try:
         if cmd.needs_store:
-            await rt.open_store()
+            await rt.open_store(create=cmd.may_create_database(args))
         code: int = await cmd.run(args, rt)
         return code
     finally:
@@ -58,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     pre.add_argument("-v", "--verbose", action="store_true")
+    # Before the config is read: the version is printed even where the config is broken.
+    pre.add_argument("--version", action="version", version=version_line())
     known, _ = pre.parse_known_args(argv)
     loghygiene.install(logging.DEBUG if known.verbose else logging.WARNING)
     try:

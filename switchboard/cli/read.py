@@ -1,5 +1,5 @@
 """The operator's read verbs: ``events list|show`` and ``todos list`` (``webhook list`` is
-in :mod:`.webhook`). Each parses its arguments, calls the service the MCP tools call, and
+in :mod:`.webhook`), and ``todos retry``. Each parses its arguments, calls the service the MCP tools call, and
 prints JSON or a table (:mod:`.render`)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..routing.model import DISPOSITIONS
 from ..runtime import Runtime
 from ..service import events, todos
+from .main import emit
 from .render import (
     Column,
     add_output_flags,
@@ -146,11 +147,21 @@ def configure_todos(p: argparse.ArgumentParser) -> None:
     lst.add_argument("--state", choices=todos.STATES, help="only todos in this state")
     lst.add_argument("--limit", type=bounded_int(1, todos.LIMIT_MAX), metavar="N",
                      help=f"at most N (default {todos.LIMIT_DEFAULT}, at most {todos.LIMIT_MAX})")
+    lst.add_argument("--unreachable", action="store_true",
+                     help="only live todos in a queue their endpoint does not drain (no one"
+                          " can claim them), with the webhook that made them")
     add_output_flags(lst)
+    retry = sub.add_parser("retry", help="put a dead todo back to pending, claimable at once"
+                                         " with a fresh set of attempts")
+    retry.add_argument("todo_id", metavar="ID")
 
 
 async def run_todos(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action == "retry":
+        emit(await todos.retry(rt, None, args.todo_id))
+        return 0
     doc = await todos.list_all_todos(rt, endpoint_id=args.endpoint, queue=args.queue,
-                                     state=args.state, limit=args.limit)
+                                     state=args.state, limit=args.limit,
+                                     unreachable=args.unreachable)
     show(args, doc, _render_todos)
     return 0

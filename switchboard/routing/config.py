@@ -24,8 +24,19 @@ MAX_EXPR_BYTES = 4096
 MAX_NAME_BYTES = 128
 MAX_ENDPOINTS = 16
 MAX_PARAMS_BYTES = 16 * 1024
+#: Where a webhook's granted queues come from (see ``routing.route.grant_for``).
+_QUEUE_HINT = (
+    "a webhook may route to its target queue, its owner endpoint's webhook queues"
+    " (`switchboard endpoint vend --webhook-queues`) and the queues its human's other"
+    " endpoints drain (`switchboard endpoint vend --queues`)"
+)
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_NOT_TARGET = "endpoint is not a delivery target of this webhook"
+# One message whatever the endpoint (no existence oracle), naming what makes it a target.
+_NOT_TARGET = (
+    "endpoint is not a delivery target of this webhook: route the webhook to it first"
+    " (`switchboard webhook route add` or the MCP tool add_webhook_route; another human's"
+    " endpoint also needs `switchboard friend add OWNER OTHER`)"
+)
 
 __all__ = [
     "MAX_EXPR_BYTES", "MAX_RULES", "RuleValidationError", "check_structure", "mint_rule_id",
@@ -98,7 +109,8 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
     if grant is not None and "queue" in action:
         queue = action["queue"]
         if queue != grant.target_queue and queue not in grant.queues:
-            raise where.fail("not_granted", f"queue {queue!r} is not granted to this webhook")
+            raise where.fail("not_granted", f"queue {queue!r} is not granted to this webhook"
+                             f" ({', '.join(grant.queues)}): {_QUEUE_HINT}")
         targets = set(grant.endpoint_ids)
         if endpoints is not None and any(e not in targets for e in endpoints):
             raise where.fail("not_granted", _NOT_TARGET)  # one message: no existence oracle

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ..errors import Forbidden, InvalidArgument
+from ..errors import Forbidden, InvalidArgument, NotFound
 from ..runtime import Runtime
 from ..secrets_box import hash_token, mint_token
 from .common import check_name, check_queues, jsonable
@@ -28,6 +28,46 @@ async def add_friend(rt: Runtime, from_name: str, to_name: str, state: str = "ap
         raise InvalidArgument("to: a human cannot befriend itself")
     row = await rt.store.set_friendship(a["id"], b["id"], state)
     return {"from": a["name"], "to": b["name"], "state": row["state"]}
+
+
+async def list_humans(rt: Runtime) -> dict[str, Any]:
+    """Every human, oldest first, with how many endpoints it owns (and how many are live)."""
+    rows = await rt.store.list_humans()
+    return {"humans": [jsonable({"human_id": r["id"], "name": r["name"],
+                                 "endpoints": r["endpoints"],
+                                 "live_endpoints": r["live_endpoints"],
+                                 "created_at": r["created_at"]}) for r in rows]}
+
+
+async def list_friends(rt: Runtime, human: str | None = None) -> dict[str, Any]:
+    """Every friendship, or those ``human`` (a name or id) is on either side of; unknown is
+    not found. ``from``'s webhooks may route to ``to``'s endpoints while ``approved``."""
+    found = await rt.store.get_human(human) if human is not None else None
+    rows = await rt.store.list_friendships(found["id"] if found else None)
+    return {"friendships": [jsonable({"from": r["from_name"], "to": r["to_name"],
+                                      "state": r["state"], "created_at": r["created_at"],
+                                      "updated_at": r["updated_at"]}) for r in rows]}
+
+
+async def remove_friend(rt: Runtime, from_name: str, to_name: str) -> dict[str, Any]:
+    """Delete the friendship ``from`` → ``to`` and the routes it authorized.
+
+    Routing re-checks friendships on every delivery, so ``from``'s webhooks stop reaching
+    ``to``'s endpoints at once either way; deleting the routes too makes the removal final:
+    befriending again later does not silently resume those deliveries (``friend add
+    --state revoked`` is the pause that keeps them). A rule naming one of those endpoints
+    then takes the default (``rule_not_granted``), and its next save is refused.
+    """
+    a = await rt.store.get_human(from_name)
+    b = await rt.store.get_human(to_name)
+    routes = await rt.store.remove_friendship(a["id"], b["id"])
+    if routes is None:
+        raise NotFound(f"no friendship from {a['name']!r} to {b['name']!r}"
+                       " (see `switchboard friend list`)")
+    return {"from": a["name"], "to": b["name"], "removed": True,
+            "routes_removed": [jsonable({"webhook_id": r["webhook_id"],
+                                         "target_endpoint_id": r["target_endpoint_id"],
+                                         "target_name": r["target_name"]}) for r in routes]}
 
 
 def known_verbs(rt: Runtime) -> list[str]:

@@ -12,7 +12,7 @@ from ..routing.replay import raw_body, sample_envelope, stored_envelope
 from ..routing.route import config_of, grant_for
 from ..runtime import Runtime
 from ..store import Row
-from .webhooks import owned_webhook
+from .webhooks import owned_webhook, reach_warnings
 
 #: The mutable form a verb edits: ``RoutingConfig.to_json()``.
 Config = dict[str, Any]
@@ -28,13 +28,18 @@ async def _grant(rt: Runtime, webhook_id: str) -> Grant:
     return grant_for(resolved)
 
 
-def _view(webhook_id: str, config: RoutingConfig, grant: Grant) -> dict[str, Any]:
-    return {"webhook_id": webhook_id, **config.to_json(), "grant": grant.to_json()}
+async def _view(
+    rt: Runtime, webhook_id: str, config: RoutingConfig, grant: Grant
+) -> dict[str, Any]:
+    """The config, the grant it was validated against, and ``warnings``: its routes that
+    would put todos in a queue a target does not drain (saved anyway: the grant allows it)."""
+    return {"webhook_id": webhook_id, **config.to_json(), "grant": grant.to_json(),
+            "warnings": await reach_warnings(rt, config, grant)}
 
 
 async def list_rules(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
     row = await owned_webhook(rt, caller, webhook_id)
-    return _view(row["id"], config_of(row), await _grant(rt, row["id"]))
+    return await _view(rt, row["id"], config_of(row), await _grant(rt, row["id"]))
 
 
 async def _mutate(
@@ -53,7 +58,7 @@ async def _mutate(
         candidate = change(config_of(row).to_json())
         normalized = await validate_config(candidate, grant, rt.stages, resolved)
         await rt.store.save_routing(conn, webhook_id, normalized)
-    return _view(webhook_id, normalized, grant)
+    return await _view(rt, webhook_id, normalized, grant)
 
 
 def _index_of(config: Config, rule_id: str) -> int:

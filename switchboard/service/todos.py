@@ -1,4 +1,5 @@
-"""The drain verbs: list, claim, claim_next, complete, fail and heartbeat an endpoint's todos."""
+"""The drain verbs: list, claim, claim_next, complete, fail, heartbeat and retry an
+endpoint's todos."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ _WORK = ("payload", "routing_trace", "work_order", "result")
 
 
 def todo_view(row: Row, *, full: bool = True) -> dict[str, Any]:
+    """A todo as shown: ``id`` (what claim, complete, fail, heartbeat and retry take) and,
+    as it always was, the same value as ``todo_id``."""
     keys = _LISTED + _WORK if full else _LISTED
     view = {k: row.get(k) for k in keys}
-    view["todo_id"] = view.pop("id")
+    view["todo_id"] = view["id"]
     return dict(jsonable(view))
 
 
@@ -39,7 +42,9 @@ def _scope(caller: Row, queue: str | None) -> list[str]:
     if queue is None:
         return scope
     if not isinstance(queue, str) or queue not in scope:
-        raise Forbidden(f"queue: {queue!r} is not in this endpoint's scope")
+        raise Forbidden(f"queue: {queue!r} is not in this endpoint's scope"
+                        f" ({', '.join(scope) or 'none'}); the queues an endpoint drains are"
+                        " set when it is vended: `switchboard endpoint vend --queues ...`")
     return [queue]
 
 
@@ -69,13 +74,24 @@ async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFoun
 
 async def list_todos(
     rt: Runtime, caller: Row, *, queue: str | None = None, state: str | None = None,
-    limit: int | None = None,
+    limit: int | None = None, unreachable: bool = False,
 ) -> dict[str, Any]:
-    """The caller's todos in its scope, oldest available first (pending and claimed by default)."""
-    queues = _scope(caller, queue)
+    """The caller's todos in its scope, oldest available first (pending and claimed by default).
+
+    ``unreachable``: instead, the todos its human's webhooks made in a queue their endpoint
+    does not drain (which no one can claim), newest first, each with that endpoint and the
+    webhook (``queue`` then filters by their queue, whatever the caller's scope).
+    """
     if state is not None and state not in STATES:
         raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
     states = [state] if state else LIVE_STATES
+    if unreachable:
+        if queue is not None:
+            check_queue(queue, "queue")
+        rows = await rt.store.unreachable_todos(owner_human=caller["owner_human"], queue=queue,
+                                                states=states, limit=_limit(limit))
+        return {"todos": [unreachable_view(r) for r in rows]}
+    queues = _scope(caller, queue)
     rows = await rt.store.list_todos(caller["id"], queues, states, _limit(limit))
     return {"todos": [todo_view(r, full=False) for r in rows]}
 
@@ -86,15 +102,32 @@ def browsed_view(row: Row) -> dict[str, Any]:
             "endpoint_name": row.get("endpoint_name"), "owner": row.get("owner")}
 
 
+def unreachable_view(row: Row) -> dict[str, Any]:
+    """A todo no one can claim: :func:`browsed_view`, the webhook that made it, the flag."""
+    return {**browsed_view(row), "webhook_id": str(row["webhook_id"]), "unreachable": True}
+
+
 async def list_all_todos(
     rt: Runtime, *, endpoint_id: str | None = None, queue: str | None = None,
-    state: str | None = None, limit: int | None = None,
+    state: str | None = None, limit: int | None = None, unreachable: bool = False,
 ) -> dict[str, Any]:
     """Any endpoint's todos for an operator, newest first, in every state unless ``state``.
 
     An unknown ``endpoint_id`` is not found; ``queue``, ``state`` and ``limit`` are checked
-    as :func:`list_todos` checks them.
+    as :func:`list_todos` checks them. ``unreachable``: only the live ones (pending and
+    claimed unless ``state``) in a queue their endpoint does not drain, with their webhook.
     """
+    if unreachable:
+        if endpoint_id is not None:
+            endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
+        if queue is not None:
+            check_queue(queue, "queue")
+        if state is not None and state not in STATES:
+            raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
+        rows = await rt.store.unreachable_todos(
+            owner_human=None, endpoint_id=endpoint_id, queue=queue,
+            states=[state] if state else LIVE_STATES, limit=_limit(limit))
+        return {"todos": [unreachable_view(r) for r in rows]}
     if endpoint_id is not None:
         endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
     if queue is not None:
@@ -172,4 +205,24 @@ async def heartbeat(
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "heartbeat")
-    return {"todo_id": row["id"], "lease_expires_at": jsonable(row["lease_expires_at"])}
+    return {"id": row["id"], "todo_id": row["id"],
+            "lease_expires_at": jsonable(row["lease_expires_at"])}
+
+
+async def retry(rt: Runtime, caller: Row | None, todo_id: str) -> dict[str, Any]:
+    """A ``dead`` todo back to ``pending``, claimable at once with a fresh ``max_attempts``.
+
+    ``caller`` (an agent) may retry only a todo of its own in its scope, as it may claim
+    one; None (the operator's CLI) any endpoint's. Another state is a conflict naming it;
+    an unknown todo (or another endpoint's) is not found. The last ``result`` is kept.
+    """
+    endpoint_id = caller["id"] if caller is not None else None
+    queues = list(caller["scope_queues"]) if caller is not None else None
+    row = await rt.store.retry_todo(todo_id, endpoint_id, queues)
+    if row is None:
+        found = (await rt.store.get_todo(endpoint_id, queues or [], todo_id)
+                 if endpoint_id is not None else await rt.store.get_any_todo(todo_id))
+        if found is None:
+            raise NotFound(f"todo {todo_id} not found")
+        raise Conflict(f"todo {todo_id} is {found['state']}; only a dead todo can be retried")
+    return {"todo": todo_view(row)}

@@ -10,6 +10,9 @@ from jsonschema import Draft202012Validator
 from psycopg.types.json import Jsonb
 
 from ..errors import CeilingExceeded, Forbidden, InvalidArgument, NotFound
+from ..routing.model import Grant, RoutingConfig
+from ..routing.reach import unreachable
+from ..routing.route import config_of, grant_for
 from ..runtime import Runtime
 from ..secrets_box import hash_token, mint_token
 from ..sources import TRUST_SIGNED
@@ -17,6 +20,14 @@ from ..store import Row
 from .common import check_queue, jsonable
 
 SECRET_PREFIX = "whsec_"
+
+#: How a refusal by an endpoint's ceiling says what to change: its scope is fixed when it
+#: is vended (by the operator), so the fix is always a vend flag.
+VEND_HINT = "an endpoint's scope is set when it is vended: `switchboard endpoint vend"
+
+
+def _listed(values: list[str]) -> str:
+    return f"it has {', '.join(values)}" if values else "it has none"
 
 
 def ingest_url(rt: Runtime, token: str) -> str:
@@ -116,13 +127,17 @@ async def create_webhook(
         )
     if source_type not in endpoint["webhook_source_types"]:
         raise Forbidden(
-            f"source_type: {source_type!r} is not among this endpoint's webhook source types",
+            f"source_type: {source_type!r} is not among this endpoint's webhook source types"
+            f" ({_listed(endpoint['webhook_source_types'])}); {VEND_HINT}"
+            f" --source-types {source_type}`",
             code="forbidden_source_type",
         )
     check_queue(target_queue, "target_queue")
     if target_queue not in endpoint["webhook_queues"]:
         raise CeilingExceeded(
             f"target_queue: {target_queue!r} is not among this endpoint's webhook queues"
+            f" ({_listed(endpoint['webhook_queues'])}); {VEND_HINT}"
+            f" --webhook-queues {target_queue}`"
         )
     config = _source_config(source, source_type, source_config)
     token, secret, sealed = _credentials(rt, source.trust_mode, signing_secret)
@@ -139,7 +154,8 @@ async def create_webhook(
     if row is None:
         raise CeilingExceeded(
             f"webhook_max: this endpoint already owns its maximum of {endpoint['webhook_max']}"
-            " webhooks"
+            f" webhooks; delete one, or {VEND_HINT} --webhook-max N` (N above"
+            f" {endpoint['webhook_max']})"
         )
     out: dict[str, Any] = {
         "webhook_id": row["id"],
@@ -238,13 +254,38 @@ async def delete_webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> di
     return {"webhook_id": row["id"], "deleted": True}
 
 
-_ROUTE_REFUSED = "the target endpoint cannot receive this webhook's deliveries"
+# One message whatever the reason (no oracle for other humans' endpoints), naming both fixes.
+_ROUTE_REFUSED = (
+    "the target endpoint cannot receive this webhook's deliveries: it must be a live endpoint"
+    " of the webhook owner's human, or of a human the owner befriended (`switchboard friend"
+    " add OWNER TARGET_OWNER`)"
+)
+
+
+async def reach_warnings(
+    rt: Runtime, config: RoutingConfig, grant: Grant, endpoint_id: str | None = None
+) -> list[dict[str, Any]]:
+    """:func:`switchboard.routing.reach.unreachable` with the endpoints' names (only those
+    about ``endpoint_id`` when given)."""
+    found = [w for w in unreachable(config, grant)
+             if endpoint_id is None or w["endpoint_id"] == endpoint_id]
+    if not found:
+        return []
+    names = {}
+    for eid in dict.fromkeys(w["endpoint_id"] for w in found):
+        names[eid] = (await rt.store.get_endpoint(eid))["name"]
+    return [w for w in unreachable(config, grant, names)
+            if endpoint_id is None or w["endpoint_id"] == endpoint_id]
 
 
 async def add_route(
     rt: Runtime, caller: Row | None, webhook_id: str, target_endpoint_id: str
 ) -> dict[str, Any]:
-    """Route to another endpoint of the same human or of an approved friend (idempotent)."""
+    """Route to another endpoint of the same human or of an approved friend (idempotent).
+
+    ``warnings`` lists the routes of the webhook's config that would now put todos in a
+    queue the new target does not drain (``unreachable_queue``): allowed, but seen by no one.
+    """
     row = await owned_webhook(rt, caller, webhook_id)
     try:
         target = await rt.store.get_endpoint(target_endpoint_id)
@@ -255,7 +296,10 @@ async def add_route(
     ):
         raise Forbidden(_ROUTE_REFUSED)
     route = await rt.store.add_route(row["id"], target["id"], caller["id"] if caller else None)
-    return dict(jsonable(route))
+    resolved = await rt.store.resolve_webhook_by_id(row["id"])
+    warnings = [] if resolved is None else await reach_warnings(
+        rt, config_of(resolved), grant_for(resolved), str(target["id"]))
+    return {**jsonable(route), "warnings": warnings}
 
 
 async def remove_route(

@@ -51,6 +51,11 @@ def data_major(pgdata: Path) -> str | None:
         return None
 
 
+def embedded_exists(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds an embedded database already (``<data_dir>/pg``)."""
+    return data_major(data_dir / "pg") is not None
+
+
 def open_server(pgdata: Path, *, cleanup_mode: str | None = "stop") -> Any:
     """Start (or attach to) the embedded server in ``pgdata``; its parent must exist.
 

@@ -52,6 +52,50 @@ class IdentityQueries:
         assert row is not None
         return row
 
+    async def list_humans(self) -> list[Row]:
+        """Every human, oldest first, with how many endpoints (live ones too) it owns."""
+        return await self.db.fetchall(
+            "SELECT h.id, h.name, h.created_at, count(e.id) AS endpoints,"
+            f" count(e.id) FILTER (WHERE {LIVE_ENDPOINT}) AS live_endpoints"
+            " FROM humans h LEFT JOIN endpoints e ON e.owner_human = h.id"
+            " GROUP BY h.id ORDER BY h.created_at, h.name"
+        )
+
+    async def list_friendships(self, human_id: str | None = None) -> list[Row]:
+        """Friendships by their humans' names, oldest first: all, or those ``human_id`` is in."""
+        sql = (
+            "SELECT a.name AS from_name, b.name AS to_name, f.state, f.created_at, f.updated_at"
+            " FROM friendships f JOIN humans a ON a.id = f.from_human"
+            " JOIN humans b ON b.id = f.to_human"
+        )
+        if human_id is None:
+            return await self.db.fetchall(sql + " ORDER BY f.created_at, a.name, b.name")
+        return await self.db.fetchall(
+            sql + " WHERE %(h)s IN (f.from_human, f.to_human)"
+            " ORDER BY f.created_at, a.name, b.name", {"h": human_id})
+
+    async def remove_friendship(self, from_human: str, to_human: str) -> list[Row] | None:
+        """Delete the friendship and the routes it authorized, in one transaction.
+
+        Those routes are ``from_human``'s webhooks' routes to ``to_human``'s endpoints; they
+        are returned (None: there was no such friendship).
+        """
+        async with self.db.tx() as conn:
+            cur = await conn.execute(
+                "DELETE FROM friendships WHERE from_human = %s AND to_human = %s"
+                " RETURNING from_human", (from_human, to_human))
+            if await cur.fetchone() is None:
+                return None
+            cur = await conn.execute(
+                "DELETE FROM webhook_routes r USING endpoint_webhooks w, endpoints o, endpoints t"
+                " WHERE w.id = r.webhook_id AND o.id = w.endpoint_id"
+                " AND t.id = r.target_endpoint_id AND o.owner_human = %s AND t.owner_human = %s"
+                " RETURNING r.webhook_id, r.target_endpoint_id, t.name AS target_name",
+                (from_human, to_human))
+            routes: list[Row] = await cur.fetchall()
+            return sorted(routes, key=lambda r: (str(r["webhook_id"]),
+                                                 str(r["target_endpoint_id"])))
+
     async def create_endpoint(self, **fields: Any) -> Row:
         row = await self.db.fetchone(
             "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs, "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
+from ..errors import Conflict
 from .db import Database, Row, is_uuid
 
 _COLS = (
@@ -83,6 +85,31 @@ class TodoQueries:
             f"SELECT {_BROWSE_COLS} FROM todos t JOIN endpoints e ON e.id = t.endpoint_id"
             + (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY t.created_at DESC, t.id DESC LIMIT %(limit)s",
+            params,
+        )
+
+    async def unreachable_todos(
+        self, *, owner_human: str | None, queue: str | None, states: list[str], limit: int,
+        endpoint_id: str | None = None,
+    ) -> list[Row]:
+        """Todos in a queue their endpoint does not drain (no one can claim them), newest
+        first, with the webhook that made them: of ``owner_human``'s webhooks, or of all."""
+        where = ["NOT (t.queue = ANY(e.scope_queues))", "t.state = ANY(%(states)s)"]
+        params: dict[str, Any] = {"states": states, "limit": limit}
+        if owner_human is not None:
+            where.append("o.owner_human = %(human)s")
+            params["human"] = owner_human
+        for column, value in (("queue", queue), ("endpoint_id", endpoint_id)):
+            if value is not None:
+                where.append(f"t.{column} = %({column})s")
+                params[column] = value
+        return await self.db.fetchall(
+            f"SELECT {_BROWSE_COLS}, ev.webhook_id FROM todos t"
+            " JOIN endpoints e ON e.id = t.endpoint_id JOIN events ev ON ev.id = t.event_id"
+            " JOIN endpoint_webhooks w ON w.id = ev.webhook_id"
+            " JOIN endpoints o ON o.id = w.endpoint_id"
+            f" WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.id DESC"
+            " LIMIT %(limit)s",
             params,
         )
 
@@ -179,3 +206,35 @@ class TodoQueries:
             {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
              "ttl": ttl},
         )
+
+    async def retry_todo(
+        self, todo_id: str, endpoint_id: str | None = None, queues: list[str] | None = None
+    ) -> Row | None:
+        """A dead todo pending again at once, with a fresh set of attempts (else None).
+
+        ``endpoint_id`` and ``queues`` confine it to one endpoint's scope (an agent's
+        call); an operator's passes neither. The last ``result`` (why it failed) is kept
+        until the todo completes or fails again. A dead todo whose delivery has a live todo
+        again on that endpoint (the live idempotency key is unique) is a ``Conflict``.
+        """
+        if not is_uuid(todo_id):
+            return None
+        where = "id = %(id)s AND state = 'dead'"
+        if endpoint_id is not None:
+            where += " AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)"
+        try:
+            return await self.db.fetchone(
+                "UPDATE todos SET state = 'pending', attempts = 0, owner = NULL,"
+                " lease_expires_at = NULL, completed_at = NULL, available_at = now(),"
+                f" updated_at = now() WHERE {where} RETURNING {_COLS}",
+                {"id": todo_id, "endpoint": endpoint_id, "queues": queues or []},
+            )
+        except psycopg.errors.UniqueViolation:
+            raise Conflict(f"todo {todo_id}: its delivery already has a live todo on this"
+                           " endpoint; complete or fail that one instead") from None
+
+    async def get_any_todo(self, todo_id: str) -> Row | None:
+        """Any endpoint's todo by id (an operator's lookup), or None."""
+        if not is_uuid(todo_id):
+            return None
+        return await self.db.fetchone(f"SELECT {_COLS} FROM todos WHERE id = %s", (todo_id,))

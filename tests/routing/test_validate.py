@@ -99,9 +99,9 @@ def test_endpoint_miss_message_is_identical(grant: Grant) -> None:
         with pytest.raises(RuleValidationError) as info:
             check_structure(cfg(rule(action={"queue": "forge", "endpoints": ["ep-a", ep]})), grant)
         messages.add(info.value.message)
-    assert messages == {
-        "rule 0 (id r1, name push): endpoint is not a delivery target of this webhook"
-    }
+    [message] = messages
+    assert message.startswith(
+        "rule 0 (id r1, name push): endpoint is not a delivery target of this webhook: ")
 
 
 def test_normalizes_and_mints_ids(grant: Grant) -> None:
