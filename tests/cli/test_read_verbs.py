@@ -3,7 +3,8 @@
 One scene per module, built through the real CLI and the service layer: alice's signed
 github webhook (a ``ping`` rule drops) and her generic one (routed to her ``pool`` too),
 bob's generic one; deliveries through ``ingest`` as the receiver runs it; one todo done,
-one claimed. Every test reads it back through the real ``switchboard`` command.
+one claimed. Every verb is read back once through the installed ``switchboard`` script (``s.cli``); its
+variations run the same ``main`` in this process (``s.fast``), without a child's start-up.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def token_of(hook: dict[str, Any]) -> str:
 class Scene:
     def __init__(self, cli: CLI, w: World) -> None:
         self.cli, self.w = cli, w
+        self.fast = cli.fast()
         self.ids = {name: ep["endpoint_id"] for name, ep in w.endpoints.items()}
         self.hooks: dict[str, dict[str, Any]] = {}
         self.events: dict[str, str] = {}
@@ -136,11 +138,11 @@ def test_webhook_list_every_one_and_by_owner(scene: Scene) -> None:
     assert "signing_secret" not in gh and "ingest_url" not in gh
     assert listed[1]["trust_mode"] == "token" and listed[1]["rule_count"] == 0
 
-    alice = s.cli.json("webhook", "list", "--owner", "alice")["webhooks"]
+    alice = s.fast.json("webhook", "list", "--owner", "alice")["webhooks"]
     assert [h["webhook_id"] for h in alice] == [s.hooks["gh"]["webhook_id"],
                                                s.hooks["gen"]["webhook_id"]]
     bob_id = listed[2]["owner_human"]
-    bob = s.cli.json("webhook", "list", "--owner", bob_id)["webhooks"]
+    bob = s.fast.json("webhook", "list", "--owner", bob_id)["webhooks"]
     assert [(h["webhook_id"], h["owner_name"]) for h in bob] == [
         (s.hooks["bob"]["webhook_id"], "bob")]
 
@@ -157,7 +159,7 @@ def test_unknown_ids_are_refused_as_rotate_refuses_them(scene: Scene) -> None:
         (("events", "show", "nope"), "event nope"),
         (("todos", "list", "--endpoint", MISSING), f"endpoint {MISSING}"),
     ):
-        proc = refused(s.cli, *args)
+        proc = refused(s.cli if args[:2] == ("events", "show") else s.fast, *args)
         assert proc.returncode == rotate.returncode, args
         assert proc.stderr == f"switchboard: error: not_found: {what} not found\n", proc.stderr
 
@@ -181,20 +183,20 @@ def test_events_list_newest_first_with_filters_and_pages(scene: Scene) -> None:
     assert doc["events"][1]["routing_trace"]["rule_id"] == "ping"
     assert "headers" not in first and "payload" not in first
 
-    dropped = s.cli.json("events", "list", "--webhook", gh, "--disposition", "dropped")
+    dropped = s.fast.json("events", "list", "--webhook", gh, "--disposition", "dropped")
     assert [e["event_id"] for e in dropped["events"]] == [s.events["ping"]]
-    routed = s.cli.json("events", "list", "--webhook", gh, "--disposition", "routed")
+    routed = s.fast.json("events", "list", "--webhook", gh, "--disposition", "routed")
     assert [e["event_id"] for e in routed["events"]] == [s.events["issue-2"], s.events["issue-1"]]
 
-    page = s.cli.json("events", "list", "--webhook", gh, "--limit", "2")
+    page = s.fast.json("events", "list", "--webhook", gh, "--limit", "2")
     assert [e["event_id"] for e in page["events"]] == [s.events["issue-2"], s.events["ping"]]
-    rest = s.cli.json("events", "list", "--webhook", gh, "--limit", "2",
+    rest = s.fast.json("events", "list", "--webhook", gh, "--limit", "2",
                       "--cursor", page["next_cursor"])
     assert [e["event_id"] for e in rest["events"]] == [s.events["issue-1"]]
     assert rest["next_cursor"] is None
 
     # Another webhook's events are not listed under this one.
-    bob = s.cli.json("events", "list", "--webhook", s.hooks["bob"]["webhook_id"])
+    bob = s.fast.json("events", "list", "--webhook", s.hooks["bob"]["webhook_id"])
     assert [e["event_id"] for e in bob["events"]] == [s.events["bob"]]
 
 
@@ -228,14 +230,14 @@ def test_events_show_a_signed_json_delivery(scene: Scene) -> None:
 
 def test_events_show_a_text_delivery_and_a_dropped_one(scene: Scene) -> None:
     s = scene
-    doc = s.cli.json("events", "show", s.events["text"])
+    doc = s.fast.json("events", "show", s.events["text"])
     assert doc["payload_format"] == "text" and doc["payload_truncated"] is False
     assert doc["payload"] == TEXT_BODY.decode()
     assert doc["verified"] is False and doc["trust_mode"] == "token"
     assert sorted((t["endpoint_name"], t["queue"], t["state"]) for t in doc["todos"]) == [
         ("pool", "alerts", "pending"), ("router", "alerts", "pending")]
 
-    dropped = s.cli.json("events", "show", s.events["ping"])
+    dropped = s.fast.json("events", "show", s.events["ping"])
     assert dropped["disposition"] == "dropped" and dropped["todos"] == []
     assert dropped["payload"] == {"zen": "Keep it logically awesome."}
     assert dropped["routing_trace"]["rule_id"] == "ping"
@@ -298,9 +300,9 @@ def test_todos_list_every_one_newest_first_and_each_filter(scene: Scene) -> None
     assert sizes[("--state", "done")] == 1 and sizes[("--state", "pending")] == 3
     assert sizes[("--endpoint", router, "--queue", "inbox", "--state", "claimed")] == 1
     for args, expected in cases:
-        assert sorted(_ids(s.cli.json("todos", "list", *args))) == expected, args
+        assert sorted(_ids(s.fast.json("todos", "list", *args))) == expected, args
 
-    two = s.cli.json("todos", "list", "--limit", "2")
+    two = s.fast.json("todos", "list", "--limit", "2")
     assert _ids(two) == [t["todo_id"] for t in every[:2]]
 
 
@@ -309,8 +311,7 @@ def test_todos_list_every_one_newest_first_and_each_filter(scene: Scene) -> None
 
 def table(s: Scene, *args: str) -> str:
     env = dict(s.cli.env, COLUMNS="220")
-    proc = subprocess.run([*SWITCHBOARD, *args, "--table"], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
+    proc = CLI(env, in_process=True).run(*args, "--table")
     assert "\x1b[" not in proc.stdout  # not a terminal: plain text
     with pytest.raises(json.JSONDecodeError):
         json.loads(proc.stdout)
@@ -412,7 +413,7 @@ def test_a_terminal_gets_a_table_and_json_forces_json(scene: Scene) -> None:
 def test_bad_flag_values_are_refused_naming_the_flag(
     scene: Scene, args: tuple[str, ...], needles: tuple[str, ...]
 ) -> None:
-    proc = refused(scene.cli, *args)
+    proc = refused(scene.fast, *args)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     for needle in needles:
@@ -425,6 +426,6 @@ def test_values_the_service_refuses_are_one_line(scene: Scene) -> None:
         (("events", "list", "--webhook", scene.hooks["gh"]["webhook_id"], "--cursor", "x"),
          "invalid_argument: cursor: not a cursor"),
     ):
-        proc = refused(scene.cli, *args)
+        proc = refused(scene.cli if args[0] == "todos" else scene.fast, *args)
         lines = proc.stderr.splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and needle in lines[0], proc.stderr
