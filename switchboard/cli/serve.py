@@ -33,7 +33,7 @@ def database_where(rt: Runtime, dsn: str) -> str:
         parts = conninfo_to_dict(dsn)
     except Exception:
         return "external (unparsable DSN)"
-    host = parts.get("host") or "localhost"
+    host = str(parts.get("host") or "localhost")
     port, name = parts.get("port") or 5432, parts.get("dbname") or "?"
     if host.startswith("/"):
         return f"external, socket in {host} (port {port}), database {name}"
