@@ -113,7 +113,7 @@ def server(module_server_factory: Any, module_dsn: str,
            tmp_path_factory: pytest.TempPathFactory) -> Server:
     """One single-process server (default metrics: on the serve address, no per-webhook)."""
     config = tmp_path_factory.mktemp("metrics-config") / "sb.toml"
-    config.write_text("[plugins.rules]\nmax_concurrency = 2\n")
+    config.write_text("[ingest]\nmax_body_bytes = 2048\n[plugins.rules]\nmax_concurrency = 2\n")
     srv: Server = module_server_factory(module_dsn, config=config)
     return srv
 
@@ -152,6 +152,7 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
     rings(lambda: _post_generic(faulty, {"kind": "any"}))
     unknown = gen["ingest_url"].rsplit("/", 1)[0] + "/" + "0" * 40
     assert httpx.post(unknown, content=b"{}", timeout=10).status_code == 404
+    assert httpx.post(gen["ingest_url"], content=b"x" * 4096, timeout=10).status_code == 413
 
     D = "switchboard_deliveries_total"
     OUT = "switchboard_routing_outcomes_total"
@@ -161,6 +162,7 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
         series(D, source="github", status="401", reason="mismatch"): 1,
         series(D, source="github", status="401", reason="missing_header"): 1,
         series(D, source="unknown", status="404", reason="none"): 1,
+        series(D, source="unknown", status="413", reason="none"): 1,
         series(OUT, stage="default", cause="no_match_default", disposition="routed",
                fault="none"): 2,
         series(OUT, stage="rule", cause="drop", disposition="dropped", fault="none"): 1,
@@ -171,7 +173,7 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
         series("switchboard_sandbox_evaluation_seconds_count"): 2,
         series("switchboard_doorbells_rung_total"): 3,
     }
-    for status, n in (("202", 4), ("401", 2), ("404", 1)):
+    for status, n in (("202", 4), ("401", 2), ("404", 1), ("413", 1)):
         expected[series("switchboard_ingest_latency_seconds_count", status=status)] = n
 
     after = scrape(url)
