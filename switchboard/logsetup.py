@@ -20,6 +20,11 @@ FIELDS = "sb_fields"
 LEVEL_ENV = "SWITCHBOARD_LOG_LEVEL"
 FORMAT_ENV = "SWITCHBOARD_LOG_FORMAT"
 
+#: Libraries whose INFO lines are transport detail (an MCP session opened, a request
+#: sent): an operator's INFO log is deliveries and start-up, so these speak from WARNING
+#: unless the level is DEBUG.
+_CHATTY = ("mcp", "httpx", "httpcore")
+
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -111,4 +116,7 @@ def configure(level: int, fmt: str) -> None:
         handler.setFormatter(formatter)
         handler.setLevel(logging.NOTSET)
     root.setLevel(level)
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level <= logging.DEBUG
+                                         else max(level, logging.WARNING))
     loghygiene.install(level)

@@ -19,8 +19,7 @@ from ..sanitize import sanitize_headers
 from ..secrets_box import hash_token
 from ..sinks import SinkEvent, SinkTodo
 from ..sources import Delivery, Headers, body_key
-from .observe import Delivery as Observed
-from .observe import observe_delivery, sink_failed
+from .observe import Observation, observe_delivery, sink_failed
 
 log = logging.getLogger("switchboard.ingest")
 
@@ -69,7 +68,7 @@ async def ingest(
     rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None
 ) -> IngestReply:
     """One delivery's reply; what it came to is counted and logged once (see ``observe``)."""
-    seen = Observed(started=time.monotonic())
+    seen = Observation(started=time.monotonic())
     try:
         reply = await _ingest(rt, token, headers, body, content_type, seen)
         seen.status = reply.status
@@ -84,7 +83,7 @@ async def ingest(
 
 async def _ingest(
     rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None,
-    seen: Observed,
+    seen: Observation,
 ) -> IngestReply:
     webhook = await rt.store.resolve_webhook(hash_token(token))
     if webhook is None:

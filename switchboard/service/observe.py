@@ -17,10 +17,13 @@ _DETAIL_MAX = 200
 
 
 @dataclass
-class Delivery:
-    """What one delivery came to, filled in as ``ingest`` goes; never a secret or a payload."""
+class Observation:
+    """What one delivery came to, filled in as ``ingest`` goes; never a secret or a payload.
 
-    started: float
+    ``started`` is when it arrived (``time.monotonic()``), None when that is not known.
+    """
+
+    started: float | None
     source: str = "unknown"
     webhook_id: str | None = None
     status: int = 500
@@ -37,7 +40,7 @@ def _fault_causes(trace: dict[str, Any]) -> list[str]:
     return [str(f.get("cause")) for f in trace.get("faults") or () if isinstance(f, dict)]
 
 
-def observe_delivery(d: Delivery, now: float, *, per_webhook: bool = False) -> None:
+def observe_delivery(d: Observation, now: float, *, per_webhook: bool = False) -> None:
     """Count ``d`` and log its line; never raises (an observation never fails a delivery)."""
     try:
         _observe(d, now, per_webhook)
@@ -45,12 +48,13 @@ def observe_delivery(d: Delivery, now: float, *, per_webhook: bool = False) -> N
         log.exception("could not record a delivery's metrics")
 
 
-def _observe(d: Delivery, now: float, per_webhook: bool) -> None:
-    latency = max(0.0, now - d.started)
+def _observe(d: Observation, now: float, per_webhook: bool) -> None:
+    latency = None if d.started is None else max(0.0, now - d.started)
     status = str(d.status)
     reason = metrics.verification_reason(d.verify_detail) if d.status == 401 else "none"
     metrics.DELIVERIES.labels(d.source, status, reason).inc()
-    metrics.INGEST_LATENCY.labels(status).observe(latency)
+    if latency is not None:
+        metrics.INGEST_LATENCY.labels(status).observe(latency)
     if per_webhook and d.webhook_id:
         metrics.WEBHOOK_DELIVERIES.labels(d.webhook_id, status).inc()
     faults = _fault_causes(d.trace)
@@ -69,7 +73,8 @@ def _observe(d: Delivery, now: float, per_webhook: bool) -> None:
     line = {
         "webhook_id": d.webhook_id, "event_id": d.event_id, "source": d.source, "kind": d.kind,
         "status": d.status, "disposition": d.disposition, "stage": stage, "cause": cause,
-        "faults": faults, "latency_ms": round(latency * 1000, 1),
+        "faults": faults,
+        "latency_ms": None if latency is None else round(latency * 1000, 1),
         "todos_created": d.todos_created,
     }
     if d.handshake:
@@ -95,4 +100,4 @@ def sink_failed(name: str) -> None:
 
 def observe_refusal(status: int) -> None:
     """Count and log an ingest request refused before its webhook was looked up (413, 431)."""
-    observe_delivery(Delivery(started=0.0, status=status), 0.0)
+    observe_delivery(Observation(started=None, status=status), 0.0)
