@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -253,3 +254,27 @@ def _multiproc_dir(srv: Server) -> Path:
         if found:
             return Path(found)
     raise AssertionError("no worker has PROMETHEUS_MULTIPROC_DIR")
+
+
+async def test_sandbox_counts_evaluations_and_waits_for_a_slot() -> None:
+    """One slot: a slow evaluation holds it, a second waits ``slot_wait_ms`` and gives up."""
+    from prometheus_client import REGISTRY
+    from sbsandbox import sandbox
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    names = [("switchboard_sandbox_evaluation_seconds_count", {}),
+             ("switchboard_sandbox_slot_waits_total", {"outcome": "busy"}),
+             ("switchboard_sandbox_slot_waits_total", {"outcome": "acquired"}),
+             ("switchboard_sandbox_slot_wait_seconds_count", {})]
+    before = [value(n, **lb) for n, lb in names]
+    slow = [("slow", "last(range(1e12)) > 0")]
+    async with sandbox(max_concurrency=1, owner_concurrency=1, slot_wait_ms=20) as sb:
+        first = asyncio.create_task(sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s"))
+        await asyncio.sleep(0)  # the first takes the slot
+        second = await sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s")
+        await first
+    assert [f.cause for f in second.faults] == ["sandbox_busy"]
+    after = [value(n, **lb) for n, lb in names]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 0, 1]
