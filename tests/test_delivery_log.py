@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sbtest import CLI, Server
+from sbtest import CLI, Server, free_port
 from sbworld import World
 
 from switchboard.cli.send import build_request
@@ -18,6 +18,9 @@ from switchboard.logsetup import JsonFormatter, TextFormatter, fields
 
 #: In every payload this module sends: it must never reach a log line.
 MARKER = "PAYLOAD-MARKER-7f3a"
+
+#: The module server's metrics address (picked when it starts).
+METRICS: dict[str, str] = {}
 
 
 def _lines(srv: Server, logger: str | None = None) -> list[dict[str, Any]]:
@@ -34,9 +37,11 @@ def _lines(srv: Server, logger: str | None = None) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def server(module_server_factory: Any, module_dsn: str,
            tmp_path_factory: pytest.TempPathFactory) -> Server:
-    """Config says warning; the flag says info, and wins."""
+    """Config says warning; the flag says info, and wins. Metrics on an address of their own."""
+    METRICS["addr"] = f"127.0.0.1:{free_port()}"
     config = tmp_path_factory.mktemp("log-config") / "sb.toml"
-    config.write_text('[log]\nlevel = "warning"\nformat = "json"\n')
+    config.write_text('[log]\nlevel = "warning"\nformat = "json"\n'
+                      f'[metrics]\naddr = "{METRICS["addr"]}"\n')
     srv: Server = module_server_factory(module_dsn, "--log-level", "info", config=config)
     return srv
 
@@ -95,7 +100,12 @@ def test_start_up_lines(server: Server) -> None:
     assert "external" in database and "password" not in database
     serving = next(m for m in messages if m.startswith("serving on "))
     assert "/webhooks/w/<token:str>" in serving and "/mcp" in serving
-    assert f"metrics on {server.base_url}/metrics" in messages
+    # A single-process server serves its metrics on their own address, not on its own.
+    metrics_url = f"http://{METRICS['addr']}/metrics"
+    assert f"metrics on {metrics_url}" in messages
+    scraped = httpx.get(metrics_url, timeout=10)
+    assert scraped.status_code == 200 and "switchboard_deliveries_total" in scraped.text
+    assert httpx.get(server.base_url + "/metrics", timeout=10).status_code == 404
 
 
 def test_config_level_is_honoured_without_the_flag(server_factory: Any, dsn: str,
