@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
-from . import loghygiene
+from . import loghygiene, scrape
 from .config import load_config
 from .errors import RETRY_AFTER_SECONDS, StoreUnavailable, SwitchboardError, http_status
 from .runtime import Runtime
+from .service.observe import observe_refusal
 
 log = logging.getLogger("switchboard.app")
 
@@ -21,6 +23,9 @@ HEALTH_TIMEOUT_S = 0.8
 
 #: Sanic's message for a header block over its limit (it raises PayloadTooLarge for both).
 _HEADER_TOO_LARGE = "Request header exceeds the size limit"
+
+#: Where deliveries arrive (see :mod:`switchboard.receiver`).
+_INGEST_PREFIX = "/webhooks/"
 
 
 def _connection(request: Request) -> Any:
@@ -66,6 +71,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     @app.after_server_stop
     async def _close(app: Sanic[Any, Any]) -> None:
         await rt.shutdown()
+        scrape.process_exit()
 
     @app.signal("http.routing.before")
     async def _gate(request: Request) -> None:
@@ -97,7 +103,11 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
 
     @app.exception(PayloadTooLarge)
     async def _too_large(request: Request, exc: Exception) -> HTTPResponse:
-        if str(exc) == _HEADER_TOO_LARGE:
+        status = 431 if str(exc) == _HEADER_TOO_LARGE else 413
+        if request.path.startswith(_INGEST_PREFIX):
+            # Refused before the receiver ran: counted and logged here (the path is not).
+            observe_refusal(status)
+        if status == 431:
             return json({"error": "request headers too large"}, status=431)
         return json({"error": "payload too large"}, status=413)
 
@@ -127,10 +137,18 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     from .receiver import add_receiver_routes
 
     add_receiver_routes(app, rt)
+    scrape.add_metrics_route(app, rt)
     rt.pm.hook.switchboard_register_routes(app=app, runtime=rt)
     return app
 
 
 def app_from_environment() -> Sanic[Any, Any]:
-    """Factory for Sanic's multi-worker loader: each worker rebuilds its runtime."""
+    """Factory for Sanic's multi-worker loader: each worker rebuilds its runtime.
+
+    The level and format ``serve`` resolved (flags over config) arrive in the environment.
+    """
+    from . import logsetup
+
+    logsetup.configure(logsetup.level_number(os.environ.get(logsetup.LEVEL_ENV), logging.INFO),
+                       logsetup.resolve_format(os.environ.get(logsetup.FORMAT_ENV)))
     return create_app(Runtime(load_config()))

@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
         "backoff_base_seconds": 5.0,
         "backoff_max_seconds": 3600.0,
     },
+    "metrics": {"enabled": True, "addr": "", "per_webhook": False, "max_queues": 50},
+    "log": {"format": "auto", "level": None},
     "plugins": {},
 }
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+from prometheus_client import Counter
+
 from switchboard.plugin import Runtime, SinkEvent, SinkRegistry, SinkTodo, hookimpl
 
 CHANNEL = "todo_ready"
+
+RUNG = Counter("switchboard_doorbells_rung", "Doorbells rung: one per endpoint and queue in a "
+               "NOTIFY (rings coalesced while one is in flight count once)")
 
 
 class Doorbell:
@@ -34,6 +39,7 @@ class Doorbell:
         while self._pending:
             rings, self._pending = list(self._pending), {}
             await runtime.store.notify_many(CHANNEL, rings)
+            RUNG.inc(len(rings))
 
 
 @hookimpl

@@ -15,8 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from switchboard.plugin import MatchResult, StoreUnavailable
 
 from . import protocol as wire
+from . import sandbox_metrics
 from .policy import BUSY, Attempt, judge
 
 __all__ = ["Attempt", "Limits", "Sandbox", "SandboxUnavailable", "parse_line"]
@@ -325,9 +327,13 @@ class Sandbox:
 
     @asynccontextmanager
     async def _hold(
-        self, shares: _Shares, slots: asyncio.Semaphore, owner: str, wait_s: float
+        self, shares: _Shares, slots: asyncio.Semaphore, owner: str, wait_s: float,
+        on_wait: Callable[[float, bool], None] | None = None,
     ) -> AsyncIterator[bool]:
-        """The owner's slot, then everyone's, within ``wait_s`` together: False when not."""
+        """The owner's slot, then everyone's, within ``wait_s`` together: False when not.
+
+        ``on_wait(seconds, acquired)`` is told of a wait (only when a slot was not free).
+        """
         mine = shares.enter(owner)
         got_mine = got_slot = False
         try:
@@ -337,6 +343,7 @@ class Sandbox:
                 await slots.acquire()
                 got_slot = True
             else:
+                began = time.monotonic()
                 try:
                     async with asyncio.timeout(wait_s):
                         await mine.acquire()
@@ -345,6 +352,8 @@ class Sandbox:
                         got_slot = True
                 except TimeoutError:
                     pass
+                if on_wait is not None:
+                    on_wait(time.monotonic() - began, got_slot)
             yield got_slot
         finally:
             if got_slot:
@@ -587,24 +596,36 @@ class Sandbox:
         if not rules:
             return MatchResult(None)
         wait_s = self.limits.slot_wait_ms / 1000
-        async with self._hold(self._owners, self._slots, owner, wait_s) as ok:
+        async with self._hold(self._owners, self._slots, owner, wait_s,
+                              sandbox_metrics.waited) as ok:
             if not ok:
                 return BUSY
-            loop = asyncio.get_running_loop()
-            ids = [rid for rid, _ in rules]
-            spec, key = self._spec(scope, [e for _, e in rules], params or {})
-            env = wire.encode_envelope(envelope)
-            allowance = len(env) * PARSE_S_PER_BYTE
-            deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
-            deadline += allowance
-            attempts: list[Attempt] = []
-            while True:
-                step = judge(ids, attempts, rule_ms=self.limits.rule_ms,
-                             event_ms=self.limits.event_ms)
-                if isinstance(step, MatchResult):
-                    return step
-                body = wire.frame(wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env))
-                attempts.append(await self._attempt(key, spec, body, deadline))
+            began = time.monotonic()
+            try:
+                return await self._evaluate(rules, params, envelope, scope)
+            finally:
+                sandbox_metrics.evaluated(time.monotonic() - began)
+
+    async def _evaluate(
+        self, rules: Sequence[tuple[str | None, str]], params: dict[str, Any],
+        envelope: dict[str, Any], scope: str,
+    ) -> MatchResult:
+        """:meth:`evaluate` once its slots are held."""
+        loop = asyncio.get_running_loop()
+        ids = [rid for rid, _ in rules]
+        spec, key = self._spec(scope, [e for _, e in rules], params or {})
+        env = wire.encode_envelope(envelope)
+        allowance = len(env) * PARSE_S_PER_BYTE
+        deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
+        deadline += allowance
+        attempts: list[Attempt] = []
+        while True:
+            step = judge(ids, attempts, rule_ms=self.limits.rule_ms,
+                         event_ms=self.limits.event_ms)
+            if isinstance(step, MatchResult):
+                return step
+            body = wire.frame(wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env))
+            attempts.append(await self._attempt(key, spec, body, deadline))
 
     async def compile(
         self, exprs: list[str], params: dict[str, Any], *, owner: str = "", scope: str = ""

@@ -7,10 +7,11 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 import sys
 from typing import Any
 
-from .. import __version__, loghygiene
+from .. import __version__, loghygiene, logsetup
 from ..config import load_config
 from ..errors import ConfigError, SwitchboardError
 from ..runtime import Runtime
@@ -34,11 +35,18 @@ def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     parser.add_argument("--version", action="version", version=version_line(),
                         help="print the version and exit")
+    parser.add_argument("--log-level", metavar="LEVEL", type=str.lower, choices=logsetup.LEVELS,
+                        help="log level (overrides [log] level; default: info for serve, "
+                             "warning otherwise)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     if rt is not None:
         for cmd in sorted(rt.registries.commands, key=lambda c: c.name):
             p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+            # Also after the command (``switchboard serve --log-level debug``).
+            p.add_argument("--log-level", metavar="LEVEL", type=str.lower,
+                           choices=logsetup.LEVELS, default=argparse.SUPPRESS,
+                           help="log level (overrides [log] level)")
             # configure(parser) or configure(parser, runtime): the runtime lets a command
             # offer what is installed and enabled (send's --source choices).
             if len(inspect.signature(cmd.configure).parameters) >= 2:
@@ -59,6 +67,23 @@ async def _run_async(rt: Runtime, cmd: Any, args: argparse.Namespace) -> int:
         await rt.shutdown()
 
 
+def _configure_logging(rt: Runtime, command: str, args: argparse.Namespace) -> None:
+    """Level: ``--log-level``, else ``-v`` (debug), else ``[log] level``, else info for
+    ``serve`` (its start-up and delivery lines) and warning for the other commands."""
+    section = rt.config.section("log")
+    if args.log_level:
+        name = args.log_level
+    elif args.verbose:
+        name = "debug"
+    else:
+        name = section.get("level") or ("info" if command == "serve" else "warning")
+    fmt = logsetup.resolve_format(section.get("format"))
+    logsetup.configure(logsetup.level_number(name), fmt)
+    if command == "serve":
+        # serve's workers are fresh processes: they read what was resolved here.
+        os.environ[logsetup.LEVEL_ENV], os.environ[logsetup.FORMAT_ENV] = name, fmt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
@@ -66,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("-v", "--verbose", action="store_true")
     # Before the config is read: the version is printed even where the config is broken.
     pre.add_argument("--version", action="version", version=version_line())
+    pre.add_argument("--log-level", type=str.lower, choices=logsetup.LEVELS)
     known, _ = pre.parse_known_args(argv)
     loghygiene.install(logging.DEBUG if known.verbose else logging.WARNING)
     try:
@@ -75,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser(rt).parse_args(argv)
     cmd = args._command
+    _configure_logging(rt, cmd.name, args)
     try:
         if inspect.iscoroutinefunction(cmd.run):
             return asyncio.run(_run_async(rt, cmd, args))

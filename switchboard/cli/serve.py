@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
+from typing import Any
 
+from psycopg.conninfo import conninfo_to_dict
+
+from .. import scrape
+from ..plugins import list_plugins
 from ..runtime import Runtime
+
+log = logging.getLogger("switchboard.serve")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -15,6 +23,38 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="listen port (default from SWITCHBOARD_ADDR)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="worker processes (default from config, 1)")
+
+
+def database_where(rt: Runtime, dsn: str) -> str:
+    """Where the database is, without its credentials: embedded under a directory, or host:port/db."""
+    if rt.config.database_url is None:
+        return f"embedded under {rt.config.data_dir}"
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "external (unparsable DSN)"
+    host = str(parts.get("host") or "localhost")
+    port, name = parts.get("port") or 5432, parts.get("dbname") or "?"
+    if host.startswith("/"):
+        return f"external, socket in {host} (port {port}), database {name}"
+    return f"external {host}:{port}/{name}"
+
+
+def log_startup(rt: Runtime, dsn: str, app: Any, base: str, metrics_url: str | None) -> None:
+    """The start-up lines: plugins, stages, database, and which address serves what."""
+    plugins = ", ".join(f"{p.name} {p.version or '?'}" for p in list_plugins(rt.pm))
+    log.info("plugins active: %s", plugins)
+    log.info("routing stages: %s", ", ".join(s.name for s in rt.stages) or "none (default only)")
+    log.info("database: %s", database_where(rt, dsn))
+    routes = sorted({"/" + r.path.lstrip("/") for r in app.router.routes})
+    served = [r for r in routes if r != scrape.PATH]
+    log.info("serving on %s: %s", base, ", ".join(served))
+    if metrics_url:
+        log.info("metrics on %s", metrics_url)
+    elif scrape.PATH in routes:
+        log.info("metrics on %s%s", base, scrape.PATH)
+    else:
+        log.info("metrics disabled")
 
 
 def run(args: argparse.Namespace, rt: Runtime) -> int:
@@ -29,23 +69,28 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     workers = args.workers or int(rt.config.section("server").get("workers", 1))
     access_log = bool(rt.config.section("server").get("access_log", False))
     print(f"switchboard: serving on http://{host}:{port} ({workers} worker(s))", file=sys.stderr)
+    base = f"http://{host}:{port}"
     if workers == 1:
         from ..app import create_app
 
         app = create_app(rt)
+        log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
         app.run(host=host, port=port, single_process=True, access_log=access_log, motd=False)
         return 0
     # Workers are fresh processes: hand them the database this process started and
-    # let each rebuild its runtime from the same config.
+    # let each rebuild its runtime from the same config. Each writes its series to the
+    # shared directory; a scrape sums them.
     os.environ["SWITCHBOARD_DATABASE_URL"] = dsn
     if rt.config.path is not None:
         os.environ["SWITCHBOARD_CONFIG"] = str(rt.config.path)
+    scrape.prepare_multiprocess()
     from sanic.worker.loader import AppLoader
 
     from ..app import app_from_environment
 
     loader = AppLoader(factory=app_from_environment)
     app = loader.load()
+    log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
     app.prepare(host=host, port=port, workers=workers, access_log=access_log, motd=False)
     Sanic.serve(primary=app, app_loader=loader)
     return 0

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ..errors import StoreUnavailable, SwitchboardError, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
@@ -18,6 +19,7 @@ from ..sanitize import sanitize_headers
 from ..secrets_box import hash_token
 from ..sinks import SinkEvent, SinkTodo
 from ..sources import Delivery, Headers, body_key
+from .observe import Observation, observe_delivery, sink_failed
 
 log = logging.getLogger("switchboard.ingest")
 
@@ -65,9 +67,28 @@ def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[st
 async def ingest(
     rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None
 ) -> IngestReply:
+    """One delivery's reply; what it came to is counted and logged once (see ``observe``)."""
+    seen = Observation(started=time.monotonic())
+    try:
+        reply = await _ingest(rt, token, headers, body, content_type, seen)
+        seen.status = reply.status
+        return reply
+    except SwitchboardError as exc:
+        seen.status = 503 if isinstance(exc, StoreUnavailable) else http_status(exc)
+        raise
+    finally:
+        observe_delivery(seen, time.monotonic(),
+                         per_webhook=bool(rt.config.section("metrics").get("per_webhook")))
+
+
+async def _ingest(
+    rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None,
+    seen: Observation,
+) -> IngestReply:
     webhook = await rt.store.resolve_webhook(hash_token(token))
     if webhook is None:
         return UNKNOWN
+    seen.webhook_id, seen.source = str(webhook["id"]), webhook["source_type"]
     source = rt.registries.sources.get(webhook["source_type"])
     if source is None:  # its plugin was disabled after the webhook was created
         return UNCONFIGURED
@@ -83,11 +104,14 @@ async def ingest(
         again = source.verify(delivery, rt.secrets.open(previous).encode(), now)
         if again.ok:
             verdict, used = again, "previous"
+    seen.kind = verdict.kind
     if not verdict.ok:
-        log.info("webhook %s: verification failed: %s", webhook["id"], verdict.detail)
+        # The delivery line carries the detail (and the metric its reason): not logged here.
+        seen.verify_detail = verdict.detail or ""
         return UNVERIFIED
     if verdict.reply is not None and verdict.verified:
         # the producer's handshake (proving the URL): answered, nothing stored
+        seen.handshake = True
         return IngestReply(200, dict(verdict.reply))
     # The delivery id is an identity: escaped reversibly, so distinct ids stay distinct.
     external_id = f"{webhook['id']}:{key_text(verdict.delivery_id or body_key(body))}"
@@ -134,11 +158,15 @@ async def ingest(
         "payload": todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id}),
         "work_order": None,
     }
+    seen.kind = envelope["kind"]
     outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints))
+    seen.event_id = str(outcome.event_id)
+    seen.disposition, seen.trace = decision.disposition, trace
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
     if outcome.dropped:
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})
     created = [t for t in outcome.todos if t["created"]]
+    seen.todos_created = len(created)
     if created:
         _run_sinks(
             rt,
@@ -171,6 +199,7 @@ def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
             try:
                 await sink.deliver(rt, event, todos)
             except Exception:
+                sink_failed(sink.name)
                 log.exception("sink %r (plugin %r) failed", sink.name,
                               rt.registries.sinks.owner(sink.name))
 

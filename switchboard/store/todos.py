@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from ..errors import Conflict
@@ -67,8 +68,33 @@ _BROWSE_COLS = (
 )
 
 
+#: What a scrape reads: open and dead todos by queue and state, in one grouped statement.
+#: ``done`` todos are left out: they only grow, and the scrape's cost must not grow with
+#: history; bounded by a statement timeout so a slow database cannot hold a scrape.
+TODO_COUNTS = (
+    "SELECT queue, state, count(*) AS n FROM todos WHERE state <> 'done' GROUP BY queue, state"
+)
+TODO_COUNTS_TIMEOUT_MS = 2000
+
+
+def todo_counts_sync(dsn: str, timeout_s: float = 2.0) -> list[Row]:
+    """:meth:`TodoQueries.todo_counts` on a connection of its own (a scrape off the event loop)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s)),
+                         row_factory=dict_row) as conn:
+        conn.execute(f"SET statement_timeout = {TODO_COUNTS_TIMEOUT_MS}")
+        return list(conn.execute(TODO_COUNTS).fetchall())
+
+
 class TodoQueries:
     db: Database
+
+    async def todo_counts(self) -> list[Row]:
+        """``{queue, state, n}`` for every queue and state but ``done`` (for the metrics)."""
+        async with self.db.conn() as conn:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL statement_timeout = {TODO_COUNTS_TIMEOUT_MS}")
+                cur = await conn.execute(TODO_COUNTS)
+                return await cur.fetchall()
 
     async def browse_todos(
         self, *, endpoint_id: str | None = None, queue: str | None = None,

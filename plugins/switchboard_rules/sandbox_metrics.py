@@ -1,0 +1,38 @@
+"""The sandbox's Prometheus series: evaluation latency and waits for a slot (server side only)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+#: An evaluation is milliseconds; a runaway one is cut at its event budget (seconds).
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+EVALUATION = Histogram(
+    "switchboard_sandbox_evaluation_seconds",
+    "Rule evaluations in the sandbox, from holding a slot to the match (or the faults)",
+    buckets=_BUCKETS)
+SLOT_WAITS = Counter(
+    "switchboard_sandbox_slot_waits",
+    "Evaluations that found their owner's share or the sandbox full and waited; outcome "
+    "acquired (got a slot) or busy (gave up: the delivery took the default, sandbox_busy)",
+    ["outcome"])
+SLOT_WAIT = Histogram(
+    "switchboard_sandbox_slot_wait_seconds",
+    "How long an evaluation that had to wait waited for its slot", buckets=_BUCKETS)
+
+
+def waited(seconds: float, acquired: bool) -> None:
+    """Count one wait for an evaluation slot (never raises: a metric never fails routing)."""
+    try:
+        SLOT_WAITS.labels("acquired" if acquired else "busy").inc()
+        SLOT_WAIT.observe(seconds)
+    except Exception:  # pragma: no cover
+        pass
+
+
+def evaluated(seconds: float) -> None:
+    """Record one evaluation's latency."""
+    try:
+        EVALUATION.observe(seconds)
+    except Exception:  # pragma: no cover
+        pass

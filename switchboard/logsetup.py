@@ -1,0 +1,122 @@
+"""Log output: one line per record, as JSON or text, at the configured level, always redacted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from . import loghygiene
+
+FORMATS = ("auto", "json", "text")
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+#: The ``extra`` key a record's structured fields travel under (``log.info(..., extra=fields(...))``).
+FIELDS = "sb_fields"
+
+#: How ``serve`` hands its resolved level and format to its worker processes.
+LEVEL_ENV = "SWITCHBOARD_LOG_LEVEL"
+FORMAT_ENV = "SWITCHBOARD_LOG_FORMAT"
+
+#: Libraries whose INFO lines are transport detail (an MCP session opened, a request
+#: sent): an operator's INFO log is deliveries and start-up, so these speak from WARNING
+#: unless the level is DEBUG.
+_CHATTY = ("mcp", "httpx", "httpcore")
+
+_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def fields(**values: Any) -> dict[str, Any]:
+    """``extra=`` for a record carrying structured ``values`` (keys of a JSON line)."""
+    return {FIELDS: values}
+
+
+def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
+    found = getattr(record, FIELDS, None)
+    return found if isinstance(found, dict) else {}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``message`` and the fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in _fields_of(record).items():
+            doc.setdefault(key, value)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            doc["exception"] = record.exc_text
+        # The hygiene filter redacted the message; the fields get the same pass here (a
+        # credential-shaped string never contains a quote, so the line stays valid JSON).
+        return loghygiene.redact(json.dumps(doc, default=str, ensure_ascii=False))
+
+
+class TextFormatter(logging.Formatter):
+    """The usual ``time level logger: message`` line, then the fields as ``key=value``."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = _fields_of(record)
+        if extra:
+            pairs = " ".join(f"{k}={_text(v)}" for k, v in extra.items() if v is not None)
+            head, sep, tail = line.partition("\n")  # fields stay on the first line
+            line = f"{head} {pairs}{sep}{tail}"
+        return loghygiene.redact(line)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False) if (not value or " " in value) else value
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def resolve_format(name: str | None) -> str:
+    """``json`` or ``text``: ``auto`` (or unset) is text on a terminal, JSON otherwise."""
+    if name in ("json", "text"):
+        return name
+    return "text" if sys.stderr.isatty() else "json"
+
+
+def level_number(name: str | None, default: int = logging.WARNING) -> int:
+    if not name:
+        return default
+    value = logging.getLevelName(name.upper())
+    return value if isinstance(value, int) else default
+
+
+def configure(level: int, fmt: str) -> None:
+    """Root logs at ``level`` to stderr in ``fmt`` (``json``/``text``), redacted; idempotent.
+
+    The handler this installs (or a stderr handler already there) gets the formatter;
+    handlers someone else put on the root (a test's capture) keep theirs.
+    """
+    root = logging.getLogger()
+    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    streams = [h for h in root.handlers if type(h) is logging.StreamHandler
+               and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)]
+    if not streams:
+        handler = logging.StreamHandler(sys.stderr)
+        root.addHandler(handler)
+        streams = [handler]
+    for handler in streams:
+        handler.setFormatter(formatter)
+        handler.setLevel(logging.NOTSET)
+    root.setLevel(level)
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level <= logging.DEBUG
+                                         else max(level, logging.WARNING))
+    loghygiene.install(level)

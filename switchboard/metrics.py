@@ -1,0 +1,127 @@
+"""The host's Prometheus series and the text a scrape answers (labels bounded by design)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+#: The environment variable prometheus-client reads (at import) to write per-process files.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: Latency buckets in seconds: a delivery is milliseconds; a slow LLM stage is seconds.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0)
+
+DELIVERIES = Counter(
+    "switchboard_deliveries", "Deliveries received, by source, HTTP status and (for 401) "
+    "verification reason", ["source", "status", "reason"])
+WEBHOOK_DELIVERIES = Counter(
+    "switchboard_webhook_deliveries", "Deliveries received per webhook (only with "
+    "[metrics] per_webhook = true)", ["webhook_id", "status"])
+OUTCOMES = Counter(
+    "switchboard_routing_outcomes", "Routed deliveries by the deciding stage, its cause, the "
+    "disposition and the first fault that degraded it", ["stage", "cause", "disposition",
+                                                         "fault"])
+WEBHOOK_OUTCOMES = Counter(
+    "switchboard_webhook_routing_outcomes", "Routing outcomes per webhook (only with "
+    "[metrics] per_webhook = true)", ["webhook_id", "stage", "cause"])
+RULE_FAULTS = Counter(
+    "switchboard_rule_faults", "Rule and sandbox faults reported by routing, by cause", ["cause"])
+TODOS_CREATED = Counter("switchboard_todos_created", "Todos created by deliveries")
+INGEST_LATENCY = Histogram(
+    "switchboard_ingest_latency_seconds", "Time from a delivery's arrival to its reply "
+    "(verify, route, record)", ["status"], buckets=LATENCY_BUCKETS)
+SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by sink", ["sink"])
+
+#: Every value the ``reason`` label of a 401 takes (``none`` for every other status).
+REASONS = ("missing_header", "stale_timestamp", "mismatch", "no_signature", "malformed",
+           "misconfigured", "other")
+
+# A source's refusal text is free-form (a third party's plugin writes its own), so it is
+# never a label: it is sorted into one of REASONS by what the built-in refusals say.
+_REASON_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("misconfigured", re.compile(r"no signing secret|not a valid scheme|not base64", re.I)),
+    ("stale_timestamp", re.compile(r"stale|in the future|\bs old\b|s ahead|window", re.I)),
+    ("missing_header", re.compile(r"^missing .*headers?$|missing the delivery id", re.I)),
+    ("no_signature", re.compile(r"no signature", re.I)),
+    ("mismatch", re.compile(r"does not match|mismatch", re.I)),
+    ("malformed", re.compile(r"malformed|not a json|not an rfc|has no |invalid", re.I)),
+)
+
+#: At most this many queues get their own ``queue`` label on the todo gauge by default.
+DEFAULT_MAX_QUEUES = 50
+OTHER_QUEUE = "other"
+
+
+def verification_reason(detail: str | None) -> str:
+    """One of :data:`REASONS` for a source's refusal text."""
+    text = (detail or "").strip()
+    for reason, pattern in _REASON_PATTERNS:
+        if pattern.search(text):
+            return reason
+    return "other"
+
+
+def multiprocess() -> bool:
+    """True when this process writes its series to files that a scrape sums (``serve --workers``)."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def todo_family(rows: Iterable[Mapping[str, Any]], max_queues: int) -> GaugeMetricFamily:
+    """``switchboard_todos{queue, state}`` from grouped ``(queue, state, n)`` rows.
+
+    Queue names are owner-chosen: the ``max_queues`` busiest keep their name, the rest are
+    summed under ``queue="other"`` so a tenant cannot grow the series without bound.
+    """
+    family = GaugeMetricFamily("switchboard_todos", "Open and dead todos by queue and state "
+                               "(read from the database at scrape)", labels=["queue", "state"])
+    rows = list(rows)
+    totals: dict[str, int] = {}
+    for row in rows:
+        totals[row["queue"]] = totals.get(row["queue"], 0) + int(row["n"])
+    kept = set(sorted(totals, key=lambda q: (-totals[q], q))[:max_queues])
+    summed: dict[tuple[str, str], int] = {}
+    for row in rows:
+        queue = row["queue"] if row["queue"] in kept else OTHER_QUEUE
+        key = (queue, row["state"])
+        summed[key] = summed.get(key, 0) + int(row["n"])
+    for (queue, state), n in sorted(summed.items()):
+        family.add_metric([queue, state], n)
+    return family
+
+
+class _Families(Collector):
+    """A collector over families already built (the todo gauge, read before the scrape)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def process_collector() -> Collector:
+    """What this process's series are: every worker's files summed, or this process's registry."""
+    if multiprocess():
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def exposition(extra: Iterable[Metric] = ()) -> bytes:
+    """The Prometheus text of every series plus ``extra`` families."""
+    text = generate_latest(process_collector())
+    extra = list(extra)
+    if extra:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(extra))
+        text += generate_latest(registry)
+    return text

@@ -1,0 +1,101 @@
+"""Serving ``/metrics``: on the app's address or a listener of its own, summed across workers."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse
+
+from . import metrics
+from .config import Config
+from .runtime import Runtime
+from .store.todos import todo_counts_sync
+
+log = logging.getLogger("switchboard.metrics")
+
+PATH = "/metrics"
+
+
+def settings(config: Config) -> tuple[bool, str, int]:
+    """``(enabled, addr, max_queues)`` of the ``[metrics]`` section."""
+    section = config.section("metrics")
+    return (bool(section.get("enabled", True)), str(section.get("addr") or ""),
+            int(section.get("max_queues", metrics.DEFAULT_MAX_QUEUES)))
+
+
+def prepare_multiprocess() -> str:
+    """A fresh private directory for the workers' series files, exported before they start.
+
+    prometheus-client reads the variable when it is imported, so only processes started
+    after this (the Sanic workers) write files; the sandbox's processes start with an empty
+    environment and never do. The directory is removed when this process exits.
+    """
+    path = tempfile.mkdtemp(prefix="switchboard-metrics-")  # 0700, empty: nothing stale
+    os.environ[metrics.MULTIPROC_ENV] = path
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def process_exit() -> None:
+    """A worker stops: its live-gauge files go (counters and histograms stay in the sum)."""
+    if metrics.multiprocess():
+        from prometheus_client import multiprocess
+
+        try:
+            multiprocess.mark_process_dead(os.getpid())
+        except Exception:  # never let a metrics file fail a shutdown
+            log.debug("mark_process_dead failed", exc_info=True)
+
+
+def add_metrics_route(app: Sanic[Any, Any], rt: Runtime) -> None:
+    """``GET /metrics`` on the app, unless metrics are off or served on their own address."""
+    enabled, addr, max_queues = settings(rt.config)
+    if not enabled or addr:
+        return
+
+    @app.get(PATH, name="metrics")
+    async def scrape(request: Request) -> HTTPResponse:
+        extra: list[Metric] = []
+        try:
+            extra.append(metrics.todo_family(await rt.store.todo_counts(), max_queues))
+        except Exception as exc:  # the other series still answer while the database is away
+            log.warning("metrics: todo counts unavailable: %s", getattr(exc, "detail", exc))
+        return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
+
+
+class _Listener(Collector):
+    """What the separate listener collects: the process series, then the todo gauge."""
+
+    def __init__(self, dsn: str, max_queues: int) -> None:
+        self.dsn = dsn
+        self.max_queues = max_queues
+
+    def collect(self) -> Iterator[Metric]:
+        yield from metrics.process_collector().collect()
+        try:
+            yield metrics.todo_family(todo_counts_sync(self.dsn), self.max_queues)
+        except Exception as exc:
+            log.warning("metrics: todo counts unavailable: %s", exc)
+
+
+def start_listener(config: Config, dsn: str) -> str | None:
+    """Serve the metrics on ``[metrics] addr`` from this process (a thread); its URL, or None.
+
+    Started in the process that runs the workers, so one listener sums them all.
+    """
+    enabled, addr, max_queues = settings(config)
+    if not enabled or not addr:
+        return None
+    host, _, port = addr.rpartition(":")
+    start_http_server(int(port), host, registry=_Listener(dsn, max_queues))
+    return f"http://{addr}{PATH}"

@@ -1,0 +1,103 @@
+"""One observation per delivery: the metrics it moves and its structured log line."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import metrics
+from ..logsetup import fields
+from ..pgtext import clean_text
+
+log = logging.getLogger("switchboard.delivery")
+
+#: A refusal's text is the source's; it is logged (never a label), cut to this length.
+_DETAIL_MAX = 200
+
+
+@dataclass
+class Observation:
+    """What one delivery came to, filled in as ``ingest`` goes; never a secret or a payload.
+
+    ``started`` is when it arrived (``time.monotonic()``), None when that is not known.
+    """
+
+    started: float | None
+    source: str = "unknown"
+    webhook_id: str | None = None
+    status: int = 500
+    kind: str | None = None
+    event_id: str | None = None
+    verify_detail: str | None = None
+    disposition: str | None = None
+    trace: dict[str, Any] = field(default_factory=dict)
+    todos_created: int = 0
+    handshake: bool = False
+
+
+def _fault_causes(trace: dict[str, Any]) -> list[str]:
+    return [str(f.get("cause")) for f in trace.get("faults") or () if isinstance(f, dict)]
+
+
+def observe_delivery(d: Observation, now: float, *, per_webhook: bool = False) -> None:
+    """Count ``d`` and log its line; never raises (an observation never fails a delivery)."""
+    try:
+        _observe(d, now, per_webhook)
+    except Exception:  # pragma: no cover - a bug here must cost a line, not a delivery
+        log.exception("could not record a delivery's metrics")
+
+
+def _observe(d: Observation, now: float, per_webhook: bool) -> None:
+    latency = None if d.started is None else max(0.0, now - d.started)
+    status = str(d.status)
+    reason = metrics.verification_reason(d.verify_detail) if d.status == 401 else "none"
+    metrics.DELIVERIES.labels(d.source, status, reason).inc()
+    if latency is not None:
+        metrics.INGEST_LATENCY.labels(status).observe(latency)
+    if per_webhook and d.webhook_id:
+        metrics.WEBHOOK_DELIVERIES.labels(d.webhook_id, status).inc()
+    faults = _fault_causes(d.trace)
+    stage = cause = None
+    if d.disposition is not None:
+        # Labels come from the trace's enums (schemas/trace.schema.json), so they are bounded.
+        stage = str(d.trace.get("stage") or "unknown")
+        cause = str(d.trace.get("cause") or ("drop" if d.disposition == "dropped" else "none"))
+        metrics.OUTCOMES.labels(stage, cause, d.disposition, faults[0] if faults else "none").inc()
+        if per_webhook and d.webhook_id:
+            metrics.WEBHOOK_OUTCOMES.labels(d.webhook_id, stage, cause).inc()
+        for fault in faults:
+            metrics.RULE_FAULTS.labels(fault).inc()
+        if d.todos_created:
+            metrics.TODOS_CREATED.inc(d.todos_created)
+    line = {
+        "webhook_id": d.webhook_id, "event_id": d.event_id, "source": d.source, "kind": d.kind,
+        "status": d.status, "disposition": d.disposition, "stage": stage, "cause": cause,
+        "faults": faults,
+        "latency_ms": None if latency is None else round(latency * 1000, 1),
+        "todos_created": d.todos_created,
+    }
+    if d.handshake:
+        line["handshake"] = True
+    if d.status == 401:
+        line["verify_reason"] = reason
+        line["verify_detail"] = clean_text((d.verify_detail or "")[:_DETAIL_MAX])
+    log.info("delivery %s %s", d.status, d.disposition or _WHY.get(d.status, "refused"),
+             extra=fields(**line))
+
+
+_WHY = {200: "handshake", 401: "unverified", 404: "unknown webhook", 413: "too large",
+        431: "headers too large", 503: "unavailable"}
+
+
+def sink_failed(name: str) -> None:
+    """Count one sink call that raised (the sink's own line says why)."""
+    try:
+        metrics.SINK_FAILURES.labels(name).inc()
+    except Exception:  # pragma: no cover - see observe_delivery
+        log.exception("could not count a sink failure")
+
+
+def observe_refusal(status: int) -> None:
+    """Count and log an ingest request refused before its webhook was looked up (413, 431)."""
+    observe_delivery(Observation(started=None, status=status), 0.0)

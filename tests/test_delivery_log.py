@@ -1,0 +1,144 @@
+"""One structured log line per delivery, no credential or payload in it; levels and start-up lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sbtest import CLI, Server, free_port
+from sbworld import World
+
+from switchboard.cli.send import build_request
+from switchboard.logsetup import JsonFormatter, TextFormatter, fields
+
+#: In every payload this module sends: it must never reach a log line.
+MARKER = "PAYLOAD-MARKER-7f3a"
+
+#: The module server's metrics address (picked when it starts).
+METRICS: dict[str, str] = {}
+
+
+def _lines(srv: Server, logger: str | None = None) -> list[dict[str, Any]]:
+    """The server log's JSON lines (other output, e.g. the banner, is skipped)."""
+    out = []
+    for line in srv.log.read_text().splitlines():
+        if line.startswith("{"):
+            doc = json.loads(line)
+            if logger is None or doc["logger"] == logger:
+                out.append(doc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(module_server_factory: Any, module_dsn: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """Config says warning; the flag says info, and wins. Metrics on an address of their own."""
+    METRICS["addr"] = f"127.0.0.1:{free_port()}"
+    config = tmp_path_factory.mktemp("log-config") / "sb.toml"
+    config.write_text('[log]\nlevel = "warning"\nformat = "json"\n'
+                      f'[metrics]\naddr = "{METRICS["addr"]}"\n')
+    srv: Server = module_server_factory(module_dsn, "--log-level", "info", config=config)
+    return srv
+
+
+def test_a_line_per_delivery_without_secrets_or_payload(server: Server) -> None:
+    w = World(CLI(server.env), direct=True)
+    w.human("alice")
+    w.endpoint("alice", "owner", sources="github,generic")
+    gh = w.webhook("owner", "github")
+    gen = w.webhook("owner", "generic")
+    secret = gh["signing_secret"]
+    body = json.dumps({"action": "opened", "note": MARKER}).encode()
+    delivery = str(uuid.uuid4())
+    data, headers = build_request("github", body, secret.encode(), "issues",
+                                  {"X-GitHub-Delivery": delivery}, stamp=False)
+    signature = headers["X-Hub-Signature-256"]
+    assert httpx.post(gh["ingest_url"], content=data, headers=headers).status_code == 202
+    forged = {**headers, "X-Hub-Signature-256": "sha256=" + "0" * 64}
+    assert httpx.post(gh["ingest_url"], content=data, headers=forged).status_code == 401
+    assert httpx.post(gen["ingest_url"] + "x", content=data).status_code == 404
+    assert httpx.post(gen["ingest_url"], content=data,
+                      headers={"X-Delivery-Id": "g-1"}).status_code == 202
+
+    lines = _lines(server, "switchboard.delivery")
+    assert [d["status"] for d in lines] == [202, 401, 404, 202]
+    ok, refused, unknown, token_trust = lines
+    for doc in lines:
+        assert {"time", "level", "logger", "message", "webhook_id", "event_id", "source",
+                "kind", "status", "disposition", "stage", "cause", "faults", "latency_ms",
+                "todos_created"} <= set(doc)
+        assert doc["level"] == "info"
+    assert ok["webhook_id"] == gh["webhook_id"] and ok["source"] == "github"
+    assert ok["kind"] == "issues" and ok["disposition"] == "routed"
+    assert ok["stage"] == "default" and ok["cause"] == "no_match_default"
+    assert ok["todos_created"] == 1 and ok["event_id"] and ok["faults"] == []
+    assert isinstance(ok["latency_ms"], float)
+    assert refused["verify_reason"] == "mismatch"
+    assert refused["verify_detail"] == "X-Hub-Signature-256 does not match the body"
+    assert refused["event_id"] is None and refused["disposition"] is None
+    assert unknown["webhook_id"] is None and unknown["source"] == "unknown"
+    assert token_trust["source"] == "generic" and token_trust["disposition"] == "routed"
+
+    text = server.log.read_text()
+    for secret_text in (secret, signature, signature.split("=", 1)[1], MARKER, delivery,
+                        gh["ingest_url"].rsplit("/", 1)[1], gen["ingest_url"].rsplit("/", 1)[1]):
+        assert secret_text not in text, secret_text
+    assert not [d for d in lines if "/webhooks/w/" in json.dumps(d)]  # never the path
+
+
+def test_start_up_lines(server: Server) -> None:
+    messages = [d["message"] for d in _lines(server, "switchboard.serve")]
+    plugins = next(m for m in messages if m.startswith("plugins active: "))
+    assert "rules " in plugins and "github " in plugins and "doorbell " in plugins
+    assert "routing stages: rules, llm" in messages
+    database = next(m for m in messages if m.startswith("database: "))
+    assert "external" in database and "password" not in database
+    serving = next(m for m in messages if m.startswith("serving on "))
+    assert "/webhooks/w/<token:str>" in serving and "/mcp" in serving
+    # A single-process server serves its metrics on their own address, not on its own.
+    metrics_url = f"http://{METRICS['addr']}/metrics"
+    assert f"metrics on {metrics_url}" in messages
+    scraped = httpx.get(metrics_url, timeout=10)
+    assert scraped.status_code == 200 and "switchboard_deliveries_total" in scraped.text
+    assert httpx.get(server.base_url + "/metrics", timeout=10).status_code == 404
+
+
+def test_config_level_is_honoured_without_the_flag(server_factory: Any, dsn: str,
+                                                  tmp_path: Path) -> None:
+    config = tmp_path / "quiet.toml"
+    config.write_text('[log]\nlevel = "warning"\n')
+    srv = server_factory(dsn, config=config)
+    w = World(CLI(srv.env), direct=True)
+    w.human("bob")
+    w.endpoint("bob", "owner", sources="generic")
+    hook = w.webhook("owner", "generic")
+    assert httpx.post(hook["ingest_url"], content=b"{}").status_code == 202
+    srv.stop()
+    assert _lines(srv, "switchboard.delivery") == []
+    assert _lines(srv, "switchboard.serve") == []
+
+
+def _record(msg: str, **values: Any) -> logging.LogRecord:
+    record = logging.LogRecord("switchboard.delivery", logging.INFO, __file__, 1, msg, None, None)
+    for key, value in fields(**values).items():
+        setattr(record, key, value)
+    return record
+
+
+def test_formatters_spell_the_fields_and_redact_them() -> None:
+    token = "a" * 48
+    record = _record("delivery 401 unverified", status=401, verify_detail=f"got {token}",
+                     faults=["timeout", "error"], kind=None)
+    doc = json.loads(JsonFormatter().format(record))
+    assert doc["message"] == "delivery 401 unverified" and doc["status"] == 401
+    assert doc["faults"] == ["timeout", "error"] and doc["kind"] is None
+    assert token not in doc["verify_detail"] and "redacted" in doc["verify_detail"]
+    line = TextFormatter().format(_record("delivery 401 unverified", status=401,
+                                          verify_detail=f"got {token}", faults=["timeout"]))
+    assert "switchboard.delivery: delivery 401 unverified status=401" in line
+    assert "faults=timeout" in line and token not in line

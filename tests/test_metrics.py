@@ -1,0 +1,280 @@
+"""GET /metrics after real deliveries: exact counter moves, the worker sum, bounded labels."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sbtest import CLI, Server, free_port
+from sbworld import World, on_runtime
+
+from switchboard.cli.send import build_request
+from switchboard.metrics import todo_family, verification_reason
+from switchboard.service import rules as rules_svc
+
+_tenant = itertools.count()
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of a scrape, by name and sorted labels."""
+    resp = httpx.get(url, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/plain")
+    out: Samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def moved(before: Samples, after: Samples) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples whose value changed (counters and histogram counts; not latencies)."""
+    keys = set(before) | set(after)
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys
+            if after.get(k, 0.0) != before.get(k, 0.0)}
+
+
+def series(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return (name, tuple(sorted(labels.items())))
+
+
+def _world(srv: Server) -> World:
+    w = World(CLI(srv.env), prefix=f"m{next(_tenant)}-", direct=True)
+    w.human("alice")
+    w.endpoint("alice", "owner", queues="inbox,metricsq", webhook_queues="inbox,metricsq",
+               sources="github,generic")
+    return w
+
+
+def _post_generic(hook: dict[str, Any], body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(hook["ingest_url"], content=json.dumps(body).encode(),
+                      headers={"Content-Type": "application/json",
+                               "X-Delivery-Id": str(uuid.uuid4())}, timeout=30)
+
+
+def _post_github(hook: dict[str, Any], secret: bytes, headers: dict[str, str] | None = None
+                 ) -> httpx.Response:
+    body, signed = build_request("github", b'{"action": "opened"}', secret, "issues",
+                                 {"X-GitHub-Delivery": str(uuid.uuid4()), **(headers or {})},
+                                 stamp=False)
+    return httpx.post(hook["ingest_url"], content=body, headers=signed, timeout=30)
+
+
+def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_verification_reasons_are_a_fixed_set() -> None:
+    table = {
+        "missing X-Hub-Signature-256 header": "missing_header",
+        "missing X-Gitea-Signature and X-Hub-Signature-256 headers": "missing_header",
+        "X-Hub-Signature-256 does not match the body": "mismatch",
+        "signature mismatch": "mismatch",
+        "stale signature timestamp (400 s old, tolerance 300 s)": "stale_timestamp",
+        "signature timestamp in the future (400 s ahead, tolerance 300 s)": "stale_timestamp",
+        "created_at is 900 s old (window 300 s)": "stale_timestamp",
+        "no signature in Webhook-Signature": "no_signature",
+        "missing or malformed signature timestamp": "malformed",
+        "signed body is not a JSON object": "malformed",
+        "webhook has no signing secret": "misconfigured",
+        "the signing secret is not base64": "misconfigured",
+        "something a third party says": "other",
+        "": "other",
+    }
+    assert {d: verification_reason(d) for d in table} == table
+
+
+def test_todo_gauge_caps_queue_labels() -> None:
+    rows = [{"queue": f"q{i}", "state": "pending", "n": 10 - i} for i in range(5)]
+    rows.append({"queue": "q4", "state": "dead", "n": 1})
+    family = todo_family(rows, max_queues=2)
+    got = {tuple(s.labels.values()): s.value for s in family.samples}
+    assert got == {("q0", "pending"): 10, ("q1", "pending"): 9, ("other", "pending"): 8 + 7 + 6,
+                   ("other", "dead"): 1}
+
+
+@pytest.fixture(scope="module")
+def server(module_server_factory: Any, module_dsn: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """One single-process server (default metrics: on the serve address, no per-webhook)."""
+    config = tmp_path_factory.mktemp("metrics-config") / "sb.toml"
+    config.write_text("[ingest]\nmax_body_bytes = 2048\n[plugins.rules]\nmax_concurrency = 2\n")
+    srv: Server = module_server_factory(module_dsn, config=config)
+    return srv
+
+
+def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: str) -> None:
+    w = _world(server)
+    gen = w.webhook("owner", "generic", "inbox")
+    dropper = w.webhook("owner", "generic", "inbox")
+    faulty = w.webhook("owner", "generic", "inbox")
+    gh = w.webhook("owner", "github", "inbox")
+    secret = gh["signing_secret"].encode()
+
+    async def set_rules(rt: Any) -> None:
+        await rules_svc.set_rules(rt, None, dropper["webhook_id"], [
+            {"id": "noise", "expr": '.payload.kind == "noise"', "action": {"drop": True}}])
+        await rules_svc.set_rules(rt, None, faulty["webhook_id"], [
+            {"id": "boom", "expr": 'error("boom")', "action": {"queue": "metricsq"}}])
+
+    on_runtime(server.env, set_rules)
+    url = server.base_url + "/metrics"
+    rung = series("switchboard_doorbells_rung_total")
+    before = scrape(url)
+
+    def rings(post: Callable[[], httpx.Response]) -> None:
+        # The doorbell rings after the reply (a sink), and rings for one queue that meet
+        # in flight are coalesced: wait for each before the next delivery.
+        was = scrape(url).get(rung, 0)
+        assert post().status_code == 202
+        _until(lambda: scrape(url).get(rung, 0) == was + 1)
+
+    rings(lambda: _post_generic(gen, {"kind": "real"}))
+    rings(lambda: _post_github(gh, secret))
+    assert _post_github(gh, b"not-the-secret").status_code == 401
+    assert _post_github(gh, secret, {"X-Hub-Signature-256": ""}).status_code == 401
+    assert _post_generic(dropper, {"kind": "noise"}).status_code == 202
+    rings(lambda: _post_generic(faulty, {"kind": "any"}))
+    unknown = gen["ingest_url"].rsplit("/", 1)[0] + "/" + "0" * 40
+    assert httpx.post(unknown, content=b"{}", timeout=10).status_code == 404
+    assert httpx.post(gen["ingest_url"], content=b"x" * 4096, timeout=10).status_code == 413
+
+    D = "switchboard_deliveries_total"
+    OUT = "switchboard_routing_outcomes_total"
+    expected = {
+        series(D, source="generic", status="202", reason="none"): 3,
+        series(D, source="github", status="202", reason="none"): 1,
+        series(D, source="github", status="401", reason="mismatch"): 1,
+        series(D, source="github", status="401", reason="missing_header"): 1,
+        series(D, source="unknown", status="404", reason="none"): 1,
+        series(D, source="unknown", status="413", reason="none"): 1,
+        series(OUT, stage="default", cause="no_match_default", disposition="routed",
+               fault="none"): 2,
+        series(OUT, stage="rule", cause="drop", disposition="dropped", fault="none"): 1,
+        series(OUT, stage="default", cause="no_match_default", disposition="routed",
+               fault="error"): 1,
+        series("switchboard_rule_faults_total", cause="error"): 1,
+        series("switchboard_todos_created_total"): 3,
+        series("switchboard_sandbox_evaluation_seconds_count"): 2,
+        series("switchboard_doorbells_rung_total"): 3,
+    }
+    for status, n in (("202", 4), ("401", 2), ("404", 1)):  # a 413 has no latency
+        expected[series("switchboard_ingest_latency_seconds_count", status=status)] = n
+
+    after = scrape(url)
+    delta = moved(before, after)
+    wanted = {k for k in delta if k[0] in {name for name, _ in expected}}
+    assert {k: delta[k] for k in wanted} == expected
+    # No per-webhook series unless asked for.
+    assert not [k for k in after if dict(k[1]).get("webhook_id")]
+
+    # The todo gauge matches the database (open todos of every queue, by state).
+    with psycopg.connect(module_dsn) as conn:
+        rows = conn.execute("SELECT queue, state, count(*) FROM todos WHERE state <> 'done'"
+                            " GROUP BY 1, 2").fetchall()
+    gauge = {(dict(k[1])["queue"], dict(k[1])["state"]): v for k, v in after.items()
+             if k[0] == "switchboard_todos"}
+    assert gauge == {(q, s): float(n) for q, s, n in rows}
+    assert gauge[("inbox", "pending")] >= 3
+
+
+def test_metrics_disabled_is_404(server_factory: Any, dsn: str, tmp_path: Path) -> None:
+    config = tmp_path / "off.toml"
+    config.write_text("[metrics]\nenabled = false\n")
+    srv = server_factory(dsn, config=config)
+    assert httpx.get(srv.base_url + "/metrics", timeout=10).status_code == 404
+    assert httpx.get(srv.base_url + "/healthz", timeout=10).status_code == 200
+
+
+def test_two_workers_sum_on_a_separate_address_with_per_webhook_series(
+    server_factory: Any, dsn: str, tmp_path: Path,
+) -> None:
+    metrics_port = free_port()
+    config = tmp_path / "workers.toml"
+    config.write_text(f'[metrics]\naddr = "127.0.0.1:{metrics_port}"\nper_webhook = true\n')
+    srv = server_factory(dsn, "--workers", "2", config=config)
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    # Moved: the serve address no longer answers /metrics.
+    assert httpx.get(srv.base_url + "/metrics", timeout=10).status_code == 404
+    w = _world(srv)
+    hook = w.webhook("owner", "generic", "inbox")
+    before = scrape(url)
+    n = 12
+    for i in range(n):
+        # A connection each (no keep-alive), so the kernel spreads them over both workers.
+        with httpx.Client() as client:
+            resp = client.post(hook["ingest_url"], content=b'{"i": %d}' % i,
+                               headers={"Content-Type": "application/json",
+                                        "X-Delivery-Id": f"d-{i}"}, timeout=30)
+        assert resp.status_code == 202
+    after = scrape(url)
+    delta = moved(before, after)
+    assert delta[series("switchboard_deliveries_total", source="generic", status="202",
+                        reason="none")] == n
+    assert delta[series("switchboard_webhook_deliveries_total", webhook_id=hook["webhook_id"],
+                        status="202")] == n
+    assert delta[series("switchboard_webhook_routing_outcomes_total",
+                        webhook_id=hook["webhook_id"], stage="default",
+                        cause="no_match_default")] == n
+    gauge = {dict(k[1])["queue"]: v for k, v in after.items()
+             if k[0] == "switchboard_todos" and dict(k[1])["state"] == "pending"}
+    assert gauge["inbox"] == n
+    # Both workers counted some (each writes its own file), and all of it goes at exit.
+    directory = _multiproc_dir(srv)
+    assert len(list(directory.glob("counter_*.db"))) >= 2
+    srv.stop()
+    assert not directory.exists()
+    # The workers log in the format serve resolved (JSON: stderr is a file here).
+    lines = [json.loads(line) for line in srv.log.read_text().splitlines()
+             if line.startswith("{") and '"switchboard.delivery"' in line]
+    assert len(lines) == n and {d["webhook_id"] for d in lines} == {hook["webhook_id"]}
+
+
+def _multiproc_dir(srv: Server) -> Path:
+    """The workers' series directory, read from a worker's environment."""
+    assert srv.proc is not None
+    for child in psutil.Process(srv.proc.pid).children(recursive=True):
+        found = child.environ().get("PROMETHEUS_MULTIPROC_DIR")
+        if found:
+            return Path(found)
+    raise AssertionError("no worker has PROMETHEUS_MULTIPROC_DIR")
+
+
+async def test_sandbox_counts_evaluations_and_waits_for_a_slot() -> None:
+    """One slot: a slow evaluation holds it, a second waits ``slot_wait_ms`` and gives up."""
+    from prometheus_client import REGISTRY
+    from sbsandbox import sandbox
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    names = [("switchboard_sandbox_evaluation_seconds_count", {}),
+             ("switchboard_sandbox_slot_waits_total", {"outcome": "busy"}),
+             ("switchboard_sandbox_slot_waits_total", {"outcome": "acquired"}),
+             ("switchboard_sandbox_slot_wait_seconds_count", {})]
+    before = [value(n, **lb) for n, lb in names]
+    slow = [("slow", "last(range(1e12)) > 0")]
+    async with sandbox(max_concurrency=1, owner_concurrency=1, slot_wait_ms=20) as sb:
+        first = asyncio.create_task(sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s"))
+        await asyncio.sleep(0)  # the first takes the slot
+        second = await sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s")
+        await first
+    assert [f.cause for f in second.faults] == ["sandbox_busy"]
+    after = [value(n, **lb) for n, lb in names]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 0, 1]
