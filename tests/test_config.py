@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -252,3 +253,65 @@ def test_addr_and_workers_start_serve(dsn: str, tmp_path: Path) -> None:
         finally:
             stop_process_group(proc)
     assert_log_has_no_secrets(log)
+
+
+#: A plugin whose second worker to start never finishes starting: one worker serves, the
+#: other has not acknowledged its start when the signal comes.
+_SLOW_SECOND = """
+import os, time
+from switchboard.plugin import hookimpl
+
+@hookimpl
+def switchboard_startup(runtime):
+    try:
+        os.close(os.open(os.environ["SLOW_SECOND_MARK"], os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        time.sleep(120)
+"""
+
+
+def _slow_second_plugin(root: Path) -> Path:
+    """A one-module distribution on its own path entry (metadata and entry point by hand)."""
+    root.mkdir()
+    (root / "slow_second.py").write_text(_SLOW_SECOND)
+    meta = root / "slow_second-0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-second\nVersion: 0\n")
+    (meta / "entry_points.txt").write_text("[switchboard]\nslow_second = slow_second\n")
+    return root
+
+
+def test_sigterm_while_a_worker_starts_stops_serve(dsn: str, tmp_path: Path) -> None:
+    """Sanic's manager, signalled while a worker had not acknowledged its start, re-read
+    its own stop message forever at full CPU and never exited (serve patches that wait)."""
+    port = free_port()
+    site = _slow_second_plugin(tmp_path / "site")
+    env = make_env(dsn, tmp_path / "data", PYTHONPATH=str(site),
+                   SLOW_SECOND_MARK=str(tmp_path / "first-started"))
+    log = tmp_path / "serve.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([*SWITCHBOARD, "serve", "--port", str(port), "--workers", "2"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # the first worker serves; the second is still starting
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).is_success:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            workers = [c for c in psutil.Process(proc.pid).children()
+                       if "spawn_main" in " ".join(c.cmdline())]
+            assert len(workers) >= 2, workers
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"serve did not stop within 30 s of SIGTERM:\n{log.read_text()}")
+            alive = psutil.wait_procs(workers, timeout=10)[1]
+            assert not alive, alive
+        finally:
+            stop_process_group(proc)

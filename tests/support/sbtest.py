@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -101,6 +102,10 @@ def run_in_process(
     from switchboard.cli.main import main
 
     saved = dict(os.environ)
+    # main configures logging (a stderr handler, levels): undone after, so one call's
+    # handler does not outlive its captured stderr and pytest's capture keeps its level.
+    loggers = [logging.getLogger(name) for name in ("", "mcp", "httpx", "httpcore")]
+    logging_state = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
     out, err = io.StringIO(), io.StringIO()
     stdin = sys.stdin
     os.environ.clear()
@@ -116,6 +121,9 @@ def run_in_process(
         sys.stdin = stdin
         os.environ.clear()
         os.environ.update(saved)
+        for lg, level, handlers in logging_state:
+            lg.setLevel(level)
+            lg.handlers[:] = handlers
     return subprocess.CompletedProcess(["switchboard", *args], code, out.getvalue(),
                                        err.getvalue())
 
