@@ -16,12 +16,18 @@ import psutil
 import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sbtest import CLI, Server, free_port
+from sbtest import CLI, Server, free_port, make_env
 from sbworld import World, on_runtime
 
 from switchboard.cli.send import build_request
+from switchboard.config import load_config
 from switchboard.metrics import todo_family, verification_reason
+from switchboard.plugin import hookimpl
+from switchboard.plugins import make_plugin_manager
+from switchboard.runtime import Runtime
 from switchboard.service import rules as rules_svc
+from switchboard.service.ingest import drain_sinks, ingest
+from switchboard.sources import Headers
 
 _tenant = itertools.count()
 
@@ -278,3 +284,53 @@ async def test_sandbox_counts_evaluations_and_waits_for_a_slot() -> None:
     assert [f.cause for f in second.faults] == ["sandbox_busy"]
     after = [value(n, **lb) for n, lb in names]
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 0, 1]
+
+
+class _BrokenSink:
+    name = "broken"
+
+    async def deliver(self, rt: Any, event: Any, todos: Any) -> None:
+        raise RuntimeError("the sink's far end is down")
+
+
+class _BrokenSinkPlugin:
+    """A plugin with a sink that always raises (registered before the doorbell's)."""
+
+    @hookimpl
+    def switchboard_register_sinks(self, register: Any) -> None:
+        register.add(_BrokenSink())
+
+
+def test_a_failing_sink_is_counted_and_the_next_sink_still_runs(
+    dsn: str, tmp_path: Path
+) -> None:
+    from prometheus_client import REGISTRY
+
+    cli = CLI(make_env(dsn, tmp_path / "data"))
+    w = World(cli, direct=True)
+    w.human("owner")
+    w.endpoint("owner", "owner")
+    hook = w.webhook("owner", "generic")
+    token = hook["ingest_url"].rsplit("/", 1)[1]
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    async def deliver() -> list[float]:
+        pm = make_plugin_manager()
+        pm.register(_BrokenSinkPlugin(), name="broken-sink")
+        rt = Runtime(load_config(env=cli.env), pm=pm)
+        assert [s.name for s in rt.registries.sinks][:1] == ["broken"], list(rt.registries.sinks)
+        await rt.open_store(migrate=False)
+        try:
+            before = [value("switchboard_sink_failures_total", sink="broken"),
+                      value("switchboard_doorbells_rung_total")]
+            reply = await ingest(rt, token, Headers({"X-Delivery-Id": "s-1"}), b"{}", None)
+            assert reply.status == 202 and reply.body["created"] == 1, reply
+            await drain_sinks()
+            return [value("switchboard_sink_failures_total", sink="broken") - before[0],
+                    value("switchboard_doorbells_rung_total") - before[1]]
+        finally:
+            await rt.shutdown()
+
+    assert asyncio.run(deliver()) == [1.0, 1.0]
