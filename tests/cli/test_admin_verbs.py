@@ -35,14 +35,16 @@ async def test_human_and_friend_verbs(cli: CLI, runtime: Runtime) -> None:
     hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
     await webhooks.add_route(rt, owner, hook["webhook_id"], pool["endpoint_id"])
 
-    humans = cli.json("human", "list")["humans"]
+    # Each verb once through the installed script (real), its variations in process (cli).
+    real, cli = cli, cli.fast()
+    humans = real.json("human", "list")["humans"]
     assert [(h["name"], h["endpoints"], h["live_endpoints"]) for h in humans] == [
         ("alice", 1, 1), ("bob", 2, 1), ("carol", 0, 0)]
     assert set(humans[0]) == {"human_id", "name", "endpoints", "live_endpoints", "created_at"}
     table = cli.run("human", "list", "--table").stdout
     assert "NAME" in table and "carol" in table and "{" not in table
 
-    pairs = [(f["from"], f["to"], f["state"]) for f in cli.json("friend", "list")["friendships"]]
+    pairs = [(f["from"], f["to"], f["state"]) for f in real.json("friend", "list")["friendships"]]
     assert pairs == [("alice", "bob", "approved"), ("carol", "alice", "pending")]
     assert [(f["from"], f["to"]) for f in cli.json("friend", "list", "bob")["friendships"]] == [
         ("alice", "bob")]
@@ -50,7 +52,7 @@ async def test_human_and_friend_verbs(cli: CLI, runtime: Runtime) -> None:
     assert unknown.returncode == 1 and "not_found" in unknown.stderr
 
     # Removing alice -> bob deletes the friendship and the route it authorized.
-    removed = cli.json("friend", "remove", "alice", "bob")
+    removed = real.json("friend", "remove", "alice", "bob")
     assert removed == {"from": "alice", "to": "bob", "removed": True, "routes_removed": [
         {"webhook_id": hook["webhook_id"], "target_endpoint_id": pool["endpoint_id"],
          "target_name": "pool"}]}

@@ -64,7 +64,7 @@ def test_friend_add_is_directed(cli: CLI, dsn: str) -> None:
     ],
 )
 def test_errors_are_one_line_and_nonzero(cli: CLI, args: tuple[str, ...], needle: str) -> None:
-    cli.json("human", "add", "alice")
+    cli.fast().json("human", "add", "alice")
     proc = cli.run(*args, check=False)
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

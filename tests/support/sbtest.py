@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +114,10 @@ def run_in_process(
     sys.stdin = io.StringIO(input or "")
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse: --help, or a refused flag (exit 2)
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            # On a thread of its own: main runs its own event loop, which an async test's
+            # running loop would refuse.
+            with ThreadPoolExecutor(1) as pool:
+                code = pool.submit(_exit_code, main, list(args)).result()
     finally:
         sys.stdin = stdin
         os.environ.clear()
@@ -126,6 +127,14 @@ def run_in_process(
             lg.handlers[:] = handlers
     return subprocess.CompletedProcess(["switchboard", *args], code, out.getvalue(),
                                        err.getvalue())
+
+
+def _exit_code(main: Any, argv: list[str]) -> int:
+    try:
+        code: int = main(argv)
+        return code
+    except SystemExit as exc:  # argparse: --help, or a refused flag (exit 2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
 
 class CLI:
