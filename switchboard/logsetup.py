@@ -21,9 +21,10 @@ LEVEL_ENV = "SWITCHBOARD_LOG_LEVEL"
 FORMAT_ENV = "SWITCHBOARD_LOG_FORMAT"
 
 #: Libraries whose INFO lines are transport detail (an MCP session opened, a request
-#: sent): an operator's INFO log is deliveries and start-up, so these speak from WARNING
-#: unless the level is DEBUG.
-_CHATTY = ("mcp", "httpx", "httpcore")
+#: sent) or the embedded server's own bookkeeping (pgserver logs initdb's and pg_ctl's
+#: whole output at INFO): an operator's INFO log is deliveries and start-up, so these
+#: speak from WARNING unless the level is DEBUG.
+CHATTY = ("mcp", "httpx", "httpcore", "pgserver")
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -116,7 +117,7 @@ def configure(level: int, fmt: str) -> None:
         handler.setFormatter(formatter)
         handler.setLevel(logging.NOTSET)
     root.setLevel(level)
-    for name in _CHATTY:
+    for name in CHATTY:
         logging.getLogger(name).setLevel(logging.NOTSET if level <= logging.DEBUG
                                          else max(level, logging.WARNING))
     loghygiene.install(level)

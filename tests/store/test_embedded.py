@@ -30,6 +30,9 @@ def test_serve_on_the_embedded_database_and_reuse_it(server_factory: Any, tmp_pa
         assert json.loads(resp.read()) == {"status": "ok", "database": "ok"}
     log = srv.log.read_text()
     assert "embedded PostgreSQL" in log and str(data / "pg") in log
+    # One line says so; the embedded server's own INFO chatter (initdb's and pg_ctl's whole
+    # output) is not in serve's INFO log.
+    assert "initdb" not in log and '"logger": "pgserver"' not in log, log[:2000]
 
     # A CLI command run beside the server uses the same embedded database.
     cli = CLI(make_env(None, data))

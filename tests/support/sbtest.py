@@ -101,11 +101,12 @@ def run_in_process(
     environment is ``env`` for the call's duration; stdin, stdout and stderr are strings.
     """
     from switchboard.cli.main import main
+    from switchboard.logsetup import CHATTY
 
     saved = dict(os.environ)
     # main configures logging (a stderr handler, levels): undone after, so one call's
     # handler does not outlive its captured stderr and pytest's capture keeps its level.
-    loggers = [logging.getLogger(name) for name in ("", "mcp", "httpx", "httpcore")]
+    loggers = [logging.getLogger(name) for name in ("", *CHATTY)]
     logging_state = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
     out, err = io.StringIO(), io.StringIO()
     stdin = sys.stdin
