@@ -118,8 +118,13 @@ def cli(dsn: str, tmp_path: Path) -> CLI:
 
 
 @contextlib.asynccontextmanager
-async def _runtime(dsn: str, data_dir: Path) -> AsyncIterator[Runtime]:
-    rt = Runtime(load_config(env=make_env(dsn, data_dir)))
+async def _runtime(dsn: str, data_dir: Path, config: str | None = None) -> AsyncIterator[Runtime]:
+    path = None
+    if config is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / "switchboard.toml"
+        path.write_text(config)
+    rt = Runtime(load_config(path, env=make_env(dsn, data_dir)))
     await rt.open_store(migrate=False)
     try:
         yield rt
@@ -128,9 +133,11 @@ async def _runtime(dsn: str, data_dir: Path) -> AsyncIterator[Runtime]:
 
 
 @pytest.fixture
-async def runtime(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
-    """An in-process runtime on a fresh database (service-layer tests)."""
-    async with _runtime(dsn, tmp_path / "data") as rt:
+async def runtime(request: pytest.FixtureRequest, dsn: str,
+                  tmp_path: Path) -> AsyncIterator[Runtime]:
+    """An in-process runtime on a fresh database (service-layer tests), configured by the
+    test module's ``CONFIG`` (TOML text) when it has one."""
+    async with _runtime(dsn, tmp_path / "data", getattr(request.module, "CONFIG", None)) as rt:
         yield rt
 
 

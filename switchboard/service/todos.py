@@ -117,23 +117,17 @@ async def list_all_todos(
     as :func:`list_todos` checks them. ``unreachable``: only the live ones (pending and
     claimed unless ``state``) in a queue their endpoint does not drain, with their webhook.
     """
-    if unreachable:
-        if endpoint_id is not None:
-            endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
-        if queue is not None:
-            check_queue(queue, "queue")
-        if state is not None and state not in STATES:
-            raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
-        rows = await rt.store.unreachable_todos(
-            owner_human=None, endpoint_id=endpoint_id, queue=queue,
-            states=[state] if state else LIVE_STATES, limit=_limit(limit))
-        return {"todos": [unreachable_view(r) for r in rows]}
     if endpoint_id is not None:
         endpoint_id = (await rt.store.get_endpoint(endpoint_id))["id"]
     if queue is not None:
         check_queue(queue, "queue")
     if state is not None and state not in STATES:
         raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
+    if unreachable:
+        rows = await rt.store.unreachable_todos(
+            owner_human=None, endpoint_id=endpoint_id, queue=queue,
+            states=[state] if state else LIVE_STATES, limit=_limit(limit))
+        return {"todos": [unreachable_view(r) for r in rows]}
     rows = await rt.store.browse_todos(endpoint_id=endpoint_id, queue=queue, state=state,
                                        limit=_limit(limit))
     return {"todos": [browsed_view(r) for r in rows]}

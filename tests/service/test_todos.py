@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
-from sbtest import make_env
+from sbworld import vended_endpoint
 
-from switchboard.config import load_config
 from switchboard.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard.runtime import Runtime
 from switchboard.service import identity, todos
@@ -26,20 +22,12 @@ backoff_max_seconds = 0.3
 
 
 @pytest.fixture
-async def rt(dsn: str, tmp_path: Path) -> AsyncIterator[Runtime]:
-    path = tmp_path / "switchboard.toml"
-    path.write_text(CONFIG)
-    runtime = Runtime(load_config(path, env=make_env(dsn, tmp_path / "data")))
-    await runtime.open_store(migrate=False)
-    try:
-        yield runtime
-    finally:
-        await runtime.shutdown()
+def rt(runtime: Runtime) -> Runtime:
+    """The conftest's runtime, configured by CONFIG."""
+    return runtime
 
 
-async def _endpoint(rt: Runtime, owner: str, name: str, queues: list[str]) -> dict[str, Any]:
-    made = await identity.vend_endpoint(rt, owner=owner, name=name, queues=queues)
-    return await identity.authenticate(rt, made["token"])
+_endpoint = vended_endpoint
 
 
 def _todos(dsn: str, endpoint_id: str, queue: str, n: int) -> list[str]:

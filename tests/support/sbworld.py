@@ -104,5 +104,13 @@ def on_runtime(env: dict[str, str], call: Callable[[Any], Awaitable[T]]) -> T:
         return pool.submit(asyncio.run, run()).result()
 
 
+async def vended_endpoint(rt: Any, owner: str, name: str, queues: list[str]) -> dict[str, Any]:
+    """Vend ``name`` for ``owner`` in process and return it as its token authenticates."""
+    from switchboard.service import identity
+
+    made = await identity.vend_endpoint(rt, owner=owner, name=name, queues=queues)
+    return dict(await identity.authenticate(rt, made["token"]))
+
+
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
