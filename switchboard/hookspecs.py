@@ -146,7 +146,9 @@ def switchboard_register_projections(register: ProjectionRegistry, config: Plugi
     :param register: call ``register.add(projection)`` with a
         :class:`switchboard.plugin.Projection`: a top-level ``name``, the ``sources`` it
         serves (several plugins may fill one name for different sources), the ``keys``
-        it always fills, a pure ``build(source, kind, payload)`` returning a dict
+        it always fills, a pure ``build(source, kind, payload)`` (also given
+        ``headers=``, sanitized and lower-cased, when the projection sets
+        ``headers=True``) returning a dict
         (missing keys become null) or None when it does not apply, and optionally a
         ``title_key`` whose string titles the delivery's todos and an ``actor_key``
         naming who caused the delivery (shown to LLM triage). The envelope key is
@@ -160,10 +162,14 @@ def switchboard_register_projections(register: ProjectionRegistry, config: Plugi
 def switchboard_register_subjects(register: SubjectRegistry, config: PluginConfig) -> None:
     """Register subject extractors (the issue or artifact a delivery is about).
 
-    :param register: call ``register.add(extractor)`` with an object that has a
-        ``name`` and ``subject(source, kind, payload)`` returning a stable subject key
-        (e.g. ``gitea:org/repo#12``) or None. Subjects feed once-keys and work orders
-        and never depend on tenant-written expressions.
+    :param register: call ``register.add(extractor)`` with a
+        :class:`switchboard.plugin.SubjectExtractor`: a ``name`` and a pure
+        ``subject(source, kind, payload)`` parsing the verified body, returning a stable
+        subject key (``gitea:org/repo#12``, ``cairn:<id>``), or a mapping with that key
+        under ``"key"`` plus the subject's fields, or None. The first extractor with an
+        answer wins. Subjects are read only for ``once`` and ``work_order`` actions: they
+        feed the once key and the work order's ``subject``, and never depend on
+        tenant-written expressions.
     :param config: this plugin's section.
     """
 
