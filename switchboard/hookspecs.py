@@ -207,9 +207,12 @@ def switchboard_register_rule_packs(register: RulePackRegistry, config: PluginCo
     """Register rule packs: named, ready-made routing configs owners can install.
 
     :param register: call ``register.add_pack(name, config, description=...)`` where
-        ``config`` is a routing config document (``{rules, default_action?, params?}``).
-        A pack's config is validated like any saved config when it is installed, never
-        when registered.
+        ``config`` is a routing config document (``{rules, default_action?, params?}``): a
+        ``set_webhook_rules`` body without ``webhook_id``, naming queues, never endpoint
+        ids (``exclusive`` picks the endpoint). Packs are listed by ``switchboard packs``
+        and the MCP tool ``list_rule_packs``, and installed on a webhook by
+        ``install_rule_pack``; a pack's config is validated like any saved config when it
+        is installed, never when registered.
     :param config: this plugin's section.
     """
 
