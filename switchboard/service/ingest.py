@@ -12,7 +12,7 @@ from ..errors import StoreUnavailable, SwitchboardError, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
-from ..routing.model import DISPOSITION_REPEAT
+from ..routing.model import DISPOSITION_REPEAT, Decision
 from ..routing.route import config_of, grant_for, route
 from ..routing.trace import validate_trace
 from ..routing.workorder import (
@@ -145,21 +145,7 @@ async def _ingest(
     trace = clean_json(decision.trace)
     if webhook.get("in_overlap") and secret is not None:
         trace["secret"] = used  # which one verified, while two are valid
-    subject = None
-    if not decision.drop and (decision.once or decision.work_order):
-        # Parsed in code from the verified body, never by a tenant's expression.
-        subject = subject_of(rt.registries.subjects, envelope["source"], envelope["kind"],
-                             envelope["payload"])
-    once = None
-    if decision.once and decision.queue is not None:
-        if subject is None:
-            trace["once"] = ONCE_NO_SUBJECT  # nothing to key: routed like any delivery
-        else:
-            key = once_key(subject["key"], decision.queue)
-            trace.update(once=ONCE_CLAIMED, once_key=key)
-            repeat_trace = {**trace, "once": ONCE_REPEAT}
-            validate_trace(repeat_trace)
-            once = OnceClaim(str(webhook["id"]), key, repeat_trace)
+    subject, once = _subject_and_claim(rt, webhook, decision, envelope, trace)
     validate_trace(trace)
     event = {
         "source": webhook["source_type"],
@@ -217,6 +203,31 @@ async def _ingest(
             **base,
         },
     )
+
+
+def _subject_and_claim(
+    rt: Runtime, webhook: dict[str, Any], decision: Decision, envelope: dict[str, Any],
+    trace: dict[str, Any],
+) -> tuple[dict[str, Any] | None, OnceClaim | None]:
+    """The subject of a ``once`` or ``work_order`` decision, and the claim ``once`` makes.
+
+    The subject is parsed in code from the verified body, never by a tenant's expression;
+    ``trace`` gains ``once`` and ``once_key`` (the repeat's trace is the claim's to store).
+    """
+    if decision.drop or not (decision.once or decision.work_order):
+        return None, None
+    subject = subject_of(rt.registries.subjects, envelope["source"], envelope["kind"],
+                         envelope["payload"])
+    if not decision.once or decision.queue is None:
+        return subject, None
+    if subject is None:
+        trace["once"] = ONCE_NO_SUBJECT  # nothing to key: routed like any delivery
+        return None, None
+    key = once_key(subject["key"], decision.queue)
+    trace.update(once=ONCE_CLAIMED, once_key=key)
+    repeat_trace = {**trace, "once": ONCE_REPEAT}
+    validate_trace(repeat_trace)
+    return subject, OnceClaim(str(webhook["id"]), key, repeat_trace)
 
 
 def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
