@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -20,15 +21,19 @@ class Projection:
     in registration order, that offers one wins, else the title is source and kind.
     ``actor_key`` likewise names the key holding who caused the delivery (``actor_id``
     for ``.artifact``, ``sender`` for ``.issue``): what an LLM triage prompt shows as
-    the event's actor.
+    the event's actor. ``headers`` asks for the delivery's headers as well (see below).
     """
 
     name: str
     sources: tuple[str, ...]
     keys: tuple[str, ...]
-    build: Callable[[str, str | None, Any], dict[str, Any] | None]
+    build: Callable[..., dict[str, Any] | None]
     title_key: str | None = None
     actor_key: str | None = None
+    #: When True, ``build`` is also called with ``headers=``: the delivery's sanitized,
+    #: lower-cased headers, exactly as persisted (so a dry run over a stored event agrees).
+    #: For producers that put the detail in a header (Gitea's ``X-Gitea-Event-Type``).
+    headers: bool = False
 
 
 @runtime_checkable
@@ -36,12 +41,19 @@ class SubjectExtractor(Protocol):
     """What ``switchboard_register_subjects`` registers: the thing a delivery is about.
 
     ``subject`` is pure and parses the verified body in code (never a tenant expression);
-    it returns a stable key such as ``gitea:org/repo#12`` or ``cairn:<id>``, or None when
-    the delivery is not about such a thing.
+    it returns a stable key such as ``gitea:org/repo#12`` or ``cairn:<id>`` (or a mapping
+    holding that key under ``"key"`` with the subject's fields), or None when the delivery
+    is not about such a thing. The first extractor with an answer wins.
     """
 
     name: str
 
-    def subject(self, source: str, kind: str | None, payload: Any) -> str | None:
-        """The subject key of a delivery from ``source``, or None."""
+    def subject(
+        self, source: str, kind: str | None, payload: Any
+    ) -> str | Mapping[str, Any] | None:
+        """The subject of a delivery from ``source``, or None.
+
+        A bare key, or a mapping with the key under ``"key"`` and the subject's fields
+        (what a work order's ``subject`` shows the worker).
+        """
         ...

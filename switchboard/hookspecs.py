@@ -146,7 +146,9 @@ def switchboard_register_projections(register: ProjectionRegistry, config: Plugi
     :param register: call ``register.add(projection)`` with a
         :class:`switchboard.plugin.Projection`: a top-level ``name``, the ``sources`` it
         serves (several plugins may fill one name for different sources), the ``keys``
-        it always fills, a pure ``build(source, kind, payload)`` returning a dict
+        it always fills, a pure ``build(source, kind, payload)`` (also given
+        ``headers=``, sanitized and lower-cased, when the projection sets
+        ``headers=True``) returning a dict
         (missing keys become null) or None when it does not apply, and optionally a
         ``title_key`` whose string titles the delivery's todos and an ``actor_key``
         naming who caused the delivery (shown to LLM triage). The envelope key is
@@ -160,10 +162,14 @@ def switchboard_register_projections(register: ProjectionRegistry, config: Plugi
 def switchboard_register_subjects(register: SubjectRegistry, config: PluginConfig) -> None:
     """Register subject extractors (the issue or artifact a delivery is about).
 
-    :param register: call ``register.add(extractor)`` with an object that has a
-        ``name`` and ``subject(source, kind, payload)`` returning a stable subject key
-        (e.g. ``gitea:org/repo#12``) or None. Subjects feed once-keys and work orders
-        and never depend on tenant-written expressions.
+    :param register: call ``register.add(extractor)`` with a
+        :class:`switchboard.plugin.SubjectExtractor`: a ``name`` and a pure
+        ``subject(source, kind, payload)`` parsing the verified body, returning a stable
+        subject key (``gitea:org/repo#12``, ``cairn:<id>``), or a mapping with that key
+        under ``"key"`` plus the subject's fields, or None. The first extractor with an
+        answer wins. Subjects are read only for ``once`` and ``work_order`` actions: they
+        feed the once key and the work order's ``subject``, and never depend on
+        tenant-written expressions.
     :param config: this plugin's section.
     """
 
@@ -201,9 +207,12 @@ def switchboard_register_rule_packs(register: RulePackRegistry, config: PluginCo
     """Register rule packs: named, ready-made routing configs owners can install.
 
     :param register: call ``register.add_pack(name, config, description=...)`` where
-        ``config`` is a routing config document (``{rules, default_action?, params?}``).
-        A pack's config is validated like any saved config when it is installed, never
-        when registered.
+        ``config`` is a routing config document (``{rules, default_action?, params?}``): a
+        ``set_webhook_rules`` body without ``webhook_id``, naming queues, never endpoint
+        ids (``exclusive`` picks the endpoint). Packs are listed by ``switchboard packs``
+        and the MCP tool ``list_rule_packs``, and installed on a webhook by
+        ``install_rule_pack``; a pack's config is validated like any saved config when it
+        is installed, never when registered.
     :param config: this plugin's section.
     """
 

@@ -56,6 +56,7 @@ from .routing.model import (
     CAUSE_LLM_TIMEOUT,
     CAUSE_LLM_UNKNOWN_QUEUE,
     DISPOSITION_DROPPED,
+    DISPOSITION_REPEAT,
     DISPOSITION_ROUTED,
     DISPOSITIONS,
     FAULT_CAUSES,
@@ -74,6 +75,7 @@ from .routing.model import (
     ValidatingStage,
 )
 from .routing.replay import sample_envelope, stored_envelope
+from .routing.workorder import WORK_ORDER_AUTHORITY
 from .runtime import Runtime
 from .sinks import Sink, SinkEvent, SinkTodo
 from .sources import (
@@ -113,6 +115,7 @@ __all__ = [
     "CAUSE_LLM_UNKNOWN_QUEUE",
     "DISPOSITIONS",
     "DISPOSITION_DROPPED",
+    "DISPOSITION_REPEAT",
     "DISPOSITION_ROUTED",
     "FAULT_CAUSES",
     "LLM_CAUSES",
@@ -123,6 +126,7 @@ __all__ = [
     "STAGE_LLM",
     "TRUST_SIGNED",
     "TRUST_TOKEN",
+    "WORK_ORDER_AUTHORITY",
     "CeilingExceeded",
     "Command",
     "CommandRegistry",

@@ -124,12 +124,17 @@ class ToolContext:
 
     ``endpoint`` is the live endpoints row the bearer token authenticated (its ``id``,
     ``owner_human``, ``scope_queues``, ``verbs``, webhook ceiling...), re-checked on every
-    request; ``owner`` is the identity a claimed todo records.
+    request; ``owner`` is the identity a claimed todo records; ``given`` names the
+    arguments the caller sent.
     """
 
     runtime: Any
     endpoint: dict[str, Any]
     session_id: str | None = None
+    #: The argument names the caller actually sent (None: not known). A tool whose
+    #: omitted argument means something other than its default (``set_webhook_rules``
+    #: keeps stored params when ``params`` is left out, clears them on null) reads it.
+    given: frozenset[str] | None = None
 
     @property
     def owner(self) -> str:

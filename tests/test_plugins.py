@@ -62,8 +62,11 @@ def test_plugins_command_lists_hooks_as_json(cli: CLI) -> None:
     by = {p["name"]: p for p in out}
     assert "switchboard_register_sources" in by["cairn"]["hooks"]
     assert set(by["cairn"]) == {"name", "version", "distribution", "hooks", "provides"}
-    assert by["cairn"]["provides"] == {"sources": ["cairn"], "projections": ["artifact:cairn"]}
+    assert by["cairn"]["provides"] == {"sources": ["cairn"], "projections": ["artifact:cairn"],
+                                       "subjects": ["cairn-artifact"]}
+    assert by["gitea"]["provides"]["subjects"] == ["gitea-issue"]
     assert by["rules"]["provides"]["stages"] == ["rules"]
+    assert by["rules"]["provides"]["rule_packs"] == ["cairn-handoff", "lanes", "pool-review"]
     assert by["rules"]["provides"]["enabled_stages"] == ["rules"]
 
 

@@ -1,15 +1,15 @@
-"""First-party plugin: the ``cairn`` source and its ``.artifact`` projection."""
+"""First-party plugin: the ``cairn`` source, its ``.artifact`` projection and artifact subjects."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from switchboard.plugin import ProjectionRegistry, SourceRegistry, hookimpl
+from switchboard.plugin import ProjectionRegistry, SourceRegistry, SubjectRegistry, hookimpl
 
-from .projection import ARTIFACT_KEYS, ARTIFACT_PROJECTION, build_artifact
+from .projection import ARTIFACT_KEYS, ARTIFACT_PROJECTION, ArtifactSubjects, build_artifact
 from .source import DEFAULT_WINDOW_SECONDS, CairnSource
 
-__all__ = ["ARTIFACT_KEYS", "CONFIG_SCHEMA", "CairnSource", "build_artifact"]
+__all__ = ["ARTIFACT_KEYS", "CONFIG_SCHEMA", "ArtifactSubjects", "CairnSource", "build_artifact"]
 
 #: ``[plugins.cairn]``: how old (or how far ahead) a signed ``created_at`` may be.
 CONFIG_SCHEMA: dict[str, Any] = {
@@ -45,3 +45,9 @@ def switchboard_register_sources(register: SourceRegistry, config: dict[str, Any
 def switchboard_register_projections(register: ProjectionRegistry) -> None:
     """Fill ``.artifact`` for Cairn events."""
     register.add(ARTIFACT_PROJECTION)
+
+
+@hookimpl
+def switchboard_register_subjects(register: SubjectRegistry) -> None:
+    """Cairn artifacts as subjects: ``cairn:<id>``."""
+    register.add(ArtifactSubjects())

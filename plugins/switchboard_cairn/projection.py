@@ -51,3 +51,33 @@ ARTIFACT_PROJECTION = Projection(
     name="artifact", sources=("cairn",), keys=ARTIFACT_KEYS, build=build_artifact,
     title_key="title", actor_key="actor_id",
 )
+
+
+class ArtifactSubjects:
+    """The Cairn artifact an ``artifact.created`` event is about: ``cairn:<id>``.
+
+    Parsed from the signed body. Tags keep their string entries only; every field but the
+    key is producer text (a work order says so).
+    """
+
+    name = "cairn-artifact"
+
+    def subject(self, source: str, kind: str | None, payload: Any) -> dict[str, Any] | None:
+        if source != "cairn" or kind != "artifact.created":
+            return None
+        artifact = build_artifact(source, kind, payload)
+        if artifact is None or not artifact["id"]:
+            return None
+        tags = [t for t in artifact["tags"] or () if isinstance(t, str)]
+        return {
+            "key": f"cairn:{artifact['id']}",
+            "type": "artifact",
+            "id": artifact["id"],
+            "handle": artifact["handle"],
+            "share_type": artifact["share_type"],
+            "actor_id": artifact["actor_id"],
+            "on_behalf_of": artifact["on_behalf_of"],
+            "tags": tags,
+            "title": artifact["title"],
+            "url": artifact["url"],
+        }

@@ -1,4 +1,4 @@
-"""What the gitea and github plugins share: the ``.issue`` projection (a library, no hooks)."""
+"""What the gitea and github plugins share: the ``.issue`` projection and subject (a library, no hooks)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from .issue import (
     GITHUB_ISSUE_KINDS,
     ISSUE_KEYS,
     LABEL_ACTIONS,
+    IssueSubjects,
     build_issue,
     issue_projection,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "GITHUB_ISSUE_KINDS",
     "ISSUE_KEYS",
     "LABEL_ACTIONS",
+    "IssueSubjects",
     "build_issue",
     "issue_projection",
 ]

@@ -52,13 +52,20 @@ def _label_names(labels: Any) -> list[str]:
     return [name for item in labels if (name := _str(_dict(item).get("name"))) is not None]
 
 
+#: The header carrying Gitea's detailed event type (``issue_label``, ``issue_assign`` ...).
+GITEA_EVENT_TYPE_HEADER = "x-gitea-event-type"
+
+
 def build_issue(
-    provider: str, kinds: frozenset[str], kind: str | None, payload: Any
+    provider: str, kinds: frozenset[str], kind: str | None, payload: Any,
+    event_type: str | None = None,
 ) -> dict[str, Any] | None:
     """The ``.issue`` projection of a forge ``issues`` event, or None when it is not one.
 
     Pull requests are left out: GitHub and Gitea both describe a PR as an issue with a
     ``pull_request`` member, and a PR rule should not match as an issue rule.
+    ``event_type`` is the producer's detailed type when it sends one (Gitea's
+    ``X-Gitea-Event-Type``); ``.issue.event_type`` falls back to the event (``kind``).
     """
     if kind not in kinds or not isinstance(payload, dict):
         return None
@@ -76,7 +83,7 @@ def build_issue(
     return {
         "provider": provider,
         "action": action,
-        "event_type": kind,
+        "event_type": event_type or kind,
         "repo": repo,
         "number": number,
         "title": _str(issue.get("title")),
@@ -94,14 +101,40 @@ def build_issue(
 
 
 def issue_projection(provider: str, kinds: frozenset[str]) -> Projection:
-    """The ``.issue`` projection for one forge, ready for ``switchboard_register_projections``."""
+    """The ``.issue`` projection for one forge, ready for ``switchboard_register_projections``.
 
-    def build(source: str, kind: str | None, payload: Any) -> dict[str, Any] | None:
+    Gitea's detailed event type is a header (``X-Gitea-Event-Type``), read first, as Gitea
+    itself does, falling back to the event.
+    """
+
+    def build(source: str, kind: str | None, payload: Any,
+              headers: dict[str, str] | None = None) -> dict[str, Any] | None:
         # The provider is the forge that registered this projection, not whatever name the
         # caller passes, so ``.issue.key`` stays stable.
-        return build_issue(provider, kinds, kind, payload)
+        detail = _str((headers or {}).get(GITEA_EVENT_TYPE_HEADER)) if provider == "gitea" else None
+        return build_issue(provider, kinds, kind, payload, detail or None)
 
     return Projection(
         name="issue", sources=(provider,), keys=ISSUE_KEYS, build=build, title_key="title",
-        actor_key="sender",
+        actor_key="sender", headers=provider == "gitea",
     )
+
+
+#: A subject's fields: what identifies the issue, never what one event did to it.
+SUBJECT_KEYS = ("provider", "repo", "number", "title", "url", "state", "author", "labels")
+
+
+class IssueSubjects:
+    """The forge issue a delivery is about: ``provider:repo#number`` (the ``.issue`` parse)."""
+
+    def __init__(self, provider: str, kinds: frozenset[str]) -> None:
+        self.name = f"{provider}-issue"
+        self.provider, self.kinds = provider, kinds
+
+    def subject(self, source: str, kind: str | None, payload: Any) -> dict[str, Any] | None:
+        if source != self.provider:
+            return None
+        issue = build_issue(self.provider, self.kinds, kind, payload)
+        if issue is None or issue["key"] is None:
+            return None
+        return {"key": issue["key"], "type": "issue", **{k: issue[k] for k in SUBJECT_KEYS}}

@@ -168,7 +168,8 @@ class SwitchboardMCP(MCPServer[Any]):
                               " `switchboard endpoint vend --verbs ...`")
         if context is None:
             context = Context(mcp_server=self)
-        token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller))
+        given = frozenset(arguments or ())
+        token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller, given=given))
         try:
             result = await sdk_tool.run(arguments, context, convert_result=True)
         except ToolError as exc:

@@ -16,7 +16,9 @@ WebhookId = Annotated[str, Field(description="The webhook's id")]
 async def list_webhook_events(
     ctx: ToolContext, webhook_id: WebhookId,
     disposition: Annotated[
-        Literal["routed", "dropped"] | None, Field(description="Only routed or only dropped")
+        Literal["routed", "dropped", "repeat"] | None,
+        Field(description="Only routed, only dropped, or only repeats (a once action's subject"
+                          " and queue already claimed: no todo)")
     ] = None,
     limit: Annotated[int | None, Field(description="Page size, 1-100 (default 20)")] = None,
     cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,

@@ -1,4 +1,4 @@
-"""First-party plugin: the ``rules`` routing stage (jq in a sandbox) and its verbs."""
+"""First-party plugin: the ``rules`` routing stage (jq in a sandbox), its verbs and rule packs."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Any
 from switchboard.plugin import (
     CommandRegistry,
     MCPToolRegistry,
+    RulePackRegistry,
     Runtime,
     StageRegistry,
     hookimpl,
 )
 
 from . import commands, tools
+from .packs import PACKS
 from .stage import CONFIG_SCHEMA, RulesStage
 
 
@@ -37,14 +39,22 @@ def switchboard_register_routing_stages(register: StageRegistry, config: dict[st
 
 
 @hookimpl
+def switchboard_register_rule_packs(register: RulePackRegistry) -> None:
+    """The shipped packs: ``cairn-handoff``, ``lanes`` and ``pool-review``."""
+    for name, (config, description) in PACKS.items():
+        register.add_pack(name, config, description=description)
+
+
+@hookimpl
 def switchboard_register_commands(register: CommandRegistry) -> None:
-    """``switchboard rules check|test``: validate and dry-run a routing config offline."""
+    """``switchboard rules check|test`` (a routing config offline) and ``switchboard packs``."""
     commands.register(register)
 
 
 @hookimpl
 def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
-    """This plugin's verbs: list, set, add, update, move, remove and test a webhook's rules."""
+    """This plugin's verbs: list, set, add, update, move, remove and test a webhook's rules;
+    list and install rule packs."""
     for fn in tools.TOOLS:
         register.add_tool(fn.__name__, fn, description=inspect.cleandoc(fn.__doc__ or ""))
 

@@ -18,7 +18,8 @@ from switchboard.plugin import (
     validate_config,
 )
 
-DEFAULT_GRANT = {"target_queue": "inbox", "queues": ["inbox"], "endpoints": ["owner"]}
+DEFAULT_GRANT = {"target_queue": "inbox", "queues": ["inbox"], "endpoints": ["owner"],
+                 "endpoint_queues": {"owner": ["inbox"]}}
 
 
 def _emit(doc: Any) -> None:
@@ -44,8 +45,9 @@ def _grant(path: str | None) -> Grant:
 def _configure_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="routing config: {rules, default_action?, params?}")
     p.add_argument("--grant", metavar="GRANT.json",
-                   help='{"target_queue", "queues":[...], "endpoints":[...]} '
-                        '(default: inbox / ["inbox"] / ["owner"])')
+                   help='{"target_queue", "queues":[...], "endpoints":[...],'
+                        ' "endpoint_queues": {endpoint: [queues it drains]}} (default: inbox /'
+                        ' ["inbox"] / ["owner"] draining inbox; exclusive needs a drainer)')
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -101,6 +103,25 @@ def _sample(args: argparse.Namespace, rt: Runtime) -> dict[str, Any]:
     )
 
 
+def configure_packs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", metavar="PACK", help="show only this pack")
+
+
+async def run_packs(args: argparse.Namespace, rt: Runtime) -> int:
+    from switchboard.service import packs
+
+    listed = packs.list_packs(rt)["packs"]
+    if args.name is not None:
+        listed = [p for p in listed if p["name"] == args.name]
+        if not listed:
+            raise InvalidArgument(f"PACK: no rule pack {args.name!r} "
+                                  f"(installed: {', '.join(rt.registries.rule_packs.names())})")
+    _emit({"packs": listed})
+    return 0
+
+
 def register(register: CommandRegistry) -> None:
     register.add_command("rules", configure, run, needs_store=False,
                          help="check or test a routing config offline")
+    register.add_command("packs", configure_packs, run_packs, needs_store=False,
+                         help="list the rule packs plugins offer (install_rule_pack installs one)")

@@ -497,7 +497,11 @@ class Sandbox:
         att = att or Attempt()
         att.first_arm = loop.time()
         try:
-            await loop.sock_sendall(sock, body)
+            if body:
+                # Never an empty send: a compile sends nothing more, and its zygote may have
+                # answered and closed already, when even a zero-byte send fails with EPIPE
+                # although the answer waits, complete, in the receive buffer.
+                await loop.sock_sendall(sock, body)
             buf = b""
             async with asyncio.timeout_at(deadline):
                 while not att.done and att.status is None and att.garbage is None:

@@ -44,13 +44,28 @@ async def list_webhook_rules(ctx: ToolContext, webhook_id: WebhookId) -> dict[st
     return result
 
 
+SetParams = Annotated[
+    dict[str, Any] | None,
+    Field(description="Bound as $params in expressions. Omit it to keep the stored params;"
+                      " null clears them; an object replaces them"),
+]
+
+
+def _given(ctx: ToolContext, name: str) -> bool:
+    # Unknown (a caller that does not say what it sent) reads as given: the value is used.
+    return ctx.given is None or name in ctx.given
+
+
 async def set_webhook_rules(
     ctx: ToolContext, webhook_id: WebhookId, rules: Rules,
-    default_action: DefaultAction = None, params: Params = None,
+    default_action: DefaultAction = None, params: SetParams = None,
 ) -> dict[str, Any]:
-    """Replace the whole rule list (validated as a unit, compiled at save)."""
-    result: dict[str, Any] = await _rules().set_rules(
-        ctx.runtime, ctx.endpoint, webhook_id, rules, default_action, params
+    """Replace the whole rule list and default action (validated as a unit, compiled at save).
+    Omitting params keeps the stored params ($params); params: null clears them."""
+    rules_service = _rules()
+    result: dict[str, Any] = await rules_service.set_rules(
+        ctx.runtime, ctx.endpoint, webhook_id, rules, default_action,
+        params if _given(ctx, "params") else rules_service.KEEP,
     )
     return result
 
@@ -130,8 +145,37 @@ async def test_webhook_rules(
     return result
 
 
+def _packs() -> ModuleType:
+    from switchboard.service import packs
+
+    return packs
+
+
+async def list_rule_packs(ctx: ToolContext) -> dict[str, Any]:
+    """The rule packs installed plugins offer: name, description, plugin and config (rules,
+    default_action; queue names, never endpoint ids). Install one with install_rule_pack."""
+    result: dict[str, Any] = _packs().list_packs(ctx.runtime)
+    return result
+
+
+async def install_rule_pack(
+    ctx: ToolContext, webhook_id: WebhookId,
+    pack: Annotated[str, Field(description="The pack's name (see list_rule_packs)")],
+    params: SetParams = None,
+) -> dict[str, Any]:
+    """Replace a webhook's rules and default action with a pack's (validated like
+    set_webhook_rules: every exclusive lane queue needs a routed endpoint that drains it).
+    Omitting params keeps the stored params ($params); params: null clears them."""
+    result: dict[str, Any] = await _packs().install_pack(
+        ctx.runtime, ctx.endpoint, webhook_id, pack,
+        params if _given(ctx, "params") else _rules().KEEP,
+    )
+    return result
+
+
 TOOLS = (
     list_webhook_rules, set_webhook_rules, add_webhook_rule, update_webhook_rule,
-    move_webhook_rule, remove_webhook_rule, test_webhook_rules,
+    move_webhook_rule, remove_webhook_rule, test_webhook_rules, list_rule_packs,
+    install_rule_pack,
 )
 

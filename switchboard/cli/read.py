@@ -116,7 +116,7 @@ def configure_events(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     lst = sub.add_parser("list", help="a webhook's stored deliveries, newest first")
     lst.add_argument("--webhook", required=True, metavar="ID", help="the webhook")
-    lst.add_argument("--disposition", choices=DISPOSITIONS, help="only routed or dropped ones")
+    lst.add_argument("--disposition", choices=DISPOSITIONS, help="only routed, dropped or repeat ones")
     lst.add_argument("--limit", type=bounded_int(1, events.LIMIT_MAX), metavar="N",
                      help=f"at most N (default {events.LIMIT_DEFAULT}, at most"
                           f" {events.LIMIT_MAX})")

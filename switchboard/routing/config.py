@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from switchboard.errors import RuleValidationError
+from switchboard.routing.decide import resolve
 from switchboard.routing.model import Grant, RoutingConfig, ValidatingStage
 from switchboard.routing.trace import validator
 
@@ -39,7 +40,7 @@ _NOT_TARGET = (
 )
 
 __all__ = [
-    "MAX_EXPR_BYTES", "MAX_RULES", "RuleValidationError", "check_structure", "mint_rule_id",
+    "ACTION_FLAGS", "MAX_EXPR_BYTES", "MAX_RULES", "RuleValidationError", "check_structure", "mint_rule_id",
     "rule_error", "validate_config",
 ]
 
@@ -70,10 +71,9 @@ class _Where:
         )  # fmt: skip
 
 
-#: Action flags the schema reserves for work orders and difficulty lanes. Until a stage
-#: gives them meaning a save refuses them: stored and silently ignored, an owner would
-#: believe a delivery is exclusive or at-most-once when it is neither.
-UNBUILT_FLAGS = ("exclusive", "once", "work_order")
+#: Flags a queue action may set (ADR-0025). A drop refuses them: it delivers nothing, so a
+#: flag there could only mislead whoever reads the rule.
+ACTION_FLAGS = ("exclusive", "once", "work_order")
 
 
 def rule_error(index: int, rule: dict[str, Any], code: str, problem: str) -> RuleValidationError:
@@ -84,13 +84,13 @@ def rule_error(index: int, rule: dict[str, Any], code: str, problem: str) -> Rul
 def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, Any]:
     if not isinstance(action, dict):
         raise where.fail("invalid_rule", "action must be an object")
-    unbuilt = [flag for flag in UNBUILT_FLAGS if flag in action]
-    if unbuilt:
-        raise where.fail("invalid_rule", f"action flag {unbuilt[0]!r} is not supported yet"
-                         " (reserved for work orders and lanes)")
     if ("queue" in action) == ("drop" in action):
         raise where.fail("invalid_rule", "action must have exactly one of queue or drop")
     if "drop" in action:
+        flags = [flag for flag in ACTION_FLAGS if flag in action]
+        if flags:
+            raise where.fail("invalid_rule", f"a drop action cannot set {flags[0]!r}"
+                             " (exclusive, once and work_order apply to queue actions)")
         if "endpoints" in action:
             raise where.fail("invalid_rule", "a drop action cannot list endpoints")
         if action["drop"] is not True:
@@ -114,6 +114,12 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
         targets = set(grant.endpoint_ids)
         if endpoints is not None and any(e not in targets for e in endpoints):
             raise where.fail("not_granted", _NOT_TARGET)  # one message: no existence oracle
+        if action.get("exclusive") is True and resolve(action, grant) is None:
+            # Exclusive delivery needs a target that drains the queue: a pack names queues,
+            # never endpoints, so a missing lane endpoint must fail the save, not the work.
+            raise where.fail("not_granted", f"exclusive: no delivery target drains queue"
+                             f" {queue!r}; route the webhook to an endpoint vended with"
+                             f" `--queues {queue}` first")
     return dict(action)
 
 

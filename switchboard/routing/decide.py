@@ -30,14 +30,21 @@ def resolve(action: dict[str, Any], grant: Grant) -> tuple[str, tuple[str, ...]]
     queue = action.get("queue")
     if not isinstance(queue, str) or (queue != grant.target_queue and queue not in grant.queues):
         return None
-    targets = grant.endpoint_ids
     wanted = action.get("endpoints")
-    if wanted is None:
-        endpoints = tuple(targets)
-    else:
-        chosen = set(wanted)
-        endpoints = tuple(e for e in targets if e in chosen)
+    chosen = None if wanted is None else set(wanted)
+    targets = [t for t in grant.targets if chosen is None or t.endpoint_id in chosen]
+    if action.get("exclusive") is True:
+        # Exactly one target: the first, in the grant's deterministic order (owner, then
+        # routes by granted_at and id), whose scope drains the queue. A target that does
+        # not drain it could never claim the todo, so it never counts as "the one".
+        first = next((t for t in targets if queue in t.scope_queues), None)
+        return (queue, (first.endpoint_id,)) if first is not None else None
+    endpoints = tuple(t.endpoint_id for t in targets)
     return (queue, endpoints) if endpoints else None
+
+
+def _flags(action: dict[str, Any]) -> dict[str, bool]:
+    return {"once": action.get("once") is True, "work_order": action.get("work_order") is True}
 
 
 def _faults_doc(faults: Iterable[Fault]) -> list[dict[str, Any]]:
@@ -65,6 +72,7 @@ def default_decision(
     queue: str | None = grant.target_queue
     endpoints: tuple[str, ...] = tuple(grant.endpoint_ids)
     action: dict[str, Any] = {"queue": grant.target_queue}
+    flags = _flags({})
     if default_action is not None:
         if default_action.get("drop") is True:
             drop, queue, endpoints, action = True, None, (), {"drop": True}
@@ -73,12 +81,13 @@ def default_decision(
             if reached is not None:
                 queue, endpoints = reached
                 action = _action_doc(default_action)
+                flags = _flags(default_action)
             elif trace["cause"] == CAUSE_NO_MATCH:
                 trace["cause"] = CAUSE_DEFAULT_NOT_GRANTED
     trace["action"] = action
     if fault_docs:
         trace["faults"] = fault_docs
-    return Decision(drop=drop, queue=queue, endpoints=endpoints, trace=trace)
+    return Decision(drop=drop, queue=queue, endpoints=endpoints, trace=trace, **flags)
 
 
 def _rule_ref(index: int, rule: dict[str, Any]) -> dict[str, Any]:
@@ -114,4 +123,5 @@ def decide(config: RoutingConfig, match: MatchResult, grant: Grant) -> Decision:
     trace = {"stage": STAGE_RULE, **_rule_ref(index, rule), "action": _action_doc(action)}
     if match.faults:
         trace["faults"] = _faults_doc(match.faults)
-    return Decision(drop=False, queue=reached[0], endpoints=reached[1], trace=trace)
+    return Decision(drop=False, queue=reached[0], endpoints=reached[1], trace=trace,
+                    **_flags(action))

@@ -89,9 +89,13 @@ def parse_payload(body: bytes) -> Any:
     return None if _deeper_than(value, MAX_DEPTH) else value
 
 
-def _project(projection: Any, source: str, kind: str | None, payload: Any) -> Any:
+def _project(projection: Any, source: str, kind: str | None, payload: Any,
+             headers: dict[str, str]) -> Any:
     try:
-        built = projection.build(source, kind, payload)
+        if getattr(projection, "headers", False):
+            built = projection.build(source, kind, payload, headers=dict(headers))
+        else:
+            built = projection.build(source, kind, payload)
     except Exception:
         # A plugin's projection bug must not fail every delivery from its source; the key
         # reads null and the log names the projection.
@@ -144,5 +148,6 @@ def build_envelope(
             continue
         projection = projections.get(f"{name}:{source}")
         envelope[name] = (None if projection is None
-                          else _project(projection, source, envelope["kind"], payload))
+                          else _project(projection, source, envelope["kind"], payload,
+                                        envelope["headers"]))
     return envelope

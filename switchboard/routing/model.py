@@ -31,10 +31,12 @@ LLM_CAUSES = (
     CAUSE_LLM_BUDGET_EXHAUSTED,
 )
 #: What became of a delivery, stored with its event (never re-derived from the trace).
-#: ``repeat`` and ``held`` are reserved for the lanes (work orders) stage.
+#: ``repeat``: a ``once`` action whose subject and queue another event already claimed
+#: (no todo). ``held`` stays reserved.
 DISPOSITION_ROUTED = "routed"
 DISPOSITION_DROPPED = "dropped"
-DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED)
+DISPOSITION_REPEAT = "repeat"
+DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT)
 FAULT_CAUSES = (
     "timeout",
     "error",
@@ -121,6 +123,9 @@ class Decision:
     queue: str | None
     endpoints: tuple[str, ...]
     trace: dict[str, Any]
+    #: The taken action's flags: at most once per subject and queue; attach a work order.
+    once: bool = False
+    work_order: bool = False
 
     @property
     def disposition(self) -> str:

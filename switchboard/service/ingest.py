@@ -12,13 +12,23 @@ from ..errors import StoreUnavailable, SwitchboardError, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
+from ..routing.model import DISPOSITION_REPEAT, Decision
 from ..routing.route import config_of, grant_for, route
 from ..routing.trace import validate_trace
+from ..routing.workorder import (
+    ONCE_CLAIMED,
+    ONCE_NO_SUBJECT,
+    ONCE_REPEAT,
+    once_key,
+    subject_of,
+    work_order,
+)
 from ..runtime import Runtime
 from ..sanitize import sanitize_headers
 from ..secrets_box import hash_token
 from ..sinks import SinkEvent, SinkTodo
 from ..sources import Delivery, Headers, body_key
+from ..store import OnceClaim
 from .observe import Observation, observe_delivery, sink_failed
 
 log = logging.getLogger("switchboard.ingest")
@@ -135,6 +145,7 @@ async def _ingest(
     trace = clean_json(decision.trace)
     if webhook.get("in_overlap") and secret is not None:
         trace["secret"] = used  # which one verified, while two are valid
+    subject, once = _subject_and_claim(rt, webhook, decision, envelope, trace)
     validate_trace(trace)
     event = {
         "source": webhook["source_type"],
@@ -156,15 +167,21 @@ async def _ingest(
         "queue": decision.queue,
         "title": todo_title(envelope, rt.registries.projections),
         "payload": todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id}),
-        "work_order": None,
+        "work_order": clean_json(work_order(decision, envelope, subject))
+        if decision.work_order else None,
     }
     seen.kind = envelope["kind"]
-    outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints))
+    outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints), once)
     seen.event_id = str(outcome.event_id)
     seen.disposition, seen.trace = decision.disposition, trace
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
     if outcome.dropped:
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})
+    if outcome.repeat:
+        seen.disposition = DISPOSITION_REPEAT
+        if once is not None:
+            seen.trace = once.repeat_trace
+        return IngestReply(202, {"todos": [], "created": 0, "repeat": True, **base})
     created = [t for t in outcome.todos if t["created"]]
     seen.todos_created = len(created)
     if created:
@@ -186,6 +203,31 @@ async def _ingest(
             **base,
         },
     )
+
+
+def _subject_and_claim(
+    rt: Runtime, webhook: dict[str, Any], decision: Decision, envelope: dict[str, Any],
+    trace: dict[str, Any],
+) -> tuple[dict[str, Any] | None, OnceClaim | None]:
+    """The subject of a ``once`` or ``work_order`` decision, and the claim ``once`` makes.
+
+    The subject is parsed in code from the verified body, never by a tenant's expression;
+    ``trace`` gains ``once`` and ``once_key`` (the repeat's trace is the claim's to store).
+    """
+    if decision.drop or not (decision.once or decision.work_order):
+        return None, None
+    subject = subject_of(rt.registries.subjects, envelope["source"], envelope["kind"],
+                         envelope["payload"])
+    if not decision.once or decision.queue is None:
+        return subject, None
+    if subject is None:
+        trace["once"] = ONCE_NO_SUBJECT  # nothing to key: routed like any delivery
+        return None, None
+    key = once_key(subject["key"], decision.queue)
+    trace.update(once=ONCE_CLAIMED, once_key=key)
+    repeat_trace = {**trace, "once": ONCE_REPEAT}
+    validate_trace(repeat_trace)
+    return subject, OnceClaim(str(webhook["id"]), key, repeat_trace)
 
 
 def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:

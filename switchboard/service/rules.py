@@ -74,12 +74,22 @@ def _position(value: Any, upper: int) -> int:
     return value
 
 
+#: ``set_rules(params=KEEP)``: leave the stored params as they are.
+KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()
+
+
 async def set_rules(
     rt: Runtime, caller: Row | None, webhook_id: str, rules: Any,
-    default_action: Any = None, params: Any = None,
+    default_action: Any = None, params: Any = KEEP,
 ) -> dict[str, Any]:
-    new: Config = {"rules": rules, "default_action": default_action, "params": params}
-    return await _mutate(rt, caller, webhook_id, lambda _old: new)
+    """Replace the rules and default action; ``params`` omitted (``KEEP``) keeps the stored
+    params, so re-saving rules never silently drops an allowlist; None clears them."""
+
+    def change(old: Config) -> Config:
+        kept = old.get("params") if params is KEEP else params
+        return {"rules": rules, "default_action": default_action, "params": kept}
+
+    return await _mutate(rt, caller, webhook_id, change)
 
 
 async def add_rule(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .db import Database, Row
-from .events import DeliveryOutcome, EventQueries
+from .events import DeliveryOutcome, EventQueries, OnceClaim
 from .identity import IdentityQueries
 from .todos import TodoQueries
 from .webhooks import WebhookQueries
@@ -16,4 +16,4 @@ class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries):
         self.db = db
 
 
-__all__ = ["Database", "DeliveryOutcome", "Row", "Store"]
+__all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Row", "Store"]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ..routing.model import DISPOSITION_DROPPED
+from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
 from .db import Database, Row, is_uuid
 
 
@@ -19,16 +20,31 @@ class DeliveryOutcome:
     new_event: bool
     dropped: bool
     todos: list[Row] = field(default_factory=list)  # id, endpoint_id, queue, created
+    #: A ``once`` action whose claim another event holds: no todo was made.
+    repeat: bool = False
+
+
+@dataclass(frozen=True)
+class OnceClaim:
+    """Claim ``key`` for the webhook in the delivery's transaction (``routing_once``).
+
+    ``repeat_trace`` is what the event stores instead of its trace when another event
+    already holds the claim.
+    """
+
+    webhook_id: str
+    key: str
+    repeat_trace: dict[str, Any]
 
 
 # One statement, one round trip, atomic: the event, then one todo per target (in target
 # order) unless the decision is a drop. A conflicting event (a redelivery) inserts nothing.
 _RECORD = """
     WITH ev AS (
-        INSERT INTO events (source, kind, external_id, headers, raw_headers, body,
+        INSERT INTO events (id, source, kind, external_id, headers, raw_headers, body,
                             content_type, size, verified, trust_mode, verify_detail,
                             webhook_id, routing_trace, disposition)
-        VALUES (%(source)s, %(kind)s, %(external_id)s, %(headers)s, %(raw_headers)s, %(body)s,
+        VALUES (coalesce(%(id)s::uuid, gen_random_uuid()), %(source)s, %(kind)s, %(external_id)s, %(headers)s, %(raw_headers)s, %(body)s,
                 %(content_type)s, %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s,
                 %(webhook_id)s, %(routing_trace)s, %(disposition)s)
         ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
@@ -52,6 +68,18 @@ _RECORD = """
 """
 
 
+# The at-most-once claim. DO UPDATE (a no-op write) rather than DO NOTHING so RETURNING
+# always yields the holder's event id: ours when the claim is new, the first claimant's
+# otherwise. A concurrent claim of the same key waits on the row lock until the holder's
+# transaction ends, so two deliveries can never both hold it.
+_CLAIM = """
+    INSERT INTO routing_once (webhook_id, once_key, event_id)
+    VALUES (%(webhook_id)s, %(key)s, %(event_id)s)
+    ON CONFLICT (webhook_id, once_key) DO UPDATE SET once_key = EXCLUDED.once_key
+    RETURNING event_id
+"""
+
+
 class EventQueries:
     db: Database
 
@@ -60,18 +88,24 @@ class EventQueries:
         event: dict[str, Any],
         todo: dict[str, Any],
         endpoints: list[str],
+        once: OnceClaim | None = None,
     ) -> DeliveryOutcome:
         """Write the event and one todo per endpoint atomically; redeliveries collapse.
 
         ``todo`` holds the fields every todo of this delivery shares (queue, title,
         payload, work_order); the idempotency key and trace are the event's. A redelivery
         (same source and external id) writes nothing: it reports the first delivery's
-        todos, and stays dropped if the first delivery was dropped. ``event["disposition"]``
-        is stored as given; ``dropped`` writes no todos.
+        todos, and stays dropped (or a repeat) if the first delivery was.
+        ``event["disposition"]`` is stored as given; ``dropped`` writes no todos.
+
+        ``once`` claims its key in the same transaction as the event: when another event
+        holds it, the event is stored as a ``repeat`` (with ``once.repeat_trace``) and no
+        todo is made. The claim's event id is no foreign key: retention never releases it.
         """
         drop = event["disposition"] == DISPOSITION_DROPPED
         params = dict(event)
         params.update(
+            id=None,
             headers=Jsonb(event["headers"]),
             routing_trace=Jsonb(event["routing_trace"]),
             queue=todo.get("queue"),
@@ -80,18 +114,46 @@ class EventQueries:
             work_order=Jsonb(todo["work_order"]) if todo.get("work_order") else None,
             endpoints=[] if drop else list(endpoints),
         )
-        async with self.db.conn() as conn:
-            cur = await conn.execute(_RECORD, params)
-            row = await cur.fetchone()
-            assert row is not None
-            if row["event_id"] is None:
+        if once is None or drop:
+            async with self.db.conn() as conn:
+                return await self._record(conn, params, endpoints, drop=drop)
+        async with self.db.tx() as conn:
+            cur = await conn.execute(
+                "SELECT 1 AS hit FROM events WHERE source = %s AND external_id = %s",
+                (event["source"], event["external_id"]),
+            )
+            if await cur.fetchone() is not None:
+                # The same event again: it reports what it did the first time, never claims.
                 return await self._redelivery(conn, event["source"], event["external_id"])
-            made = [{**t, "created": True} for t in row["todos"]]
-            if drop:
-                return DeliveryOutcome(str(row["event_id"]), True, True)
-            if len(made) < len(endpoints):
-                made = await self._collapse(conn, made, endpoints, event["external_id"])
-            return DeliveryOutcome(str(row["event_id"]), True, False, made)
+            event_id = str(uuid.uuid4())
+            cur = await conn.execute(
+                _CLAIM, {"webhook_id": once.webhook_id, "key": once.key, "event_id": event_id}
+            )
+            holder = await cur.fetchone()
+            assert holder is not None
+            params["id"] = event_id
+            if str(holder["event_id"]) != event_id:
+                params.update(routing_trace=Jsonb(once.repeat_trace),
+                              disposition=DISPOSITION_REPEAT, endpoints=[])
+                outcome = await self._record(conn, params, [], drop=True)
+                if outcome.new_event:
+                    return DeliveryOutcome(outcome.event_id, True, False, repeat=True)
+                return outcome
+            return await self._record(conn, params, endpoints, drop=False)
+
+    async def _record(self, conn: Any, params: dict[str, Any], endpoints: list[str], *,
+                      drop: bool) -> DeliveryOutcome:
+        cur = await conn.execute(_RECORD, params)
+        row = await cur.fetchone()
+        assert row is not None
+        if row["event_id"] is None:
+            return await self._redelivery(conn, params["source"], params["external_id"])
+        made = [{**t, "created": True} for t in row["todos"]]
+        if drop:
+            return DeliveryOutcome(str(row["event_id"]), True, True)
+        if len(made) < len(endpoints):
+            made = await self._collapse(conn, made, endpoints, params["external_id"])
+        return DeliveryOutcome(str(row["event_id"]), True, False, made)
 
     async def _collapse(self, conn: Any, made: list[Row], endpoints: list[str],
                         key: str) -> list[Row]:
@@ -115,6 +177,8 @@ class EventQueries:
         assert first is not None, "ON CONFLICT saw a row that is not visible"
         if first["disposition"] == DISPOSITION_DROPPED:
             return DeliveryOutcome(first["id"], False, True)
+        if first["disposition"] == DISPOSITION_REPEAT:
+            return DeliveryOutcome(first["id"], False, False, repeat=True)
         cur = await conn.execute(
             "SELECT id, endpoint_id, queue FROM todos WHERE event_id = %s"
             " ORDER BY created_at, id",

@@ -156,7 +156,8 @@ def test_gitea_issue_projection(projections: ProjectionRegistry) -> None:
     assert issue == {
         "provider": "gitea",
         "action": "label_updated",
-        "event_type": "issues",
+        # X-Gitea-Event-Type first (as Gitea reads it), falling back to the event
+        "event_type": "issue_label",
         "repo": "ops/backup",
         "number": 42,
         "title": "Nightly backup skips the attachments volume",
@@ -177,6 +178,17 @@ def test_gitea_detailed_event_type_also_projects(projections: ProjectionRegistry
         "issue"
     ]
     assert issue["event_type"] == "issue_label" and issue["key"] == "gitea:ops/backup#42"
+
+
+def test_gitea_event_type_falls_back_to_the_event(projections: ProjectionRegistry) -> None:
+    body, headers = load("gitea_issues_label_updated")
+    headers = {k: v for k, v in headers.items() if not k.lower().endswith("-event-type")}
+    env = build_envelope(
+        source="gitea", kind="issues", webhook_id="w", trust_mode="signed", verified=True,
+        content_type="application/json", headers=sanitize_headers(headers), body=body,
+        projections=projections,
+    )
+    assert env["issue"]["event_type"] == "issues"
 
 
 def test_github_issue_projection(projections: ProjectionRegistry) -> None:

@@ -56,11 +56,21 @@ CASES: list[tuple[str, dict[str, Any], str, int | None]] = [
     ("params too big", cfg(params={"a": "x" * 16400}), "invalid_params", None),
     ("rules type", {"rules": {}}, "invalid_rule", None),
     ("config extra", {"rules": [], "bogus": 1}, "invalid_rule", None),
-    # Reserved for work orders and lanes: refused, never stored and ignored.
-    ("exclusive", cfg(rule(action={"queue": "forge", "exclusive": True})), "invalid_rule", 0),
-    ("once", cfg(rule(action={"queue": "forge", "once": False})), "invalid_rule", 0),
-    ("work order", cfg(rule(action={"queue": "forge", "work_order": {}})), "invalid_rule", 0),
-    ("default once", cfg(default_action={"queue": "forge", "once": True}), "invalid_rule", None),
+    # Work orders and lanes (ADR-0025): flags are booleans on queue actions only.
+    ("drop exclusive", cfg(rule(action={"drop": True, "exclusive": True})), "invalid_rule", 0),
+    ("drop once", cfg(rule(action={"drop": True, "once": True})), "invalid_rule", 0),
+    ("drop work order", cfg(rule(action={"drop": True, "work_order": True})), "invalid_rule", 0),
+    ("default drop once", cfg(default_action={"drop": True, "once": True}), "invalid_rule", None),
+    ("work order type", cfg(rule(action={"queue": "forge", "work_order": {}})), "invalid_rule", 0),
+    ("once type", cfg(rule(action={"queue": "forge", "once": "yes"})), "invalid_rule", 0),
+    # granted, but no target drains lane-s: exclusive has no one to deliver to
+    ("exclusive undrained", cfg(rule(action={"queue": "lane-s", "exclusive": True})),
+     "not_granted", 0),
+    ("exclusive narrowed away",
+     cfg(rule(action={"queue": "forge", "exclusive": True, "endpoints": ["ep-b"]})),
+     "not_granted", 0),
+    ("default exclusive undrained", cfg(default_action={"queue": "lane-s", "exclusive": True}),
+     "not_granted", None),
 ]  # fmt: skip
 
 
@@ -80,10 +90,17 @@ def test_rejections(label: str, config: dict[str, Any], code: str, index: int | 
 
 
 @pytest.mark.parametrize("flag", ["exclusive", "once", "work_order"])
-def test_unbuilt_action_flags_are_refused_by_name(flag: str, grant: Grant) -> None:
-    value: Any = {} if flag == "work_order" else True
-    with pytest.raises(RuleValidationError, match=f"action flag '{flag}' is not supported"):
-        check_structure(cfg(rule(action={"queue": "forge", flag: value})), grant)
+def test_drop_refuses_each_flag_by_name(flag: str, grant: Grant) -> None:
+    with pytest.raises(RuleValidationError, match=f"a drop action cannot set '{flag}'"):
+        check_structure(cfg(rule(action={"drop": True, flag: True})), grant)
+
+
+def test_queue_actions_keep_their_flags(grant: Grant) -> None:
+    action = {"queue": "forge", "exclusive": True, "once": True, "work_order": True}
+    out = check_structure(cfg(rule(action=action), default_action={"queue": "inbox",
+                                                                   "work_order": True}), grant)
+    assert out.rules[0]["action"] == action
+    assert out.default_action == {"queue": "inbox", "work_order": True}
 
 
 def test_message_names_rule_by_index_id_and_name(grant: Grant) -> None:

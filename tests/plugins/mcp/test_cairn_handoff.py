@@ -102,3 +102,69 @@ async def test_cairn_handoff_walkthrough(people: Any, connect: Any) -> None:
         assert (await worker.call("claim_next")) == {"empty": True}
         done = await worker.call("complete", id=todo["todo_id"], result={"comment": "ok"})
         assert done["todo"]["state"] == "done"
+
+
+async def test_cairn_handoff_pack_and_params_over_mcp(people: Any, connect: Any) -> None:
+    """The same handoff from the shipped pack: installed over MCP, its allowlist in $params.
+
+    ``params`` left out of set_webhook_rules or install_rule_pack keeps the stored params;
+    ``params: null`` clears them; the pack without its params drops every handoff.
+    """
+    srv, rt = people.srv, people.rt
+    router = await people.vend(people.alice, f"{people.alice}-router", sources="cairn",
+                               webhook_queues="inbox")
+    pools = {lane: await people.vend(people.alice, f"{people.alice}-pool-{lane}",
+                                     queues=f"lane-{lane}", webhook_max=0)
+             for lane in ("s", "m", "l", "vision")}
+    trusted = {"trusted_actors": ["you@example.com"]}
+    described = rt.registries.mcp_tools.get("set_webhook_rules").description
+    assert "Omitting params keeps the stored params" in described
+
+    async with connect(srv.base_url + "/mcp", router["token"]) as me:
+        listed = await me.call("list_rule_packs")
+        assert {"cairn-handoff", "lanes", "pool-review"} <= {p["name"] for p in listed["packs"]}
+        hook = await me.call("create_webhook", source_type="cairn", target_queue="inbox")
+        wid = hook["webhook_id"]
+        for pool in pools.values():
+            await me.call("add_webhook_route", webhook_id=wid,
+                          target_endpoint_id=pool["endpoint_id"])
+
+        installed = await me.call("install_rule_pack", webhook_id=wid, pack="cairn-handoff")
+        assert installed["pack"] == "cairn-handoff" and installed["params"] == {}
+        # Without its allowlist the pack fails closed: the handoff is recorded and dropped.
+        assert post_artifact(hook["ingest_url"], hook["signing_secret"])["dropped"] is True
+
+        saved = await me.call("install_rule_pack", webhook_id=wid, pack="cairn-handoff",
+                              params=trusted)
+        assert saved["params"] == trusted
+        rules = saved["rules"]
+        # Re-saving the rules (or re-installing the pack) without params keeps them.
+        kept = await me.call("set_webhook_rules", webhook_id=wid, rules=rules,
+                             default_action={"drop": True})
+        assert kept["params"] == trusted
+        again = await me.call("install_rule_pack", webhook_id=wid, pack="cairn-handoff")
+        assert again["params"] == trusted and (await me.call(
+            "list_webhook_rules", webhook_id=wid))["params"] == trusted
+
+        reply = post_artifact(hook["ingest_url"], hook["signing_secret"])
+        assert [(t["endpoint_id"], t["queue"]) for t in reply["todos"]] == [
+            (pools["m"]["endpoint_id"], "lane-m")]
+
+        missing = await me.fails("install_rule_pack", webhook_id=wid, pack="no-such-pack")
+        assert missing.code == "pack_not_found"
+        bad = await me.fails("set_webhook_rules", webhook_id=wid, rules=rules,
+                             params={"trusted_actors": [{"nested": 1}]})
+        assert bad.code == "invalid_params"
+
+        cleared = await me.call("set_webhook_rules", webhook_id=wid, rules=rules,
+                                default_action={"drop": True}, params=None)
+        assert cleared["params"] == {}
+        assert post_artifact(hook["ingest_url"], hook["signing_secret"])["dropped"] is True
+
+    async with connect(srv.base_url + "/mcp", pools["m"]["token"]) as worker:
+        todo = (await worker.call("claim_next"))["todo"]
+        order = todo["work_order"]
+        assert order["lane"] == "lane-m" and order["subject"]["key"] == "cairn:a1b2c3d4e5"
+        assert order["authorized_by"] == {"stage": "rule", "rule_id": "handoff-lane-m",
+                                          "rule_name": "trusted handoffs tagged lane:m"}
+        assert order["authority"] and order["verified"] is True

@@ -110,3 +110,21 @@ def test_rules_commands_need_no_database(tmp_path: Path) -> None:
     cli.json("rules", "check", _write(tmp_path, "r.json", {"rules": []}))
     assert not (tmp_path / "data" / "pg").exists()
     assert SWITCHBOARD
+
+
+def test_packs_lists_the_shipped_packs_and_checks_offline(tmp_path: Path) -> None:
+    cli = _cli(tmp_path).fast()
+    listed = cli.json("packs")["packs"]
+    assert {"cairn-handoff", "lanes", "pool-review"} <= {p["name"] for p in listed}
+    [lanes] = cli.json("packs", "lanes")["packs"]
+    assert lanes["plugin"] == "rules" and lanes["description"]
+    assert lanes["config"]["default_action"] == {"drop": True}
+    assert cli.run("packs", "nope", check=False).returncode != 0
+    # A pack is a routing config: `rules check` validates it against a lanes grant.
+    queues = ["lane-s", "lane-m", "lane-l", "lane-vision", "triage", "hold"]
+    grant = {"target_queue": "inbox", "queues": ["inbox", *queues],
+             "endpoints": ["router", *queues],
+             "endpoint_queues": {"router": ["inbox"], **{q: [q] for q in queues}}}
+    out = cli.json("rules", "check", _write(tmp_path, "lanes.json", lanes["config"]),
+                   "--grant", _write(tmp_path, "g.json", grant))
+    assert out["ok"] is True

@@ -1,0 +1,200 @@
+"""Work orders and difficulty lanes (ADR-0025) on the live path: the receiver's ingest, in
+process, over a real database, with the ``lanes`` pack installed on a Gitea webhook."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from switchboard_gitea import GiteaSource
+
+from switchboard.errors import RuleValidationError
+from switchboard.routing.workorder import WORK_ORDER_AUTHORITY, once_key
+from switchboard.runtime import Runtime
+from switchboard.service import identity, packs, rules, todos, webhooks
+from switchboard.service.ingest import IngestReply, ingest
+from switchboard.sources import Headers
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+OPENED = json.loads((FIXTURES / "gitea_issues_opened.json").read_bytes())
+LANES = ("lane-s", "lane-m", "lane-l", "lane-vision", "triage", "hold")
+PARAMS = {"trusted_repos": ["ops/backup"], "trusted_actors": ["mara"]}
+SUBJECT = "gitea:ops/backup#57"
+
+_tenant = itertools.count()
+
+
+class Lanes:
+    """One tenant: a router endpoint owning a Gitea webhook, routed to one pool per lane."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.human = f"lanes{next(_tenant)}-{uuid.uuid4().hex[:6]}"
+        self.pools: dict[str, str] = {}
+
+    async def build(self, lanes: tuple[str, ...] = LANES) -> Lanes:
+        await identity.add_human(self.rt, self.human)
+        router = await self.vend("router", ["inbox"], ["inbox"])  # scoped to no lane
+        hook = await webhooks.create_webhook(
+            self.rt, await self.rt.store.get_endpoint(router), "gitea", "inbox")
+        self.webhook_id = str(hook["webhook_id"])
+        self.token = hook["ingest_url"].rsplit("/", 1)[1]
+        self.secret = hook["signing_secret"].encode()
+        for queue in lanes:
+            await self.pool(queue, queue)
+        return self
+
+    async def vend(self, name: str, queues: list[str], webhook_queues: list[str]) -> str:
+        ep = await identity.vend_endpoint(
+            self.rt, owner=self.human, name=f"{self.human}-{name}", queues=queues,
+            webhook_queues=webhook_queues, source_types=["gitea"], webhook_max=1)
+        return str(ep["endpoint_id"])
+
+    async def pool(self, name: str, queue: str) -> str:
+        """A pool endpoint scoped to exactly ``queue``, routed from the webhook."""
+        self.pools[name] = await self.vend(name, [queue], [])
+        await webhooks.add_route(self.rt, None, self.webhook_id, self.pools[name])
+        return self.pools[name]
+
+    async def deliver(self, doc: dict[str, Any], *, kind: str = "issues",
+                      delivery: str | None = None) -> IngestReply:
+        body = json.dumps(doc).encode()
+        headers = GiteaSource().sign(body, self.secret, kind,
+                                     delivery_id=delivery or str(uuid.uuid4()))
+        return await ingest(self.rt, self.token, Headers(headers), body, "application/json")
+
+    async def claim(self, pool: str) -> dict[str, Any]:
+        caller = await self.rt.store.get_endpoint(self.pools[pool])
+        got = await todos.claim_next(self.rt, caller, owner=self.pools[pool])
+        assert got["empty"] is False
+        todo: dict[str, Any] = got["todo"]
+        return todo
+
+
+def issue(number: int = 57, *labels: str, action: str = "label_updated") -> dict[str, Any]:
+    doc = json.loads(json.dumps(OPENED))
+    doc["action"], doc["number"] = action, number
+    doc["issue"]["number"] = number
+    doc["issue"]["labels"] = [{"id": i, "name": n} for i, n in enumerate(labels, 1)]
+    return doc
+
+
+def where(reply: IngestReply) -> list[tuple[str, str, bool]]:
+    assert reply.status == 202, reply.body
+    return [(t["endpoint_id"], t["queue"], t["created"]) for t in reply.body["todos"]]
+
+
+def rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute(sql, args).fetchall())
+
+
+async def test_lanes_lifecycle(module_runtime: Runtime, module_dsn: str) -> None:
+    t = await Lanes(module_runtime).build()
+    await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
+    triage, lane_m, lane_l = t.pools["triage"], t.pools["lane-m"], t.pools["lane-l"]
+
+    # 1. Opened, unsized: triage.
+    opened = await t.deliver(issue(action="opened"))
+    assert where(opened) == [(triage, "triage", True)]
+
+    # 2. A size label: the lane's pool only, with a work order.
+    sized_id = str(uuid.uuid4())
+    sized = await t.deliver(issue(57, "bug", "size:m"), kind="issue_label", delivery=sized_id)
+    assert where(sized) == [(lane_m, "lane-m", True)]
+    todo = await t.claim("lane-m")
+    assert todo["todo_id"] == sized.body["todos"][0]["id"]
+    order = todo["work_order"]
+    assert order == {
+        "version": 1, "lane": "lane-m", "source": "gitea", "webhook_id": t.webhook_id,
+        "trust_mode": "signed", "verified": True,
+        "authorized_by": {"stage": "rule", "rule_id": "lane-m",
+                          "rule_name": "size:m label or lane:m tag"},
+        "subject": order["subject"], "authority": WORK_ORDER_AUTHORITY,
+    }
+    assert order["subject"]["key"] == SUBJECT and order["subject"]["number"] == 57
+    assert order["subject"]["labels"] == ["bug", "size:m"]
+    assert todo["routing_trace"]["once"] == "claimed"
+    assert todo["routing_trace"]["once_key"] == once_key(SUBJECT, "lane-m")
+
+    # 3. A relabel (a fresh delivery about the same issue, same lane): a repeat, no todo.
+    relabel_id = str(uuid.uuid4())
+    relabel = await t.deliver(issue(57, "bug", "size:m", "docs"), kind="issue_label",
+                              delivery=relabel_id)
+    assert relabel.body == {"todos": [], "created": 0, "repeat": True, "verified": True,
+                            "trust_mode": "signed"}
+    [(disposition, trace)] = rows(
+        module_dsn, "SELECT disposition, routing_trace FROM events WHERE webhook_id = %s"
+        " AND external_id = %s", t.webhook_id, f"{t.webhook_id}:{relabel_id}")
+    assert disposition == "repeat"
+    assert trace["once"] == "repeat" and trace["once_key"] == once_key(SUBJECT, "lane-m")
+    assert trace["rule_id"] == "lane-m"
+
+    # 4. A redelivery of the sized event: the same todo; of the repeat: a repeat again.
+    again = await t.deliver(issue(57, "bug", "size:m"), kind="issue_label", delivery=sized_id)
+    assert where(again) == [(lane_m, "lane-m", False)]
+    assert again.body["todos"][0]["id"] == sized.body["todos"][0]["id"]
+    assert (await t.deliver(issue(57, "bug", "size:m", "docs"), kind="issue_label",
+                            delivery=relabel_id)).body["repeat"] is True
+
+    # 5. Retention deletes the claiming event: the claim stays (no foreign key).
+    with psycopg.connect(module_dsn) as conn:
+        conn.execute("DELETE FROM events WHERE webhook_id = %s AND external_id = %s",
+                     (t.webhook_id, f"{t.webhook_id}:{sized_id}"))
+    assert (await t.deliver(issue(57, "size:m"), kind="issue_label")).body["repeat"] is True
+
+    # 6. A re-size to another lane routes again.
+    resized = await t.deliver(issue(57, "bug", "size:l"), kind="issue_label")
+    assert where(resized) == [(lane_l, "lane-l", True)]
+    claims = rows(module_dsn, "SELECT once_key FROM routing_once WHERE webhook_id = %s"
+                  " ORDER BY created_at", t.webhook_id)
+    assert [k for (k,) in claims] == [once_key(SUBJECT, q) for q in ("triage", "lane-m",
+                                                                       "lane-l")]
+    # Every todo went to exactly one pool: never the router, never a second pool.
+    made = rows(module_dsn, "SELECT t.endpoint_id::text, t.queue FROM todos t JOIN events e"
+                " ON e.id = t.event_id WHERE e.webhook_id = %s ORDER BY t.created_at",
+                t.webhook_id)
+    assert made == [(triage, "triage"), (lane_l, "lane-l")]  # the lane-m event was deleted
+
+
+async def test_two_endpoints_on_one_lane_always_get_the_first_in_target_order(
+    module_runtime: Runtime, module_dsn: str
+) -> None:
+    t = await Lanes(module_runtime).build(lanes=())
+    first = await t.pool("m-first", "lane-m")
+    await t.pool("m-second", "lane-m")
+    await t.pool("triage", "triage")
+    for lane in ("lane-s", "lane-l", "lane-vision", "hold"):
+        await t.pool(lane, lane)
+    await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
+    for number in (101, 102, 103, 104):
+        reply = await t.deliver(issue(number, "size:m"), kind="issue_label")
+        assert where(reply) == [(first, "lane-m", True)]
+
+
+async def test_exclusive_needs_a_drainer_at_save_and_at_delivery(
+    module_runtime: Runtime, module_dsn: str
+) -> None:
+    t = await Lanes(module_runtime).build(lanes=("lane-m", "triage"))
+    with pytest.raises(RuleValidationError) as info:  # no hold endpoint: refused at save
+        await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
+    assert info.value.code == "not_granted" and info.value.rule_id == "hold"
+    rule = {"id": "m", "expr": "true",
+            "action": {"queue": "lane-m", "exclusive": True, "work_order": True}}
+    await rules.set_rules(t.rt, None, t.webhook_id, [rule],
+                          {"queue": "inbox", "exclusive": True})
+    # The lane's only endpoint is revoked after the save: the rule no longer reaches anyone.
+    await identity.revoke_endpoint(t.rt, t.pools["lane-m"])
+    reply = await t.deliver(issue(58, "size:m"), kind="issue_label")
+    [(trace,)] = rows(module_dsn, "SELECT routing_trace FROM events WHERE webhook_id = %s",
+                      t.webhook_id)
+    assert trace["stage"] == "default" and trace["cause"] == "rule_not_granted"
+    assert trace["rule_id"] == "m"
+    router = rows(module_dsn, "SELECT endpoint_id::text FROM endpoint_webhooks WHERE id = %s",
+                  t.webhook_id)[0][0]
+    assert where(reply) == [(router, "inbox", True)]  # the exclusive default: the router
