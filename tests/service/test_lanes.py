@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from switchboard_gitea import GiteaSource
@@ -198,3 +199,39 @@ async def test_exclusive_needs_a_drainer_at_save_and_at_delivery(
     router = rows(module_dsn, "SELECT endpoint_id::text FROM endpoint_webhooks WHERE id = %s",
                   t.webhook_id)[0][0]
     assert where(reply) == [(router, "inbox", True)]  # the exclusive default: the router
+
+
+async def test_the_lifecycle_over_http(module_runtime: Runtime, module_server: Any) -> None:
+    """The same path through a real ``switchboard serve``: what a producer and a pool see."""
+    t = await Lanes(module_runtime).build()
+    await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
+    url = f"{module_server.base_url}/webhooks/w/{t.token}"
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        async def post(doc: dict[str, Any], kind: str, delivery: str | None = None
+                       ) -> httpx.Response:
+            body = json.dumps(doc).encode()
+            headers = {"Content-Type": "application/json", **GiteaSource().sign(
+                body, t.secret, kind, delivery_id=delivery or str(uuid.uuid4()))}
+            return await client.post(url, content=body, headers=headers)
+
+        def targets(resp: httpx.Response) -> list[tuple[str, str, bool]]:
+            assert resp.status_code == 202, resp.text
+            return [(x["endpoint_id"], x["queue"], x["created"]) for x in resp.json()["todos"]]
+
+        opened = await post(issue(60, action="opened"), "issues")
+        assert targets(opened) == [(t.pools["triage"], "triage", True)]
+        sized_id = str(uuid.uuid4())
+        sized = await post(issue(60, "size:s"), "issue_label", sized_id)
+        assert targets(sized) == [(t.pools["lane-s"], "lane-s", True)]
+        relabel = await post(issue(60, "size:s", "docs"), "issue_label")
+        assert relabel.status_code == 202
+        assert relabel.json() == {"todos": [], "created": 0, "repeat": True, "verified": True,
+                                  "trust_mode": "signed"}
+        again = await post(issue(60, "size:s"), "issue_label", sized_id)
+        assert targets(again) == [(t.pools["lane-s"], "lane-s", False)]
+        assert again.json()["todos"][0]["id"] == sized.json()["todos"][0]["id"]
+    todo = await t.claim("lane-s")
+    assert todo["todo_id"] == sized.json()["todos"][0]["id"]
+    assert todo["work_order"]["lane"] == "lane-s"
+    assert todo["work_order"]["authority"] == WORK_ORDER_AUTHORITY
