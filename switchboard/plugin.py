@@ -74,6 +74,7 @@ from .routing.model import (
     ValidatingStage,
 )
 from .routing.replay import sample_envelope, stored_envelope
+from .routing.verdicts import RuleVerdict, VerdictStage, match_of
 from .runtime import Runtime
 from .sinks import Sink, SinkEvent, SinkTodo
 from .sources import (
@@ -154,6 +155,7 @@ __all__ = [
     "RoutingConfig",
     "RoutingContext",
     "RoutingStage",
+    "RuleVerdict",
     "RulePack",
     "RulePackRegistry",
     "RuleValidationError",
@@ -176,6 +178,7 @@ __all__ = [
     "Target",
     "ToolContext",
     "ValidatingStage",
+    "VerdictStage",
     "Verification",
     "__version__",
     "body_key",
@@ -190,6 +193,7 @@ __all__ = [
     "hmac_sha256_hex",
     "hookimpl",
     "identify",
+    "match_of",
     "prefixed_signature",
     "prefixed_signature_matches",
     "prefixed_signature_refusal",

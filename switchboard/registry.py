@@ -130,10 +130,20 @@ class ToolContext:
     runtime: Any
     endpoint: dict[str, Any]
     session_id: str | None = None
+    #: ``await progress(done, total, message)`` reports how far a long tool call is; a
+    #: no-op unless the client's request asked for progress (its ``progressToken``).
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
     @property
     def owner(self) -> str:
         return str(self.endpoint["id"])
+
+    async def report_progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the client how far this call is (nothing when it did not ask)."""
+        if self.progress is not None:
+            await self.progress(done, total, message)
 
 
 @dataclass
