@@ -8,8 +8,7 @@ from typing import Any
 from .db import Database, Row
 
 #: What rebuilding a stored delivery's envelope needs (``routing.replay.stored_envelope``).
-_COLUMNS = ("id, received_at, source, kind, trust_mode, verified, content_type, headers, body,"
-            " disposition, routing_trace")
+_COLUMNS = "id, received_at, source, kind, trust_mode, verified, content_type, headers, body"
 
 
 class HistoryQueries:
