@@ -764,8 +764,10 @@ class Sandbox:
         return sorted(att.compile_errors.items())
 
 
-_VERDICT_NAMES = {
-    wire.VERDICT_MATCH: "matched", wire.VERDICT_FALSE: "false", wire.VERDICT_NULL: "null",
+#: The verdicts without a message, shared (an envelope has one per rule, a diff thousands).
+_PLAIN = {
+    wire.VERDICT_MATCH: RuleVerdict("matched"), wire.VERDICT_FALSE: RuleVerdict("false"),
+    wire.VERDICT_NULL: RuleVerdict("null"),
 }
 
 
@@ -781,9 +783,9 @@ def _verdicts_of(
     out: list[RuleVerdict] = []
     for offset, char in enumerate(chars):
         i = start + offset
-        name = _VERDICT_NAMES.get(char)
-        if name is not None:
-            out.append(RuleVerdict(name))
+        same = _PLAIN.get(char)
+        if same is not None:
+            out.append(same)
         elif char == wire.VERDICT_ERROR:
             out.append(RuleVerdict("error", "error", errors.get(i, "error")))
         elif char == wire.VERDICT_COMPILE:
