@@ -313,8 +313,9 @@ def evaluate_verdicts(  # pragma: no cover - child
                     assert program is not None
                     text = (b"[%d,%s]" % (start, env)).decode("utf-8")
                     results = iter(program.input_text(text))
+                # no disarming between rules: the next rule's arming replaces this alarm
+                # (disarmed once the envelope is done), one system call fewer per rule
                 verdict = next(results)
-                setitimer(timer, 0)
                 if verdict == no_match_v:
                     chars.append(wire.VERDICT_FALSE)
                 elif verdict == match_v:

@@ -31,7 +31,7 @@ from ..store import Row
 from ..store.db import is_uuid
 
 #: Events read per page, and sent to the sandbox per batch.
-PAGE = 128
+PAGE = 256
 #: Batches in the sandbox at once (each holds one of the owner's evaluation slots while it
 #: runs and gives it back after, so the owner's live deliveries wait at most one batch).
 PARALLEL = 2
