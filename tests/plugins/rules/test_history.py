@@ -312,3 +312,49 @@ def test_cli_verbs(seeded: Any, tmp_path: Path) -> None:
     missing = fast.run("rules", "explain", str(uuid.uuid4()), check=False)
     assert missing.returncode == 1 and "not found" in missing.stderr
 
+
+
+async def test_the_cli_progress_bar_shows_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    from switchboard_rules import history_cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    async with history_cli._progress(True, "diff") as report:
+        assert report is not None
+        for done in (0, 100, 200):
+            await report(done, 400, None)
+    text = err.getvalue()
+    assert "diff" in text and "200/400" in text and "events/s" in text and "ETA" in text
+    async with history_cli._progress(False, "diff") as none:
+        assert none is None
+
+
+async def test_a_cancelled_diff_stops_and_the_sandbox_serves_the_next(
+        seeded: Any, module_runtime: Any) -> None:
+    import asyncio
+
+    from switchboard.service import history
+
+    rt, hook = module_runtime, seeded["github"]["webhook_id"]
+    sandbox = rt.registries.stages.get("rules").sandbox
+    task = asyncio.ensure_future(history.diff_rules(
+        rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=300))
+    for _ in range(2000):  # until a batch is in an evaluator
+        if sandbox._busy or task.done():
+            break
+        await asyncio.sleep(0.005)
+    assert sandbox._busy, "the diff never reached the sandbox"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not sandbox._busy  # nothing left evaluating
+    again = await history.diff_rules(rt, None, hook, rules=_moved_prs(),
+                                     params=SAVED["params"], last=20)
+    assert again["evaluated"] == 20
