@@ -76,6 +76,7 @@ from .routing.model import (
 )
 from .routing.replay import sample_envelope, stored_envelope
 from .routing.workorder import WORK_ORDER_AUTHORITY
+from .routing.verdicts import RuleVerdict, VerdictStage, match_of
 from .runtime import Runtime
 from .sinks import Sink, SinkEvent, SinkTodo
 from .sources import (
@@ -158,6 +159,7 @@ __all__ = [
     "RoutingConfig",
     "RoutingContext",
     "RoutingStage",
+    "RuleVerdict",
     "RulePack",
     "RulePackRegistry",
     "RuleValidationError",
@@ -180,6 +182,7 @@ __all__ = [
     "Target",
     "ToolContext",
     "ValidatingStage",
+    "VerdictStage",
     "Verification",
     "__version__",
     "body_key",
@@ -194,6 +197,7 @@ __all__ = [
     "hmac_sha256_hex",
     "hookimpl",
     "identify",
+    "match_of",
     "prefixed_signature",
     "prefixed_signature_matches",
     "prefixed_signature_refusal",

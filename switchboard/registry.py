@@ -135,10 +135,20 @@ class ToolContext:
     #: omitted argument means something other than its default (``set_webhook_rules``
     #: keeps stored params when ``params`` is left out, clears them on null) reads it.
     given: frozenset[str] | None = None
+    #: ``await progress(done, total, message)`` reports how far a long tool call is; a
+    #: no-op unless the client's request asked for progress (its ``progressToken``).
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
     @property
     def owner(self) -> str:
         return str(self.endpoint["id"])
+
+    async def report_progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the client how far this call is (nothing when it did not ask)."""
+        if self.progress is not None:
+            await self.progress(done, total, message)
 
 
 @dataclass

@@ -169,7 +169,8 @@ class SwitchboardMCP(MCPServer[Any]):
         if context is None:
             context = Context(mcp_server=self)
         given = frozenset(arguments or ())
-        token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller, given=given))
+        token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller, given=given,
+                                             progress=_progress_of(context)))
         try:
             result = await sdk_tool.run(arguments, context, convert_result=True)
         except ToolError as exc:
@@ -193,6 +194,25 @@ class SwitchboardMCP(MCPServer[Any]):
             lines.attach(write_stream.send)
             lowlevel = self._lowlevel_server
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
+def _progress_of(
+    context: Context[Any, Any],
+) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+    """The request's ``notifications/progress`` sender (a no-op without a ``progressToken``),
+    or None outside a request."""
+    try:
+        session = context.request_context.session
+    except ValueError:
+        return None
+
+    async def report(done: float, total: float | None, message: str | None) -> None:
+        try:
+            await session.report_progress(done, total, message)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the client went away: the call is cancelled next
+
+    return report
 
 
 def build_server(

@@ -1,4 +1,4 @@
-"""``switchboard rules check`` and ``rules test``: validate and evaluate a config offline."""
+"""``switchboard rules check|test`` (offline) and ``rules diff|explain|lint`` (over history)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from switchboard.plugin import (
     sample_envelope,
     validate_config,
 )
+
+from . import history_cli
 
 DEFAULT_GRANT = {"target_queue": "inbox", "queues": ["inbox"], "endpoints": ["owner"],
                  "endpoint_queues": {"owner": ["inbox"]}}
@@ -62,9 +64,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     test.add_argument("--headers", metavar="HEADERS.json", help="the producer's headers")
     test.add_argument("--verified", choices=["true", "false"], default=None)
     test.add_argument("--webhook-id", default="dry-run", metavar="ID")
+    history_cli.configure(sub)
 
 
 async def run(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action in history_cli.VERBS:
+        return await history_cli.run(args, rt)
     grant = _grant(args.grant)
     config = _read_json(args.file, "FILE")
     try:
@@ -121,7 +126,9 @@ async def run_packs(args: argparse.Namespace, rt: Runtime) -> int:
 
 
 def register(register: CommandRegistry) -> None:
+    # check and test run offline; diff, explain and lint open the database themselves
     register.add_command("rules", configure, run, needs_store=False,
-                         help="check or test a routing config offline")
+                         help="check or test a routing config offline; diff, explain or lint"
+                              " it over a webhook's stored events")
     register.add_command("packs", configure_packs, run_packs, needs_store=False,
                          help="list the rule packs plugins offer (install_rule_pack installs one)")

@@ -42,6 +42,8 @@ class Attempt:
     #: The evaluator's exit code, or minus the signal that ended it.
     status: int | None = None
     garbage: str | None = None
+    #: (verdicts mode) each finished envelope's verdict characters and its rules' errors
+    items: list[tuple[str, dict[int, str]]] = field(default_factory=list)
 
     @property
     def ran_s(self) -> float:

@@ -43,7 +43,18 @@ Report lines, in the order they may come during one evaluation:
                        evaluator waits for its next frame
 ``x STATUS``           :class:`Exited`: the zygote saw the evaluator exit (exit code, or
                        minus the signal); preceded by ``a I t|b`` when it died mid-rule
+``v K CHARS``          :class:`Verdicts`: (verdicts mode) item K's verdict on every rule
+                       from the frame's start, one character each (see ``VERDICT_*``);
+                       preceded by an ``r I e MSG`` line per rule of item K that raised
 =====================  ==================================================================
+
+A *verdicts* frame (``EvalHeader.mode == "v"``, history diffs and "why not") carries many
+envelopes, one per line after the header, and asks for every rule's verdict on each rather
+than the first match: the evaluator answers one ``v`` line per envelope, in order, each
+under the same per-rule alarm and per-event budget as a live evaluation, then ``d``. The
+first envelope starts at the header's ``start``, the others at rule 0; ``only`` (when set)
+stops each envelope after that rule. One message in, one line per envelope out: hundreds
+of events per wake-up.
 
 One evaluation of a warm evaluator is one frame in and, unless a rule errs, one message
 out (its compile errors, then ``r I m``, ``b I`` or nothing, then ``d``): the server wakes
@@ -155,12 +166,24 @@ def decode_spec(data: bytes) -> tuple[list[str], dict[str, Any]]:
     return list(doc["exprs"]), dict(doc["params"])
 
 
+#: ``EvalHeader.mode``: the first match (live routing), or every rule's verdict (history).
+MODE_MATCH = ""
+MODE_VERDICTS = "v"
+
+
 @dataclass(frozen=True)
 class EvalHeader:
-    """Where an evaluation starts and how much of the event's budget it has left."""
+    """Where an evaluation starts and how much of the event's budget it has left.
+
+    ``mode`` is :data:`MODE_MATCH` (one envelope, the first match) or
+    :data:`MODE_VERDICTS` (one envelope per line, every rule's verdict; ``only`` stops
+    each envelope after that rule).
+    """
 
     start: int
     budget_ms: float
+    mode: str = MODE_MATCH
+    only: int | None = None
 
 
 def encode_envelope(envelope: dict[str, Any]) -> bytes:
@@ -170,14 +193,28 @@ def encode_envelope(envelope: dict[str, Any]) -> bytes:
 
 def encode_eval(header: EvalHeader, envelope: bytes) -> bytes:
     """The evaluator's frame data: the header as one JSON line, then the encoded envelope."""
-    head = json.dumps({"start": header.start, "budget_ms": header.budget_ms}).encode()
-    return head + b"\n" + envelope
+    doc: dict[str, Any] = {"start": header.start, "budget_ms": header.budget_ms}
+    if header.mode:
+        doc["mode"] = header.mode
+    if header.only is not None:
+        doc["only"] = header.only
+    return json.dumps(doc).encode() + b"\n" + envelope
+
+
+def encode_verdicts_eval(header: EvalHeader, envelopes: list[bytes]) -> bytes:
+    """A verdicts frame's data: the header line, then one encoded envelope per line.
+
+    :func:`encode_envelope` never writes a raw newline (JSON escapes them in strings).
+    """
+    return encode_eval(header, b"\n".join(envelopes))
 
 
 def decode_eval(data: bytes) -> tuple[EvalHeader, bytes]:
     head, _, envelope = data.partition(b"\n")
     doc = json.loads(head)
-    return EvalHeader(int(doc["start"]), float(doc["budget_ms"])), envelope
+    only = doc.get("only")
+    return EvalHeader(int(doc["start"]), float(doc["budget_ms"]), str(doc.get("mode", "")),
+                      None if only is None else int(only)), envelope
 
 
 # -- report lines ----------------------------------------------------------------------------
@@ -258,6 +295,15 @@ class Garbage:
 
 
 @dataclass
+class Verdicts:
+    item: int  #: the envelope's position in its frame
+    verdicts: str  #: one ``VERDICT_*`` character per rule, from the frame's start
+
+    def encode(self) -> str:
+        return f"v {self.item} {self.verdicts}\n"
+
+
+@dataclass
 class Done:
     def encode(self) -> str:
         return "d\n"
@@ -273,7 +319,7 @@ class Exited:
 
 Report = (
     Pid | CompileError | Armed | Matched | NoMatch | RuleError | BudgetSpent | Garbage | Done
-    | Exited
+    | Exited | Verdicts
 )
 DONE = Done()
 
@@ -308,6 +354,11 @@ def decode(line: str) -> Report:
         return DONE
     if kind == "x":
         return Exited(int(rest))
+    if kind == "v":
+        item, _, chars = rest.partition(" ")
+        if chars.strip(VERDICT_CHARS):
+            raise ValueError(line)
+        return Verdicts(int(item), chars)
     raise ValueError(line)
 
 
@@ -373,7 +424,20 @@ def decode_trial(data: bytes) -> tuple[str | None, int]:
 #: (this prefix, then the message), and anything else that is not a string (never a verdict).
 JQ_MATCH = "m"
 JQ_NO_MATCH = "n"
+#: The first output was null (no match either; "why not" tells it from false).
+JQ_NULL = "z"
 JQ_ERROR = "e"
 JQ_GARBAGE = "g"
 #: The longest verdict string the program emits (an error message is cut there).
 JQ_VERDICT_MAX = 600
+
+# -- verdicts mode: one character per rule ------------------------------------------------------
+
+VERDICT_MATCH = "m"  #: the first output was truthy
+VERDICT_FALSE = "n"  #: the first output was false, or there was none
+VERDICT_NULL = "z"  #: the first output was null
+VERDICT_ERROR = "e"  #: the rule raised (its message came in an ``r I e`` line)
+VERDICT_COMPILE = "c"  #: the rule does not compile (its message came in a ``c`` line)
+VERDICT_BUDGET = "b"  #: the event's budget was spent before this rule began
+VERDICT_SKIPPED = "-"  #: not asked for (after ``only``)
+VERDICT_CHARS = "mnzecb-"

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from switchboard.plugin import MatchResult, StoreUnavailable
+from switchboard.plugin import MatchResult, RuleVerdict, StoreUnavailable
 
 from . import protocol as wire
 from . import sandbox_metrics
-from .policy import BUSY, Attempt, judge
+from .policy import BUSY, Attempt, describe, judge
 
 __all__ = ["Attempt", "Limits", "Sandbox", "SandboxUnavailable", "parse_line"]
 
@@ -114,6 +114,10 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
             att.compile_errors[index] = message
         case wire.BudgetSpent(index):
             att.budget_at = index
+        case wire.Verdicts(_, chars):
+            att.items.append((chars, dict(att.errors)))
+            att.errors = []
+            att.armed = None
         case wire.Done():
             att.done = True
         case wire.Exited(status):
@@ -574,7 +578,7 @@ class Sandbox:
                 self._give_back(ev)
                 return att
             self._discard(ev)
-            began = (att.done or att.armed is not None or att.errors
+            began = (att.done or att.armed is not None or att.errors or att.items
                      or att.matched is not None or att.budget_at is not None)
             if began or att.garbage == HARD_DEADLINE or (fresh and att.status is not None):
                 return att
@@ -631,6 +635,97 @@ class Sandbox:
             body = wire.frame(wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env))
             attempts.append(await self._attempt(key, spec, body, deadline))
 
+    async def verdicts(
+        self,
+        exprs: list[str],
+        params: dict[str, Any],
+        envelopes: Sequence[bytes],
+        *,
+        owner: str = "",
+        scope: str = "",
+        event_ms: float | None = None,
+    ) -> list[list[RuleVerdict]]:
+        """Every rule's verdict on each encoded envelope (:func:`.protocol.encode_envelope`).
+
+        Many envelopes go to one warm evaluator in one frame (history diffs, lint), under
+        the per-rule alarm and an ``event_ms`` budget per envelope (default: the
+        configured one). Holds one of ``owner``'s evaluation slots for the whole batch,
+        never more, so the owner's live deliveries keep the rest of its share. An
+        envelope that kills its evaluator is evaluated again one rule at a time, so the
+        rule that timed out or crashed is named and the others still have a verdict.
+        Raises :class:`SandboxUnavailable` when no slot comes free in time.
+        """
+        if not envelopes:
+            return []
+        if not exprs:
+            return [[] for _ in envelopes]
+        wait_s = max(self.limits.slot_wait_ms, self.limits.compile_wait_ms) / 1000
+        async with self._hold(self._owners, self._slots, owner, wait_s) as ok:
+            if not ok:
+                raise SandboxUnavailable("the routing sandbox is busy; try again")
+            spec, key = self._spec(scope, exprs, params or {})
+            budget = float(self.limits.event_ms if event_ms is None else event_ms)
+            out: list[list[RuleVerdict]] = []
+            k = 0
+            while k < len(envelopes):
+                batch = envelopes[k:]
+                att = await self._verdict_attempt(key, spec, batch, budget, 0, None)
+                for chars, errors in att.items:
+                    out.append(_verdicts_of(chars, errors, att.compile_errors, 0, budget))
+                k += len(att.items)
+                if k < len(envelopes) and not att.done:
+                    # the envelope that ended the evaluator: again, one rule at a time
+                    out.append(await self._one_rule_at_a_time(
+                        key, spec, envelopes[k], len(exprs), budget))
+                    k += 1
+                elif k < len(envelopes):  # done but short: never expected; do not spin
+                    out.extend([_failed("sandbox answered short")] * len(exprs)
+                               for _ in envelopes[k:])
+                    k = len(envelopes)
+            return out
+
+    async def _verdict_attempt(
+        self, key: str, spec: bytes, batch: Sequence[bytes], budget_ms: float, start: int,
+        only: int | None,
+    ) -> Attempt:
+        loop = asyncio.get_running_loop()
+        size = sum(len(e) for e in batch)
+        deadline = (loop.time() + (len(batch) * budget_ms + self.limits.kill_grace_ms) / 1000
+                    + size * PARSE_S_PER_BYTE)
+        header = wire.EvalHeader(start, budget_ms, wire.MODE_VERDICTS, only)
+        body = wire.frame(wire.encode_verdicts_eval(header, list(batch)))
+        return await self._attempt(key, spec, body, deadline)
+
+    async def _one_rule_at_a_time(
+        self, key: str, spec: bytes, envelope: bytes, n: int, budget_ms: float
+    ) -> list[RuleVerdict]:
+        out: list[RuleVerdict] = []
+        spent = 0.0
+        for i in range(n):
+            left = budget_ms - spent * 1000
+            if left <= 1:
+                out.append(RuleVerdict("error", "budget_exhausted", "the event's budget was"
+                                       f" spent before this rule ({self.limits.event_ms} ms)"))
+                continue
+            att = await self._verdict_attempt(key, spec, [envelope], left, i, i)
+            spent += att.ran_s
+            if att.items:
+                chars, errors = att.items[0]
+                out.extend(_verdicts_of(chars, errors, att.compile_errors, i, budget_ms)[:1])
+                continue
+            if att.armed is not None and att.status == -signal.SIGALRM:
+                if att.armed[1] == wire.BUDGET_LIMIT:
+                    out.append(RuleVerdict("error", "budget_exhausted", "the event's budget ran"
+                                           " out during this rule"))
+                else:
+                    out.append(RuleVerdict("error", "timeout",
+                                           f"rule exceeded {self.limits.rule_ms} ms"))
+            elif att.armed is not None:
+                out.append(RuleVerdict("error", "sandbox_failure", describe(att.status)))
+            else:
+                out.append(_failed(att.garbage or describe(att.status)))
+        return out
+
     async def compile(
         self, exprs: list[str], params: dict[str, Any], *, owner: str = "", scope: str = ""
     ) -> list[tuple[int, str]]:
@@ -668,3 +763,38 @@ class Sandbox:
         if not att.compile_errors and not self._idle.get(key):
             self._refill(key, spec)
         return sorted(att.compile_errors.items())
+
+
+#: The verdicts without a message, shared (an envelope has one per rule, a diff thousands).
+_PLAIN = {
+    wire.VERDICT_MATCH: RuleVerdict("matched"), wire.VERDICT_FALSE: RuleVerdict("false"),
+    wire.VERDICT_NULL: RuleVerdict("null"),
+}
+
+
+def _failed(detail: str) -> RuleVerdict:
+    return RuleVerdict("error", "sandbox_failure", detail)
+
+
+def _verdicts_of(
+    chars: str, errors: dict[int, str], compile_errors: dict[int, str], start: int,
+    budget_ms: float,
+) -> list[RuleVerdict]:
+    """One envelope's ``v`` line (rule ``start`` on) as :class:`RuleVerdict`s."""
+    out: list[RuleVerdict] = []
+    for offset, char in enumerate(chars):
+        i = start + offset
+        same = _PLAIN.get(char)
+        if same is not None:
+            out.append(same)
+        elif char == wire.VERDICT_ERROR:
+            out.append(RuleVerdict("error", "error", errors.get(i, "error")))
+        elif char == wire.VERDICT_COMPILE:
+            out.append(RuleVerdict("error", "compile_error", compile_errors.get(i)))
+        elif char == wire.VERDICT_BUDGET:
+            out.append(RuleVerdict("error", "budget_exhausted",
+                                   f"the event's budget ({budget_ms:g} ms) was spent before"
+                                   " this rule"))
+        else:
+            out.append(_failed("not evaluated"))
+    return out

@@ -65,10 +65,12 @@ def build_program(exprs: list[str], indices: list[int]) -> str:
     """One program over ``[start, envelope]`` streaming one short verdict string per rule.
 
     A rule's verdict is its first output's truthiness (``reduce`` over ``first``: no
-    output is no match, and no array is built on the hot path); an error is caught and
-    becomes ``e`` + its message, cut to fit a verdict.
+    output is no match, and no array is built on the hot path), a null told apart from
+    false for "why not"; an error is caught and becomes ``e`` + its message, cut to fit a
+    verdict.
     """
     match, no_match = json.dumps(wire.JQ_MATCH), json.dumps(wire.JQ_NO_MATCH)
+    null = json.dumps(wire.JQ_NULL)
     error, garbage = json.dumps(wire.JQ_ERROR), json.dumps(wire.JQ_GARBAGE)
     cut = wire.JQ_VERDICT_MAX - len(wire.JQ_ERROR)
     parts = []
@@ -77,7 +79,7 @@ def build_program(exprs: list[str], indices: list[int]) -> str:
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
         parts.append(
             f"(if $__s <= {i} then (try (reduce ($__e | first((\n{exprs[i]}\n\n))) as $__v "
-            f"({no_match}; if $__v then {match} else {no_match} end)) "
+            f"({no_match}; if $__v then {match} elif $__v == null then {null} else {no_match} end)) "
             f"catch ({error} + (tostring | .[:{cut}]))) else empty end)"
         )
     body = ",\n".join(parts)
@@ -209,6 +211,8 @@ def evaluate_one(  # pragma: no cover - child
     This is the hot path of every routed delivery: no per-rule allocation beyond jq's.
     """
     header, env = wire.decode_eval(data)
+    if header.mode == wire.MODE_VERDICTS:
+        return evaluate_verdicts(fd, header, env, rules, cfg, progress)
     start = header.start
     parse = len(env) * cfg.parse_s_per_byte
     deadline = time.monotonic() + header.budget_ms / 1000 + parse
@@ -223,6 +227,7 @@ def evaluate_one(  # pragma: no cover - child
     timer = signal.ITIMER_REAL
     rule_limit, budget_limit = wire.RULE_LIMIT.encode(), wire.BUDGET_LIMIT.encode()
     match_v, no_match_v, error_v = wire.JQ_MATCH, wire.JQ_NO_MATCH, wire.JQ_ERROR
+    null_v = wire.JQ_NULL
     end, code = "d\n", 0
     results: Any = None
     try:
@@ -238,7 +243,7 @@ def evaluate_one(  # pragma: no cover - child
                 results = iter(program.input_text((b"[%d,%s]" % (start, env)).decode("utf-8")))
             verdict = next(results)
             setitimer(timer, 0)
-            if verdict == no_match_v:
+            if verdict == no_match_v or verdict == null_v:
                 continue
             if verdict == match_v:
                 end = wire.Matched(i).encode() + end
@@ -256,6 +261,88 @@ def evaluate_one(  # pragma: no cover - child
     setitimer(timer, 0)
     wire.finish_progress(progress)
     _send(fd, head + end)
+    return code or None
+
+
+def evaluate_verdicts(  # pragma: no cover - child
+    fd: int, header: wire.EvalHeader, data: bytes, rules: RuleSet, cfg: wire.ChildConfig,
+    progress: mmap.mmap,
+) -> int | None:
+    """Every rule's verdict on each envelope of a verdicts frame, one ``v`` line each.
+
+    The same program, alarms and budget as :func:`evaluate_one`, per envelope; a rule that
+    runs past its alarm kills this process (the zygote names it, the server goes on from
+    there). Lines are written per envelope, so a death never loses the envelopes before.
+    """
+    n = len(rules.errors) + len(rules.good)
+    good = set(rules.good)
+    compile_chars = {i: wire.VERDICT_COMPILE for i in rules.errors}
+    head = "".join(rules.error_lines())
+    program = rules.program
+    rule_s = cfg.rule_ms / 1000
+    setitimer, monotonic, pack = signal.setitimer, time.monotonic, wire.pack_progress
+    timer = signal.ITIMER_REAL
+    rule_limit, budget_limit = wire.RULE_LIMIT.encode(), wire.BUDGET_LIMIT.encode()
+    match_v, no_match_v, null_v, error_v = (wire.JQ_MATCH, wire.JQ_NO_MATCH, wire.JQ_NULL,
+                                            wire.JQ_ERROR)
+    only = header.only
+    code = 0
+    out: list[str] = []
+    for k, env in enumerate(data.split(b"\n") if data else []):
+        start = header.start if k == 0 else 0
+        stop = n if only is None else min(only + 1, n)
+        parse = len(env) * cfg.parse_s_per_byte
+        deadline = monotonic() + header.budget_ms / 1000 + parse
+        chars: list[str] = []
+        results: Any = None
+        first = True
+        try:
+            for i in range(start, stop):
+                if i not in good:
+                    chars.append(compile_chars.get(i, wire.VERDICT_SKIPPED))
+                    continue
+                left = deadline - monotonic()
+                if left <= 0.001:
+                    chars.append(wire.VERDICT_BUDGET)
+                    continue
+                limit = rule_s + parse if first else rule_s
+                first = False
+                pack(progress, 0, i, rule_limit if limit <= left else budget_limit, b"0")
+                setitimer(timer, limit if limit <= left else left)
+                if results is None:
+                    assert program is not None
+                    text = (b"[%d,%s]" % (start, env)).decode("utf-8")
+                    results = iter(program.input_text(text))
+                # no disarming between rules: the next rule's arming replaces this alarm
+                # (disarmed once the envelope is done), one system call fewer per rule
+                verdict = next(results)
+                if verdict == no_match_v:
+                    chars.append(wire.VERDICT_FALSE)
+                elif verdict == match_v:
+                    chars.append(wire.VERDICT_MATCH)
+                elif verdict == null_v:
+                    chars.append(wire.VERDICT_NULL)
+                elif isinstance(verdict, str) and verdict.startswith(error_v):
+                    out.append(wire.RuleError(i, verdict[len(error_v):]).encode())
+                    chars.append(wire.VERDICT_ERROR)
+                else:
+                    out.append(wire.Garbage(f"unexpected output from rule {i}").encode())
+                    code = 3
+                    break
+        except StopIteration:
+            out.append(wire.Garbage("evaluation ended early").encode())
+            code = 3
+        except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
+            out.append(wire.Garbage(str(exc)[:300]).encode())
+            code = 3
+        setitimer(timer, 0)
+        wire.finish_progress(progress)
+        if code:
+            break
+        out.append(wire.Verdicts(k, "".join(chars)).encode())
+        _send(fd, head + "".join(out))
+        head, out = "", []
+    _send(fd, head + "".join(out) + ("" if code else "d\n"))
     return code or None
 
 

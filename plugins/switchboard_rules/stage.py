@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from switchboard.plugin import (
     MatchResult,
     RoutingConfig,
     RoutingContext,
+    RuleVerdict,
     StageResult,
     decide,
     rule_error,
 )
 
+from . import protocol as wire
 from .jqscan import forbidden_names
 from .sandbox import Limits, Sandbox
 
@@ -49,6 +52,13 @@ CONFIG_SCHEMA: dict[str, Any] = {
         # evaluations a warm evaluator serves before it is replaced
         "evaluator_uses": {"type": "integer", "minimum": 1, "maximum": 1000000,
                            "default": 1000},
+        # history dry runs (diff_webhook_rules, lint_webhook_rules, `rules diff|lint`): the
+        # most stored events one call evaluates, and how long it may run before it answers
+        # with what it has (and a cursor to go on from)
+        "history_max_events": {"type": "integer", "minimum": 1, "maximum": 1000000,
+                               "default": 10000},
+        "history_deadline_s": {"type": "number", "minimum": 0.1, "maximum": 3600,
+                               "default": 30},
     },
 }
 
@@ -68,6 +78,8 @@ class RulesStage:
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}
         self._sandbox: Sandbox | None = None
+        self.history_max_events = int(self.settings["history_max_events"])
+        self.history_deadline_s = float(self.settings["history_deadline_s"])
 
     @property
     def sandbox(self) -> Sandbox:
@@ -117,3 +129,43 @@ class RulesStage:
             # No match: later stages (LLM triage) or the default decide; faults carry on.
             return StageResult(None, match.faults)
         return StageResult(decide(ctx.config, match, ctx.grant))
+
+    async def verdicts(
+        self,
+        configs: Sequence[RoutingConfig],
+        envelopes: Sequence[dict[str, Any]],
+        *,
+        webhook: Mapping[str, Any],
+    ) -> list[tuple[list[RuleVerdict], ...]]:
+        """Every rule's verdict per config on each envelope, all configs in one pass.
+
+        Configs sharing their params are evaluated as one rule set (each distinct expression
+        once: a candidate that changes one rule costs one extra rule, not a second pass),
+        with one event budget per config in it; each envelope is encoded once.
+        """
+        owner, scope = tenant(webhook)
+        groups: dict[str, tuple[dict[str, Any], list[str], dict[str, int], int]] = {}
+        where: list[tuple[str, list[int]]] = []
+        for config in configs:
+            pkey = json.dumps(config.params, sort_keys=True)
+            params, exprs, seen, uses = groups.get(pkey) or (dict(config.params), [], {}, 0)
+            positions = []
+            for rule in config.rules:
+                expr = rule["expr"]
+                if expr not in seen:
+                    seen[expr] = len(exprs)
+                    exprs.append(expr)
+                positions.append(seen[expr])
+            groups[pkey] = (params, exprs, seen, uses + (1 if config.rules else 0))
+            where.append((pkey, positions))
+        encoded = [wire.encode_envelope(e) for e in envelopes]
+        answers: dict[str, list[list[RuleVerdict]]] = {}
+        for pkey, (params, exprs, _, uses) in groups.items():
+            answers[pkey] = await self.sandbox.verdicts(
+                exprs, params, encoded, owner=owner, scope=scope,
+                event_ms=self.settings["event_ms"] * max(uses, 1),
+            )
+        return [
+            tuple([answers[pkey][k][p] for p in positions] for pkey, positions in where)
+            for k in range(len(envelopes))
+        ]

@@ -173,9 +173,85 @@ async def install_rule_pack(
     return result
 
 
+def _history() -> ModuleType:
+    from switchboard.service import history
+
+    return history
+
+
+CandidateRules = Annotated[
+    list[dict[str, Any]] | None,
+    Field(description="Candidate rules (default: the saved ones, with the default_action and "
+                      "params given here)"),
+]
+Last = Annotated[
+    int | None,
+    Field(description="The newest N stored events (default 1000)", ge=1),
+]
+
+
+async def diff_webhook_rules(
+    ctx: ToolContext, webhook_id: WebhookId,
+    rules: CandidateRules = None, default_action: DefaultAction = None, params: Params = None,
+    last: Last = None,
+    since: Annotated[
+        str | None,
+        Field(description="Instead of last: the events since a duration ago (30m, 24h, 7d) "
+                          "or an RFC 3339 timestamp"),
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Field(description="next_cursor of the previous page (pass the same candidate)"),
+    ] = None,
+) -> dict[str, Any]:
+    """Run a candidate routing config and the saved one over the webhook's stored events
+    (newest first) and report what would change: totals per outcome for both sides, the
+    number of events whose decision changes, and those events (event_id, received_at, the
+    saved and candidate decisions with the deciding rule) a page at a time (next_cursor).
+    Saves nothing. Bounded by [plugins.rules] history_max_events and history_deadline_s;
+    sends progress notifications when the request carries a progressToken."""
+    result: dict[str, Any] = await _history().diff_rules(
+        ctx.runtime, ctx.endpoint, webhook_id, rules=rules, default_action=default_action,
+        params=params, last=last, since=since, cursor=cursor, progress=ctx.report_progress,
+    )
+    return result
+
+
+async def explain_webhook_event(
+    ctx: ToolContext, webhook_id: WebhookId,
+    event_id: Annotated[str | None, Field(description="A stored event of this webhook")] = None,
+    payload: Annotated[
+        Any, Field(description="Instead: a sample raw body (a string as is, any other JSON "
+                               "serialized)")
+    ] = None,
+    headers: Annotated[dict[str, str] | None, Field(description="The sample's headers")] = None,
+    rules: CandidateRules = None, default_action: DefaultAction = None, params: Params = None,
+) -> dict[str, Any]:
+    """Why (not): every rule's verdict on one stored event or sample, in order: matched,
+    false, null, error (with its message) or not_reached (an earlier rule matched), and the
+    decision. The verdicts come from the routing sandbox, as live. Saves nothing."""
+    result: dict[str, Any] = await _history().explain_event(
+        ctx.runtime, ctx.endpoint, webhook_id, event_id=event_id, payload=payload,
+        headers=headers, rules=rules, default_action=default_action, params=params,
+    )
+    return result
+
+
+async def lint_webhook_rules(
+    ctx: ToolContext, webhook_id: WebhookId, last: Last = None
+) -> dict[str, Any]:
+    """Lint the saved rules against the webhook's newest stored events: rules that never
+    matched, that only ever faulted, that an earlier rule shadowed on every event they
+    matched, and params no rule reads. Sends progress notifications when asked."""
+    result: dict[str, Any] = await _history().lint_rules(
+        ctx.runtime, ctx.endpoint, webhook_id, last=last, progress=ctx.report_progress,
+    )
+    return result
+
+
 TOOLS = (
     list_webhook_rules, set_webhook_rules, add_webhook_rule, update_webhook_rule,
     move_webhook_rule, remove_webhook_rule, test_webhook_rules, list_rule_packs,
-    install_rule_pack,
+    install_rule_pack, diff_webhook_rules, explain_webhook_event, lint_webhook_rules,
 )
 

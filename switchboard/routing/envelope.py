@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import sys
 from typing import Any
 
@@ -77,16 +78,36 @@ def parse_payload(body: bytes) -> Any:
         return None
     if not text.strip():
         return None
+    limit = sys.get_int_max_str_digits()
+    # int() needs the guard only for a digit run past its limit: most bodies have none, and
+    # then every integer is parsed by json itself rather than a Python call each
+    guard = limit != 0 and len(body) > limit and re.search(b"[0-9]{%d}" % limit, body)
     try:
         value = json.loads(
             text,
             parse_float=_parse_float,
-            parse_int=_parse_int,
+            parse_int=_parse_int if guard else None,
             parse_constant=_reject_constant,
         )
     except (ValueError, RecursionError):
         return None
+    # Every level of nesting opens with its own bracket: a body with no more brackets than
+    # the limit (in strings or not) cannot be deeper, and needs no walk (most bodies).
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return value
     return None if _deeper_than(value, MAX_DEPTH) else value
+
+
+#: What can put NUL or a lone surrogate into a parsed body: a JSON escape (a strict UTF-8
+#: decode refuses encoded surrogates and the strict JSON parser raw control characters).
+#: An escaped backslash before ``u`` may match too: that only costs a needless clean.
+_UNCLEAN_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89abcdefABCDEF][0-9a-fA-F]{2})")
+
+
+def clean_payload(body: bytes) -> Any:
+    """``clean_json(parse_payload(body))``, without walking a body that cannot need it."""
+    value = parse_payload(body)
+    return clean_json(value) if _UNCLEAN_ESCAPE.search(body) else value
 
 
 def _project(projection: Any, source: str, kind: str | None, payload: Any,
@@ -130,7 +151,7 @@ def build_envelope(
     :mod:`switchboard.pgtext` here, once for every caller: the envelope is what is
     persisted, and cleaning is idempotent, so the stored delivery replays identically.
     """
-    payload = clean_json(parse_payload(body))
+    payload = clean_payload(body)
     envelope: dict[str, Any] = {
         "source": source,
         "kind": None if kind is None else clean_text(kind),

@@ -366,3 +366,34 @@ def test_third_party_projections() -> None:
     assert env["broken"] is None
     assert env["verified"] is False
     assert env["other"] is None
+
+
+@pytest.mark.parametrize("body", [
+    b'{"a": "\\u0000", "b": 1}',
+    b'{"a": "\\ud800"}',
+    b'{"\\udfff": "key"}',
+    b'{"a": "\\\\u0000 is text, not NUL"}',
+    b'{"a": "\\ud83d\\ude00"}',
+    b'{"a": [1, 2.5, -0, 1e400, 12345678901234567890]}',
+    b"[" * 600 + b"]" * 600,
+    b'{"a": "' + b"[" * 600 + b'"}',
+    b'{"n": ' + b"9" * 5000 + b"}",
+])
+def test_the_fast_paths_parse_and_clean_exactly_as_the_walk(body: bytes) -> None:
+    """clean_payload skips the depth walk, the clean and the big-int guard only where the raw
+    bytes prove them needless: the result is always what the full path gives."""
+    import sys
+
+    from switchboard.pgtext import clean_json
+    from switchboard.routing import envelope as env
+
+    limit = sys.get_int_max_str_digits()
+    try:
+        text = body.decode()
+        full = json.loads(text, parse_float=env._parse_float, parse_int=env._parse_int,
+                          parse_constant=env._reject_constant)
+        full = None if env._deeper_than(full, env.MAX_DEPTH) else full
+    except (ValueError, RecursionError):
+        full = None
+    assert limit  # the guard is on in this interpreter
+    assert env.clean_payload(body) == clean_json(full)

@@ -245,3 +245,26 @@ async def test_no_processes_or_memory_left_behind() -> None:
         assert me.children(recursive=True)
     assert me.children(recursive=True) == []
     assert me.memory_info().rss - rss < 20 * 2**20
+
+
+async def test_verdicts_mode_judges_every_rule_and_survives_a_timeout() -> None:
+    """History's verdicts mode: many envelopes in one frame, every rule's verdict on each; a
+    rule past its alarm is named on the envelope it killed and the batch goes on."""
+    from switchboard_rules import protocol as wire
+
+    exprs = ['.kind == "pull_request"', "null", "false, true", "empty", 'error("boom")',
+             '.payload.number > 5', "if .payload.number == 8 then last(range(1e9)) else 1 end"]
+    other = {**ENV, "payload": {**ENV["payload"], "number": 8}}
+    envs = [wire.encode_envelope(e) for e in (ENV, other, ENV)]
+    async with sandbox() as sb:
+        found = await sb.verdicts(exprs, {}, envs)
+    assert [[v.verdict for v in row] for row in found] == [
+        ["matched", "null", "false", "false", "error", "matched", "matched"],
+        ["matched", "null", "false", "false", "error", "matched", "error"],
+        ["matched", "null", "false", "false", "error", "matched", "matched"],
+    ]
+    assert found[0][4].cause == "error" and found[0][4].detail == "boom"
+    assert found[1][6].cause == "timeout"
+    assert wire.decode("v 3 mnz-") == wire.Verdicts(3, "mnz-")
+    with pytest.raises(ValueError):
+        wire.decode("v 3 mq")

@@ -1,0 +1,159 @@
+"""History dry runs: events/s of a decision diff (and a lint) beside one live routing's cost.
+
+Run: python bench/history.py [--events N] [--repeat R]
+Stores N (default 5000) ~5 KB deliveries on a webhook with 32 rules (none matching: every
+event evaluates all of them), in process on an embedded PostgreSQL, then times, in the same
+run: one delivery routed through the rules stage as a live delivery is (sequentially, the
+sandbox warm), a diff of the saved rules against a candidate that changes one expression,
+a diff against an identical candidate, and a lint. Prints events/s, the cost of a history
+event as a fraction of a live routing, and this process's peak RSS before and after (the
+events are streamed, so it should not grow with N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import database  # noqa: E402
+
+RULES = [
+    {"id": f"r{i}", "name": f"repo {i}",
+     "expr": f'.kind == "pull_request" and .payload.repository.full_name == "org/repo-{i}"'
+             f' and (.headers["x-github-event"] // "") != "ping"',
+     "action": {"queue": "inbox"}}
+    for i in range(32)
+]
+
+
+def body(n: int) -> bytes:
+    return json.dumps({
+        "action": "opened", "number": n,
+        "repository": {"full_name": "org/app", "private": False},
+        "pull_request": {f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]}
+                         for i in range(55)},
+    }).encode()
+
+
+def _cpu(rt: Any) -> tuple[float, float]:
+    """CPU seconds of this process, and of the sandbox tree (everything it reaped too)."""
+    import os
+
+    import psutil
+
+    t = os.times()
+    tree = 0.0
+    pid = rt.registries.stages.get("rules").sandbox.pid
+    if pid is not None:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                c = proc.cpu_times()
+                tree += c.user + c.system + c.children_user + c.children_system
+            except psutil.Error:
+                pass
+    return t.user + t.system, tree
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def main(events: int, repeat: int) -> None:
+    from switchboard.config import load_config
+    from switchboard.routing.replay import stored_envelope
+    from switchboard.routing.route import config_of, grant_for, route
+    from switchboard.runtime import Runtime
+    from switchboard.service import history, identity, rules, webhooks
+    from switchboard.service.ingest import ingest
+    from switchboard.sources import Headers
+
+    with database() as dsn, tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
+        config = Path(tmp) / "sb.toml"
+        config.write_text(f"[plugins.rules]\nhistory_max_events = {events}\n"
+                          "history_deadline_s = 600\n")
+        env = {"SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_DATA_DIR": tmp,
+               "SWITCHBOARD_SECRET_KEY": "bench-secret-key-0123456789",
+               "SWITCHBOARD_CONFIG": str(config)}
+        rt = Runtime(load_config(env=env))
+        await rt.open_store()
+        try:
+            await identity.add_human(rt, "bench")
+            made = await identity.vend_endpoint(
+                rt, owner="bench", name="owner", queues=["inbox"], webhook_queues=["inbox"],
+                source_types=["generic"], webhook_max=1)
+            owner = await rt.store.get_endpoint(made["endpoint_id"])
+            hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
+            wid, token = hook["webhook_id"], hook["ingest_url"].rsplit("/", 1)[1]
+            began = time.monotonic()
+            for n in range(events):
+                headers = Headers({"X-Delivery-Id": f"d{n}", "X-GitHub-Event": "pull_request",
+                                   "Content-Type": "application/json"})
+                reply = await ingest(rt, token, headers, body(n), "application/json")
+                assert reply.status == 202, reply.body
+            print(f"stored {events} deliveries of {len(body(0))} bytes in"
+                  f" {time.monotonic() - began:.1f} s")
+            await rules.set_rules(rt, None, wid, RULES)
+
+            # one live routing, the sandbox warm: the cost a delivery pays today
+            resolved = await rt.store.resolve_webhook_by_id(wid)
+            assert resolved is not None
+            saved, grant = config_of(resolved), grant_for(resolved)
+            rows = await rt.store.history_page(wid, limit=300)
+            envs = [stored_envelope(rt.registries.projections, r, wid) for r in rows]
+            for e in envs[:20]:
+                await route(rt.stages, resolved, saved, e, grant, runtime=rt)
+            began = time.monotonic()
+            for e in envs:
+                await route(rt.stages, resolved, saved, e, grant, runtime=rt)
+            live_ms = (time.monotonic() - began) / len(envs) * 1000
+            print(f"live routing, one delivery at a time: {live_ms:.2f} ms a delivery"
+                  f" ({1000 / live_ms:.0f}/s)")
+
+            changed = json.loads(json.dumps(RULES))
+            changed[5]["expr"] = changed[5]["expr"].replace("repo-5", "repo-five")
+            await history.diff_rules(rt, None, wid, rules=changed, last=200)  # warm
+            rss = peak_mib()
+            for label, candidate in (("diff, one rule changed", changed),
+                                     ("diff, identical candidate", RULES)):
+                for _ in range(repeat):
+                    cpu = _cpu(rt)
+                    began = time.monotonic()
+                    doc = await history.diff_rules(rt, None, wid, rules=candidate, last=events)
+                    took = time.monotonic() - began
+                    rate = doc["evaluated"] / took
+                    own, sandbox = (b - a for a, b in zip(cpu, _cpu(rt), strict=True))
+                    print(f"  CPU per event: server {own / doc['evaluated'] * 1e6:.0f} us,"
+                          f" sandbox {sandbox / doc['evaluated'] * 1e6:.0f} us")
+                    print(f"{label}: {doc['evaluated']} events in {took:.2f} s ="
+                          f" {rate:,.0f} events/s; a history event costs"
+                          f" {1000 / rate / live_ms:.3f}x a live routing"
+                          f" ({live_ms * rate / 1000:.1f} history events per live delivery);"
+                          f" changed {doc['changed']}")
+            for _ in range(repeat):
+                began = time.monotonic()
+                doc = await history.lint_rules(rt, None, wid, last=events)
+                took = time.monotonic() - began
+                print(f"lint: {doc['evaluated']} events in {took:.2f} s ="
+                      f" {doc['evaluated'] / took:,.0f} events/s,"
+                      f" {len(doc['findings'])} findings")
+            print(f"peak RSS of this process: {rss:.0f} MiB before the timed runs,"
+                  f" {peak_mib():.0f} MiB after")
+        finally:
+            await rt.shutdown()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    asyncio.run(main(args.events, args.repeat))

@@ -1,0 +1,263 @@
+"""``switchboard rules diff|explain|lint``: the history verbs, as the operator, over the database.
+
+On a terminal ``diff`` and ``lint`` show a progress bar (rate, ETA) on stderr and end with a
+summary table; piped (or ``--json``) they print the JSON the MCP tools answer. Ctrl-C stops
+the evaluation (the sandbox's evaluators are killed with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from switchboard.plugin import InvalidArgument, Runtime
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+VERBS = ("diff", "explain", "lint")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
+    return value
+
+
+def _output(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true",
+                       help="print JSON (the default when stdout is not a terminal)")
+    group.add_argument("--table", action="store_true",
+                       help="print the summary table (the default on a terminal)")
+
+
+def configure(sub: Any) -> None:
+    """Add ``diff``, ``explain`` and ``lint`` to the ``rules`` sub-command parser."""
+    diff = sub.add_parser("diff", help="a candidate config vs the saved one over stored events")
+    diff.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    diff.add_argument("candidate", metavar="CANDIDATE.json",
+                      help="the candidate routing config: {rules, default_action?, params?}")
+    window = diff.add_mutually_exclusive_group()
+    window.add_argument("--last", type=_positive, metavar="N",
+                        help="the newest N stored events (default 1000)")
+    window.add_argument("--since", metavar="DURATION",
+                        help="the events since a duration ago (30m, 24h, 7d) or a timestamp")
+    window.add_argument("--cursor", metavar="CURSOR", help="go on from a previous run's cursor")
+    _output(diff)
+    explain = sub.add_parser("explain", help="every rule's verdict on one stored event")
+    explain.add_argument("event_id", metavar="EVENT_ID")
+    _output(explain)
+    lint = sub.add_parser("lint", help="rules that never match, only fault, or are shadowed")
+    lint.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    lint.add_argument("--last", type=_positive, metavar="N",
+                      help="the newest N stored events (default 1000)")
+    _output(lint)
+
+
+def _terminal(args: argparse.Namespace) -> bool:
+    if args.json:
+        return False
+    return bool(args.table) or sys.stdout.isatty()
+
+
+@contextlib.asynccontextmanager
+async def _progress(
+    show: bool, what: str
+) -> AsyncIterator[Callable[[int, int | None, str | None], Awaitable[None]] | None]:
+    """A rich progress bar on stderr (events, rate, ETA), when stderr is a terminal."""
+    if not show or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    class _Rate(TextColumn):
+        def render(self, task: Any) -> Any:
+            from rich.text import Text
+
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.0f} events/s" if speed else "- events/s")
+
+    bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+                   _Rate(""), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                   console=Console(file=sys.stderr), transient=False)
+    task = bar.add_task(what, total=None)
+
+    async def report(done: int, total: int | None, _message: str | None) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield report
+
+
+def _merge(into: dict[str, Any], page: dict[str, Any]) -> None:
+    """Add one page of a diff to the running result (totals summed, changes appended)."""
+    into["evaluated"] += page["evaluated"]
+    into["changed"] += page["changed"]
+    into["changes"].extend(page["changes"])
+    for side in ("saved", "candidate"):
+        mine, theirs = into["totals"][side], page["totals"][side]
+        for key, value in theirs.items():
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    mine[key][k] = mine[key].get(k, 0) + v
+            else:
+                mine[key] += value
+
+
+async def run(args: argparse.Namespace, rt: Runtime) -> int:
+    from switchboard.service import history
+
+    await rt.open_store(create=False)
+    table = _terminal(args)
+    if args.action == "explain":
+        doc = await history.explain_stored(rt, None, args.event_id)
+        _show(table, doc, _render_explain)
+        return 0
+    if args.action == "lint":
+        async with _progress(table, "lint") as report:
+            doc = await history.lint_rules(rt, None, args.webhook_id, last=args.last,
+                                           progress=report)
+        _show(table, doc, _render_lint)
+        return 0
+    candidate = _read(args.candidate)
+    merged: dict[str, Any] | None = None
+    cursor = args.cursor
+    async with _progress(table, "diff") as report:
+        done = 0
+
+        async def progress(n: int, total: int | None, message: str | None) -> None:
+            if report is not None:
+                await report(done + n, None if total is None else done + total, message)
+
+        while True:
+            page = await history.diff_rules(
+                rt, None, args.webhook_id, rules=candidate.get("rules"),
+                default_action=candidate.get("default_action"), params=candidate.get("params"),
+                last=None if cursor else args.last, since=None if cursor else args.since,
+                cursor=cursor, progress=progress,
+            )
+            if merged is None:
+                merged = {**page, "changes": list(page["changes"])}
+            else:
+                _merge(merged, page)
+            done += page["evaluated"]
+            cursor = page.get("next_cursor")
+            # a full page of changes: go on; a deadline or the cap: stop, with the cursor
+            if cursor is None or page.get("stopped") != "page":
+                break
+    assert merged is not None
+    merged.pop("next_cursor", None)
+    merged.pop("stopped", None)
+    if cursor is not None:
+        merged["next_cursor"], merged["stopped"] = cursor, page.get("stopped")
+    _show(table, merged, _render_diff)
+    return 0
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidArgument(f"CANDIDATE: cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"CANDIDATE: {path} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument("CANDIDATE: must be an object {rules, default_action?, params?}")
+    if "rules" not in doc:
+        doc["rules"] = []
+    return doc
+
+
+def _show(table: bool, doc: dict[str, Any], render: Callable[[Console, Any], None]) -> None:
+    from switchboard.cli import render as out
+
+    if table:
+        render(out.console(), doc)
+    else:
+        out.emit(doc)
+
+
+def _where(decision: dict[str, Any]) -> str:
+    if decision.get("drop"):
+        return "drop"
+    return f"{decision.get('queue')} → {len(decision.get('endpoints') or [])} endpoint(s)"
+
+
+def _by(decision: dict[str, Any]) -> str:
+    if decision.get("stage") == "default":
+        return f"default ({decision.get('cause')})"
+    return str(decision.get("rule_id"))
+
+
+def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    saved, cand = doc["totals"]["saved"], doc["totals"]["candidate"]
+    for queue in sorted(set(saved["queues"]) | set(cand["queues"])):
+        yield {"outcome": f"queue {queue}", "saved": saved["queues"].get(queue, 0),
+               "candidate": cand["queues"].get(queue, 0)}
+    for key in ("drop", "default"):
+        yield {"outcome": key, "saved": saved[key], "candidate": cand[key]}
+    for cause in sorted(set(saved["faults"]) | set(cand["faults"])):
+        yield {"outcome": f"fault {cause}", "saved": saved["faults"].get(cause, 0),
+               "candidate": cand["faults"].get(cause, 0)}
+
+
+def _render_diff(out: Console, doc: dict[str, Any]) -> None:
+    from switchboard.cli import render as r
+
+    out.print(r.heading(f"{doc['evaluated']} events evaluated, {doc['changed']} change"
+                        f" decision"))
+    out.print(r.table("totals", [("OUTCOME", lambda x: x["outcome"]),
+                                 ("SAVED", lambda x: x["saved"]),
+                                 ("CANDIDATE", lambda x: x["candidate"])], _totals_rows(doc)))
+    if doc["changes"]:
+        out.print(r.table("changed events", [
+            ("EVENT", lambda x: x["event_id"]), ("RECEIVED", lambda x: x["received_at"]),
+            ("KIND", lambda x: x.get("kind")),
+            ("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}"),
+            ("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}"),
+        ], doc["changes"]))
+    if doc.get("next_cursor"):
+        out.print(r.cell(f"stopped ({doc.get('stopped')}): go on with --cursor"
+                         f" {doc['next_cursor']}"))
+
+
+def _render_explain(out: Console, doc: dict[str, Any]) -> None:
+    from switchboard.cli import render as r
+
+    decision = doc["decision"]
+    out.print(r.heading(f"event {doc.get('event_id')}: {_where(decision)} by {_by(decision)}"))
+    out.print(r.table(None, [
+        ("#", lambda x: x["index"]), ("RULE", lambda x: x["id"]),
+        ("VERDICT", lambda x: x["verdict"] + (f" (would: {x['would']})" if x.get("would")
+                                              else "")),
+        ("ERROR", lambda x: x.get("error")),
+    ], doc["verdicts"]))
+
+
+def _render_lint(out: Console, doc: dict[str, Any]) -> None:
+    from switchboard.cli import render as r
+
+    out.print(r.heading(f"{doc['evaluated']} events evaluated, {len(doc['findings'])}"
+                        " finding(s)"))
+    out.print(r.table(None, [("KIND", lambda x: x["kind"]),
+                             ("RULE", lambda x: x.get("rule_id") or x.get("param")),
+                             ("DETAIL", lambda x: x["detail"])], doc["findings"]))

@@ -1,0 +1,211 @@
+"""Stream a webhook's stored deliveries through a verdict stage: pages in, verdicts out, in order.
+
+The one evaluation path of the history verbs (``service.history``): each page of stored
+events is read by keyset (never the whole window), each event's envelope is rebuilt once
+(parsed once, whatever the number of configs) and handed in batches to the stage's
+``verdicts``, which evaluates every config in one pass where live routing evaluates (the
+rules stage: its sandbox). The next page is read, and the next batch built, while the
+stage evaluates, and up to ``parallel`` batches are in the sandbox at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime as dt
+import json
+import re
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..routing.model import RoutingConfig
+from ..routing.replay import stored_envelope
+from ..routing.verdicts import RuleVerdict, VerdictStage
+from ..runtime import Runtime
+from ..store import Row
+from ..store.db import is_uuid
+
+#: Events read per page, and sent to the sandbox per batch.
+PAGE = 256
+#: Batches in the sandbox at once (each holds one of the owner's evaluation slots while it
+#: runs and gives it back after, so the owner's live deliveries wait at most one batch).
+PARALLEL = 2
+
+#: ``progress(done, total, message)``: how far a history call is (total None: unknown).
+Progress = Callable[[int, int | None, str | None], Awaitable[None]]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
+    """``since`` as a point in time: a duration back from now (``90m``, ``24h``, ``7d``, ``2w``)
+    or an RFC 3339 timestamp with its offset."""
+    now = now or dt.datetime.now(dt.UTC)
+    if not isinstance(value, str):
+        raise InvalidArgument("since: a duration (30m, 24h, 7d) or an RFC 3339 timestamp")
+    found = _DURATION.match(value)
+    if found:
+        return now - dt.timedelta(seconds=float(found[1]) * _UNIT_S[found[2]])
+    try:
+        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument("since: a duration (30m, 24h, 7d) or an RFC 3339 timestamp"
+                              f" (got {value!r})") from None
+    if when.tzinfo is None:
+        raise InvalidArgument("since: the timestamp needs its offset (Z or +hh:mm)")
+    return when
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which stored events a call evaluates: newest first, from ``after`` (exclusive) on.
+
+    ``remaining`` is how many are left of a ``last N`` window (None: a ``since`` window,
+    bounded by ``since``).
+    """
+
+    remaining: int | None
+    since: dt.datetime | None = None
+    after: tuple[dt.datetime, str] | None = None
+
+    def cursor(self, row: Row, taken: int) -> str:
+        """A cursor that resumes this window after ``row``, ``taken`` events further on."""
+        left = None if self.remaining is None else self.remaining - taken
+        doc = [row["received_at"].isoformat(), str(row["id"]), left,
+               None if self.since is None else self.since.isoformat()]
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
+
+    @classmethod
+    def from_cursor(cls, cursor: str) -> Window:
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            stamp, event_id, left, since = json.loads(raw)
+            when = dt.datetime.fromisoformat(stamp)
+            since_at = None if since is None else dt.datetime.fromisoformat(since)
+        except (ValueError, TypeError, binascii.Error):
+            raise InvalidArgument("cursor: not a cursor this tool returned") from None
+        if (not is_uuid(event_id) or when.tzinfo is None
+                or not (left is None or (isinstance(left, int) and left >= 0))
+                or (left is None) == (since_at is None)):
+            raise InvalidArgument("cursor: not a cursor this tool returned")
+        return cls(left, since_at, (when, event_id))
+
+
+def window_of(last: Any, since: Any, cursor: Any, *, default_last: int) -> Window:
+    """The window the arguments name: a cursor (which carries its window), ``last`` or ``since``."""
+    if cursor is not None:
+        if not isinstance(cursor, str):
+            raise InvalidArgument("cursor: not a cursor this tool returned")
+        return Window.from_cursor(cursor)
+    if last is not None and since is not None:
+        raise InvalidArgument("give at most one of last or since")
+    if since is not None:
+        return Window(None, parse_since(since))
+    n = default_last if last is None else last
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgument("last: must be a positive integer")
+    return Window(n)
+
+
+async def count_window(rt: Runtime, webhook_id: str, window: Window, cap: int) -> int:
+    """How many events the window holds, at most ``cap`` (for progress totals)."""
+    want = cap if window.remaining is None else min(cap, window.remaining)
+    return await rt.store.history_count(webhook_id, limit=want, before=window.after,
+                                        since=window.since)
+
+
+@dataclass
+class Evaluated:
+    """One stored event and, per config, every rule's verdict on it."""
+
+    row: Row
+    envelope: dict[str, Any]
+    verdicts: tuple[list[RuleVerdict], ...]
+
+
+async def evaluated(
+    rt: Runtime,
+    stage: VerdictStage,
+    webhook: Row,
+    configs: Sequence[RoutingConfig],
+    window: Window,
+    *,
+    limit: int,
+) -> AsyncGenerator[Evaluated, None]:
+    """The window's events (at most ``limit``), newest first, each with its verdicts.
+
+    Close it (``contextlib.aclosing``) to stop early: batches still in the sandbox are
+    cancelled, which kills their evaluators.
+    """
+    want = limit if window.remaining is None else min(limit, window.remaining)
+    if want <= 0:
+        return
+    webhook_id = str(webhook["id"])
+    projections = rt.registries.projections
+
+    async def page(after: tuple[dt.datetime, str] | None, size: int) -> list[Row]:
+        return await rt.store.history_page(webhook_id, limit=size, before=after,
+                                           since=window.since)
+
+    async def judge(rows: list[Row]) -> list[Evaluated]:
+        envelopes = [stored_envelope(projections, r, webhook_id) for r in rows]
+        found = await stage.verdicts(configs, envelopes, webhook=webhook)
+        return [Evaluated(r, e, v) for r, e, v in zip(rows, envelopes, found, strict=True)]
+
+    read = 0
+    asked = min(PAGE, want)
+    fetch: asyncio.Task[list[Row]] | None = asyncio.ensure_future(page(window.after, asked))
+    inflight: deque[asyncio.Task[list[Evaluated]]] = deque()
+    try:
+        while fetch is not None or inflight:
+            if fetch is not None and len(inflight) < PARALLEL:
+                rows = await fetch
+                fetch = None
+                read += len(rows)
+                if len(rows) == asked and read < want:  # more may follow: read it meanwhile
+                    last, asked = rows[-1], min(PAGE, want - read)
+                    fetch = asyncio.ensure_future(
+                        page((last["received_at"], str(last["id"])), asked))
+                if rows:
+                    inflight.append(asyncio.ensure_future(judge(rows)))
+                continue
+            done = await inflight.popleft()
+            for item in done:
+                yield item
+    finally:
+        for task in [*inflight, *([fetch] if fetch is not None else [])]:
+            task.cancel()
+        for task in [*inflight, *([fetch] if fetch is not None else [])]:
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - cancelled or failed: either way, gone
+                pass
+
+
+class Clock:
+    """A call's deadline and its progress reports (at most a few per second)."""
+
+    def __init__(self, deadline_s: float, progress: Progress | None, total: int | None) -> None:
+        self.ends = time.monotonic() + deadline_s
+        self.progress = progress
+        self.total = total
+        self._said = 0.0
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    async def tick(self, done: int, *, force: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if force or now - self._said >= 0.25:
+            self._said = now
+            total = self.total
+            message = f"{done} of {total} events" if total is not None else f"{done} events"
+            await self.progress(done, total, message)
