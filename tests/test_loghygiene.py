@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import logging
+import random
 
 import pytest
 
+from switchboard import loghygiene
 from switchboard.loghygiene import HygieneFilter, redact
 
 TOKEN = "0123456789abcdef" * 3  # a 48-hex ingest token, the shape mint_token(nbytes=24) gives
@@ -87,3 +89,26 @@ def test_a_repeat_after_the_window_shows_its_traceback_again() -> None:
         except ValueError:
             logger.exception("failed")
     assert stream.getvalue().count("Traceback (most recent call last)") == 2
+
+
+def _every_pattern(text: str) -> str:
+    for pattern, repl in loghygiene._PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def test_the_literal_prefilters_never_skip_a_match() -> None:
+    """``redact`` runs a pattern only when its cheap literal test passes: on tricky and on
+    random text it answers exactly what running every pattern answers."""
+    tricky = ["baſic dXNlcjpwYXNz", "ſha256=" + "ab" * 20, "\u212abearer x",
+              "Authorization: BEARER abc.def", "V12=" + "0" * 20, "sig v1," + "a" * 30,
+              "/webhooks/w/" + "f" * 48, "whsec_abc sbe_def", "x" + "0123456789abcdef" * 3]
+    for text in tricky:
+        assert loghygiene.redact(text) == _every_pattern(text), text
+    tokens = ["/webhooks/w/", "tok", "sbe_", "whsec_", "Bearer ", "BASIC ", "baſic ", "ſha1=",
+              "sha256=", "V2=", "v1,", "\u212a", " ", "deadbeef" * 6, "0123456789abcdef" * 2,
+              "«", "=", "/", "İ", "\n", '"']
+    rng = random.Random(14)
+    for _ in range(20_000):
+        text = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 10)))
+        assert loghygiene.redact(text) == _every_pattern(text), repr(text)
