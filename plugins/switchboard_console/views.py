@@ -88,8 +88,7 @@ class Console:
         origin = request.headers.get("origin")
         if origin and origin != f"{request.scheme}://{request.host}":
             return False
-        form = request.form or {}
-        return self.keys.csrf_ok(request.cookies.get(session.CSRF_COOKIE), form.get("csrf"))
+        return self.keys.csrf_ok(request.cookies.get(session.CSRF_COOKIE), _field(request, "csrf"))
 
     def refuse(self, request: Request) -> HTTPResponse:
         return self.render(request, "error.html", 403, signed_in=False, title="Forbidden",
@@ -138,7 +137,7 @@ class Console:
     async def signin(self, request: Request) -> HTTPResponse:
         if not self.csrf_ok(request):
             return self.refuse(request)
-        token = (request.form or {}).get("token") or ""
+        token = _field(request, "token") or ""
         try:
             row = await authenticate(self.rt, token.strip())
         except Forbidden:
@@ -275,9 +274,8 @@ class Console:
         last = "200"
         status = 200
         if request.method == "POST":
-            form = request.form or {}
-            candidate = form.get("candidate") or ""
-            last = form.get("last") or "200"
+            candidate = _field(request, "candidate") or ""
+            last = _field(request, "last") or "200"
             try:
                 diff = await self._dry_run(who, webhook_id, candidate, last)
             except InvalidArgument as exc:
@@ -300,6 +298,13 @@ class Console:
         return await history.diff_rules(
             self.rt, who, webhook_id, rules=doc.get("rules"),
             default_action=doc.get("default_action"), params=doc.get("params"), last=int(last))
+
+
+def _field(request: Request, name: str) -> str | None:
+    """One field of a posted form (None: absent, or no form at all)."""
+    form = request.form
+    value = form.get(name) if form is not None else None
+    return value if isinstance(value, str) else None
 
 
 def _cursor(ev: Row) -> str:

@@ -31,7 +31,6 @@ from switchboard.service.ingest import ingest
 from switchboard.sources import Headers
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-DOCS = Path(__file__).resolve().parents[3] / "docs"
 XSS = '<script>alert("xss")</script>"><img src=x onerror=alert(1) id=pwned>'
 RULES = [
     {"id": "prs", "expr": '.kind == "pull_request"', "action": {"queue": "review"}},
@@ -315,9 +314,6 @@ def test_sign_in_and_walk_webhook_delivery_trace(page: Any, seeded: Any, shots: 
     page.goto(f"/console/deliveries/{seeded['ids']['issue'][0]}")
     assert "rule #3 \u201clabel-bug\u201d matched" in page.text_content("#trace")
     assert "triage" in page.text_content("#todos")
-    if DOCS.is_dir() and os.environ.get("SWITCHBOARD_CONSOLE_DOCS"):
-        for name in ("console-deliveries.png", "console-delivery.png"):
-            shutil.copy(shots / name, DOCS / name)
 
 
 def test_filters_and_paging(page: Any, seeded: Any) -> None:
