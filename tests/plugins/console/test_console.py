@@ -156,6 +156,9 @@ def test_security_headers_on_every_page_and_the_token_is_never_shown(seeded: Any
     with httpx.Client(base_url=seeded["base"]) as bare:
         _secure(bare.get("/console/signin"))
         # not signed in: every page redirects to sign-in, with the same headers
+        for path in ("/console", "/console/"):
+            reply = bare.get(path, follow_redirects=True)
+            assert str(reply.url).endswith("/console/signin") and reply.status_code == 200
         for path in _pages(seeded):
             reply = bare.get(path)
             assert reply.status_code == 303 and reply.headers["location"] == "/console/signin"
