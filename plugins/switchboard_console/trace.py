@@ -1,0 +1,93 @@
+"""A routing trace and the rules' verdicts, told as sentences a person reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CAUSES = {
+    "no_match_default": "no rule matched, so the default action applied",
+    "rule_not_granted": "the matching rule's queue is outside this webhook's grant, so the"
+                        " default action applied",
+    "default_not_granted": "the default action's queue is outside this webhook's grant",
+    "llm_unknown_queue": "the LLM named a queue that does not exist",
+    "llm_low_confidence": "the LLM's confidence was below the threshold",
+    "llm_invalid_answer": "the LLM's answer was not a valid answer",
+    "llm_error": "the LLM call failed",
+    "llm_timeout": "the LLM call timed out",
+    "llm_budget_exhausted": "the LLM budget was spent",
+}
+
+VERDICTS = {
+    "matched": "matched",
+    "false": "did not match (the expression was false)",
+    "null": "did not match (the expression gave null)",
+    "error": "faulted",
+    "not_reached": "was not evaluated for routing: an earlier rule matched",
+}
+
+
+def _rule(doc: dict[str, Any]) -> str:
+    name = doc.get("rule_id") or doc.get("id")
+    index = doc.get("rule_index", doc.get("index"))
+    label = f"rule #{index + 1}" if isinstance(index, int) and index >= 0 else "a rule"
+    return f"{label} \u201c{name}\u201d" if name else label
+
+
+def _action(action: Any) -> str:
+    if not isinstance(action, dict):
+        return "no action"
+    if action.get("drop"):
+        return "dropped the delivery"
+    queue = action.get("queue")
+    if queue:
+        to = action.get("endpoints") or []
+        who = f" for {len(to)} endpoint{'s' if len(to) != 1 else ''}" if to else ""
+        return f"queued it in \u201c{queue}\u201d{who}"
+    return "took no queue"
+
+
+def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
+    """Sentences, in order: the deciding stage and rule, the cause, each fault, the outcome."""
+    if not trace:
+        return ["No routing trace was stored for this delivery."]
+    lines: list[str] = []
+    stage = trace.get("stage")
+    if stage == "rule":
+        lines.append(f"Decided by the rules stage: {_rule(trace)} matched.")
+    elif stage == "default":
+        lines.append("Decided by the default action.")
+    elif stage == "llm":
+        llm = trace.get("llm") or {}
+        lines.append(f"Decided by the LLM triage ({llm.get('provider', '?')}"
+                     f" {llm.get('model', '')}).".replace(" )", ")"))
+        if llm.get("reason"):
+            lines.append(f"The model's reason (confidence {llm.get('confidence')}):"
+                         f" {llm['reason']}")
+    else:
+        lines.append(f"Decided by stage {stage!r}.")
+    if trace.get("cause"):
+        cause = str(trace["cause"])
+        lines.append("Why: " + CAUSES.get(cause, cause) + ".")
+    for fault in trace.get("faults") or ():
+        detail = f": {fault['detail']}" if fault.get("detail") else ""
+        lines.append(f"Fault in {_rule(fault)}: {fault.get('cause')}{detail}"
+                     " (treated as no match; later rules were still tried).")
+    lines.append(f"The action {_action(trace.get('action'))}.")
+    if trace.get("once"):
+        lines.append({"claimed": "This delivery claimed its subject (a once action).",
+                      "repeat": "Another delivery had already claimed this subject and queue:"
+                                " a repeat, no todo was made.",
+                      "no_subject": "The delivery is about no subject; routed like any other."
+                      }.get(str(trace["once"]), f"once: {trace['once']}"))
+    if disposition:
+        lines.append(f"Disposition: {disposition}.")
+    return lines
+
+
+def verdict_text(doc: dict[str, Any]) -> str:
+    text = VERDICTS.get(str(doc.get("verdict")), str(doc.get("verdict")))
+    if doc.get("verdict") == "not_reached" and doc.get("would"):
+        text += f"; on its own it {VERDICTS.get(str(doc['would']), str(doc['would']))}"
+    if doc.get("error"):
+        text += f": {doc['error']}"
+    return text

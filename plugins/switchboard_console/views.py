@@ -1,0 +1,329 @@
+"""The console's routes: every read goes through the service layer as the signed-in endpoint."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sanic import HTTPResponse, Request
+from sanic.response import html, raw, redirect
+
+from switchboard.errors import Forbidden, InvalidArgument, NotFound, SwitchboardError
+from switchboard.runtime import Runtime
+from switchboard.service import events as events_svc
+from switchboard.service import history, rules, webhooks
+from switchboard.service.events import encode_cursor
+from switchboard.service.identity import authenticate
+
+from . import charts, session
+from .trace import explain, verdict_text
+
+HERE = Path(__file__).resolve().parent
+STATIC = {"console.css": "text/css; charset=utf-8"}
+#: No script at all, styles only from our own origin, no framing, forms post only to us.
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+       " frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+PAGE = 25
+#: Stored events one deliveries page reads at most while filtering by kind / verified.
+SCAN_MAX = 1000
+#: Events a 24 h chart reads at most.
+CHART_MAX = 2000
+
+Row = dict[str, Any]
+Handler = Callable[..., Awaitable[HTTPResponse]]
+
+
+class Console:
+    """The routes of one application, sharing its runtime, keys and templates."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.keys = session.Keys(rt)
+        self.env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                               autoescape=select_autoescape(default=True, default_for_string=True))
+        self.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
+
+    # --- responses ----------------------------------------------------------------------
+
+    def _nonce(self, request: Request) -> tuple[str, bool]:
+        nonce = request.cookies.get(session.CSRF_COOKIE)
+        return (nonce, False) if nonce else (session.new_nonce(), True)
+
+    def _finish(self, request: Request, resp: HTTPResponse, nonce: str | None = None,
+                fresh: bool = False) -> HTTPResponse:
+        for k, v in SECURITY_HEADERS.items():
+            resp.headers[k] = v
+        if nonce is not None and fresh:
+            self._cookie(request, resp, session.CSRF_COOKIE, nonce)
+        return resp
+
+    def _cookie(self, request: Request, resp: HTTPResponse, name: str, value: str) -> None:
+        resp.add_cookie(name, value, path=session.PATH, httponly=True, samesite="Strict",
+                        secure=request.scheme == "https", max_age=session.MAX_AGE_S)
+
+    def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTTPResponse:
+        nonce, fresh = self._nonce(request)
+        body = self.env.get_template(name).render(
+            csrf=self.keys.csrf_token(nonce), signed_in=ctx.pop("signed_in", True), **ctx)
+        return self._finish(request, html(body, status=status), nonce, fresh)
+
+    def go(self, request: Request, to: str) -> HTTPResponse:
+        return self._finish(request, redirect(to, status=303))
+
+    def csrf_ok(self, request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin and origin != f"{request.scheme}://{request.host}":
+            return False
+        return self.keys.csrf_ok(request.cookies.get(session.CSRF_COOKIE), _field(request, "csrf"))
+
+    def refuse(self, request: Request) -> HTTPResponse:
+        return self.render(request, "error.html", 403, signed_in=False, title="Forbidden",
+                           message="The form's CSRF token is missing or wrong: reload the page"
+                                   " and try again.")
+
+    async def caller(self, request: Request) -> Row | None:
+        """The live endpoint the session cookie names, else None."""
+        endpoint_id = self.keys.open(request.cookies.get(session.COOKIE))
+        if endpoint_id is None:
+            return None
+        try:
+            row = await self.rt.store.get_endpoint(endpoint_id)
+        except NotFound:
+            return None
+        return row if session.live(row) else None
+
+    def page(self, fn: Handler) -> Handler:
+        """A signed-in page: no session goes to sign-in; not found and bad input are pages."""
+
+        @functools.wraps(fn)
+        async def handler(request: Request, **kw: Any) -> HTTPResponse:
+            who = await self.caller(request)
+            if who is None:
+                return self.go(request, "/console/signin")
+            if request.method == "POST" and not self.csrf_ok(request):
+                return self.refuse(request)
+            try:
+                return await fn(request, who, **kw)
+            except NotFound:
+                return self.render(request, "error.html", 404, title="Not found",
+                                   message="There is nothing here that this endpoint can see.")
+            except InvalidArgument as exc:
+                return self.render(request, "error.html", 400, title="Bad request",
+                                   message=str(exc))
+
+        return handler
+
+    # --- sign-in ------------------------------------------------------------------------
+
+    async def signin_form(self, request: Request) -> HTTPResponse:
+        if await self.caller(request) is not None:
+            return self.go(request, "/console/webhooks")
+        return self.render(request, "signin.html", signed_in=False)
+
+    async def signin(self, request: Request) -> HTTPResponse:
+        if not self.csrf_ok(request):
+            return self.refuse(request)
+        token = _field(request, "token") or ""
+        try:
+            row = await authenticate(self.rt, token.strip())
+        except Forbidden:
+            return self.render(request, "signin.html", 401, signed_in=False,
+                               error="That token is not a live endpoint token.")
+        resp = self.go(request, "/console/webhooks")
+        self._cookie(request, resp, session.COOKIE, self.keys.seal(str(row["id"])))
+        # a fresh CSRF nonce for the new session
+        self._cookie(request, resp, session.CSRF_COOKIE, session.new_nonce())
+        return resp
+
+    async def signout(self, request: Request) -> HTTPResponse:
+        if not self.csrf_ok(request):
+            return self.refuse(request)
+        resp = self.go(request, "/console/signin")
+        resp.delete_cookie(session.COOKIE, path=session.PATH)
+        resp.delete_cookie(session.CSRF_COOKIE, path=session.PATH)
+        return resp
+
+    async def index(self, request: Request) -> HTTPResponse:
+        return self.go(request, "/console/webhooks")
+
+    async def static(self, request: Request, name: str) -> HTTPResponse:
+        if name not in STATIC:
+            return self._finish(request, raw(b"not found", status=404))
+        resp = raw((HERE / "static" / name).read_bytes(), content_type=STATIC[name])
+        self._finish(request, resp)
+        resp.headers["Cache-Control"] = "public, max-age=3600"
+        return resp
+
+    # --- webhooks -----------------------------------------------------------------------
+
+    async def _recent(self, who: Row, webhook_id: str, now: dt.datetime) -> list[Row]:
+        """The webhook's events of the last 24 h (at most :data:`CHART_MAX`)."""
+        since = now - dt.timedelta(hours=charts.HOURS)
+        out: list[Row] = []
+        cursor = None
+        while len(out) < CHART_MAX:
+            got = await events_svc.list_events(self.rt, who, webhook_id, limit=100, cursor=cursor)
+            for ev in got["events"]:
+                if dt.datetime.fromisoformat(ev["received_at"]) < since:
+                    return out
+                out.append(ev)
+            cursor = got["next_cursor"]
+            if not cursor:
+                break
+        return out
+
+    async def _summary(self, who: Row, hook: Row, now: dt.datetime) -> Row:
+        hours = charts.buckets(await self._recent(who, hook["webhook_id"], now), now)
+        routes = await webhooks.list_routes(self.rt, who, hook["webhook_id"])
+        return {**hook, "routes": routes["routes"], "hours": hours,
+                "totals": charts.totals(hours)}
+
+    async def webhook_list(self, request: Request, who: Row) -> HTTPResponse:
+        now = dt.datetime.now(dt.UTC)
+        listed = await webhooks.list_webhooks(self.rt, who)
+        hooks = [await self._summary(who, h, now) for h in listed["webhooks"]]
+        for h in hooks:
+            h["chart"] = charts.svg(h["hours"], width=240, height=48,
+                                    label="deliveries per hour, last 24 h")
+        return self.render(request, "webhooks.html", who=who, hooks=hooks,
+                           outcomes=charts.OUTCOMES)
+
+    async def webhook(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
+        now = dt.datetime.now(dt.UTC)
+        hook = await webhooks.owned_webhook(self.rt, who, webhook_id)
+        summary = await self._summary(who, webhooks.webhook_view(self.rt, hook), now)
+        summary["chart"] = charts.svg(summary["hours"], width=720, height=160,
+                                      label="deliveries per hour, last 24 h")
+        args = request.args
+        filters = {"disposition": args.get("disposition") or "", "kind": args.get("kind") or "",
+                   "verified": args.get("verified") or ""}
+        if filters["verified"] not in ("", "yes", "no"):
+            raise InvalidArgument("verified: must be yes or no")
+        rows, next_cursor = await self._deliveries(who, hook["id"], filters, args.get("cursor"))
+        more = None
+        if next_cursor:
+            more = "?" + urlencode({**{k: v for k, v in filters.items() if v},
+                                    "cursor": next_cursor})
+        return self.render(request, "webhook.html", who=who, hook=summary, rows=rows,
+                           filters=filters, more=more, outcomes=charts.OUTCOMES,
+                           dispositions=events_svc.DISPOSITIONS, outcome=charts.outcome)
+
+    async def _deliveries(self, who: Row, webhook_id: str, filters: dict[str, str],
+                          cursor: str | None) -> tuple[list[Row], str | None]:
+        """One page of the webhook's deliveries, newest first, filtered; and the next cursor."""
+        rows: list[Row] = []
+        scanned = 0
+        last: Row | None = None
+        while True:
+            got = await events_svc.list_events(
+                self.rt, who, webhook_id, disposition=filters["disposition"] or None,
+                limit=100, cursor=cursor)
+            for ev in got["events"]:
+                scanned += 1
+                if filters["kind"] and ev.get("kind") != filters["kind"]:
+                    last = ev
+                    continue
+                if filters["verified"] and bool(ev.get("verified")) != (filters["verified"] == "yes"):
+                    last = ev
+                    continue
+                if len(rows) == PAGE:
+                    return rows, _cursor(rows[-1])
+                rows.append(ev)
+                last = ev
+                if scanned >= SCAN_MAX:
+                    return rows, _cursor(last)
+            cursor = got["next_cursor"]
+            if not cursor:
+                return rows, None
+            if scanned >= SCAN_MAX and last is not None:
+                return rows, _cursor(last)
+
+    async def delivery(self, request: Request, who: Row, event_id: str) -> HTTPResponse:
+        event = await events_svc.show_event(self.rt, who, event_id)
+        try:
+            why = await history.explain_stored(self.rt, who, event_id)
+            verdicts = [{**v, "text": verdict_text(v)} for v in why["verdicts"]]
+            why_error = None
+        except (InvalidArgument, SwitchboardError) as exc:
+            if isinstance(exc, NotFound):
+                raise
+            verdicts, why_error = [], str(exc)
+        return self.render(request, "delivery.html", who=who, event=event,
+                           story=explain(event.get("routing_trace"), event.get("disposition")),
+                           verdicts=verdicts, why_error=why_error)
+
+    async def rules_page(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
+        saved = await rules.list_rules(self.rt, who, webhook_id)
+        candidate = json.dumps({k: saved.get(k) for k in ("rules", "default_action", "params")},
+                               indent=2, ensure_ascii=False)
+        diff = error = None
+        last = "200"
+        status = 200
+        if request.method == "POST":
+            candidate = _field(request, "candidate") or ""
+            last = _field(request, "last") or "200"
+            try:
+                diff = await self._dry_run(who, webhook_id, candidate, last)
+            except InvalidArgument as exc:
+                error, status = str(exc), 400
+        return self.render(request, "rules.html", status, who=who, saved=saved,
+                           webhook_id=webhook_id, candidate=candidate, last=last, diff=diff,
+                           error=error)
+
+    async def _dry_run(self, who: Row, webhook_id: str, text: str, last: str) -> Row:
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise InvalidArgument(f"candidate: not JSON ({exc})") from None
+        if isinstance(doc, list):
+            doc = {"rules": doc}
+        if not isinstance(doc, dict):
+            raise InvalidArgument("candidate: give a config object or a list of rules")
+        if not last.isdigit() or not 1 <= int(last) <= 10000:
+            raise InvalidArgument("last: must be a number from 1 to 10000")
+        return await history.diff_rules(
+            self.rt, who, webhook_id, rules=doc.get("rules"),
+            default_action=doc.get("default_action"), params=doc.get("params"), last=int(last))
+
+
+def _field(request: Request, name: str) -> str | None:
+    """One field of a posted form (None: absent, or no form at all)."""
+    form = request.form
+    value = form.get(name) if form is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _cursor(ev: Row) -> str:
+    return encode_cursor({"received_at": dt.datetime.fromisoformat(ev["received_at"]),
+                          "id": ev["event_id"]})
+
+
+def add_routes(app: Any, rt: Runtime) -> None:
+    c = Console(rt)
+    app.add_route(c.index, "/console", methods=["GET"], name="console_index")
+    app.add_route(c.signin_form, "/console/signin", methods=["GET"], name="console_signin_form")
+    app.add_route(c.signin, "/console/signin", methods=["POST"], name="console_signin")
+    app.add_route(c.signout, "/console/signout", methods=["POST"], name="console_signout")
+    app.add_route(c.static, "/console/static/<name:str>", methods=["GET"], name="console_static")
+    app.add_route(c.page(c.webhook_list), "/console/webhooks", methods=["GET"],
+                  name="console_webhooks")
+    app.add_route(c.page(c.webhook), "/console/webhooks/<webhook_id:str>", methods=["GET"],
+                  name="console_webhook")
+    app.add_route(c.page(c.rules_page), "/console/webhooks/<webhook_id:str>/rules",
+                  methods=["GET", "POST"], name="console_rules")
+    app.add_route(c.page(c.delivery), "/console/deliveries/<event_id:str>", methods=["GET"],
+                  name="console_delivery")
