@@ -160,6 +160,13 @@ class Console:
     async def index(self, request: Request) -> HTTPResponse:
         return self.go(request, "/console/webhooks")
 
+    async def unknown(self, request: Request, rest: str) -> HTTPResponse:
+        """Any other path under /console: the console's own 404, with its headers."""
+        if not rest.strip("/"):  # "/console/" is the index
+            return await self.index(request)
+        return self.render(request, "error.html", 404, signed_in=False, title="Not found",
+                           message="There is no such console page.")
+
     async def static(self, request: Request, name: str) -> HTTPResponse:
         if name not in STATIC:
             return self._finish(request, raw(b"not found", status=404))
@@ -327,3 +334,5 @@ def add_routes(app: Any, rt: Runtime) -> None:
                   methods=["GET", "POST"], name="console_rules")
     app.add_route(c.page(c.delivery), "/console/deliveries/<event_id:str>", methods=["GET"],
                   name="console_delivery")
+    # Last and least specific: whatever else is under /console.
+    app.add_route(c.unknown, "/console/<rest:path>", methods=["GET"], name="console_unknown")

@@ -239,6 +239,12 @@ def test_another_humans_ids_are_not_found(seeded: Any) -> None:
             assert reply.status_code == 404, path
             assert "nothing here that this endpoint can see" in reply.text
             assert theirs not in reply.text
+        # a path the console does not have: its own 404 page, with its security headers
+        for path in ("/console/nope", "/console/webhooks/x/y/z"):
+            reply = client.get(path)
+            assert reply.status_code == 404 and "no such console page" in reply.text, path
+            assert reply.headers["x-frame-options"] == "DENY", path
+            assert "default-src 'none'" in reply.headers["content-security-policy"], path
 
 
 # --- in Chromium ----------------------------------------------------------------------------
