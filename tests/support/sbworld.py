@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sbtest import CLI, remember_secrets
@@ -102,6 +104,17 @@ def on_runtime(env: dict[str, str], call: Callable[[Any], Awaitable[T]]) -> T:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, run()).result()
+
+
+#: The recorded producer payloads (tests/fixtures/README.md).
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture_body(name: str, change: Callable[[Any], None]) -> bytes:
+    """The fixture ``name``.json, changed in place by ``change``, as a body to deliver."""
+    doc = json.loads((FIXTURES / f"{name}.json").read_bytes())
+    change(doc)
+    return json.dumps(doc).encode()
 
 
 async def vended_endpoint(rt: Any, owner: str, name: str, queues: list[str]) -> dict[str, Any]:

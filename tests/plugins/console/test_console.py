@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from sbtest import CLI, Server
-from sbworld import World, on_runtime
+from sbworld import World, fixture_body, on_runtime
 
 from switchboard.cli.send import build_request
 from switchboard.service import identity
@@ -49,10 +49,7 @@ def _chromium() -> str | None:
     return path if Path(path).exists() or shutil.which(path) else None
 
 
-def _body(name: str, change: Any) -> bytes:
-    doc = json.loads((FIXTURES / f"{name}.json").read_bytes())
-    change(doc)
-    return json.dumps(doc).encode()
+_body = fixture_body
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sbmcp import agent
 from sbtest import CLI, Server
-from sbworld import World, on_runtime
+from sbworld import World, fixture_body, on_runtime
 
 from switchboard.cli.send import build_request
 from switchboard.service import rules as rules_svc
@@ -47,10 +47,7 @@ SAVED: dict[str, Any] = {
 }
 
 
-def _body(name: str, change: Any) -> bytes:
-    doc = json.loads((FIXTURES / f"{name}.json").read_bytes())
-    change(doc)
-    return json.dumps(doc).encode()
+_body = fixture_body
 
 
 @pytest.fixture(scope="module")
