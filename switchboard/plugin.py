@@ -75,8 +75,8 @@ from .routing.model import (
     ValidatingStage,
 )
 from .routing.replay import sample_envelope, stored_envelope
-from .routing.workorder import WORK_ORDER_AUTHORITY
 from .routing.verdicts import RuleVerdict, VerdictStage, match_of
+from .routing.workorder import WORK_ORDER_AUTHORITY
 from .runtime import Runtime
 from .sinks import Sink, SinkEvent, SinkTodo
 from .sources import (
