@@ -7,13 +7,16 @@ run: one delivery routed through the rules stage as a live delivery is (sequenti
 sandbox warm), a diff of the saved rules against a candidate that changes one expression,
 a diff against an identical candidate, and a lint. Prints events/s, the cost of a history
 event as a fraction of a live routing, and this process's peak RSS before and after (the
-events are streamed, so it should not grow with N).
+events are streamed, so it should not grow with N). Per diff also: CPU per event of this
+process and of the sandbox tree, this process's time in the garbage collector (a stall of
+the one thread that feeds the sandbox) and the evaluators spawned or reused.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import resource
 import sys
@@ -121,18 +124,33 @@ async def main(events: int, repeat: int) -> None:
             changed = json.loads(json.dumps(RULES))
             changed[5]["expr"] = changed[5]["expr"].replace("repo-5", "repo-five")
             await history.diff_rules(rt, None, wid, rules=changed, last=200)  # warm
+            gc_s = [0.0, 0.0]  # this process's garbage collections: time in them, and since
+
+            def on_gc(phase: str, info: dict[str, int]) -> None:
+                now = time.perf_counter()
+                if phase == "start":
+                    gc_s[1] = now
+                else:
+                    gc_s[0] += now - gc_s[1]
+
+            gc.callbacks.append(on_gc)
             rss = peak_mib()
             for label, candidate in (("diff, one rule changed", changed),
                                      ("diff, identical candidate", RULES)):
                 for _ in range(repeat):
                     cpu = _cpu(rt)
+                    gc_s[0] = 0.0
+                    sb = rt.registries.stages.get("rules").sandbox
+                    stats0 = dict(sb.stats)
                     began = time.monotonic()
                     doc = await history.diff_rules(rt, None, wid, rules=candidate, last=events)
                     took = time.monotonic() - began
                     rate = doc["evaluated"] / took
                     own, sandbox = (b - a for a, b in zip(cpu, _cpu(rt), strict=True))
                     print(f"  CPU per event: server {own / doc['evaluated'] * 1e6:.0f} us,"
-                          f" sandbox {sandbox / doc['evaluated'] * 1e6:.0f} us")
+                          f" sandbox {sandbox / doc['evaluated'] * 1e6:.0f} us;"
+                          f" server GC {gc_s[0] * 1000:.0f} ms; evaluators"
+                          + ", ".join(f" {k} {v - stats0[k]}" for k, v in sb.stats.items()))
                     print(f"{label}: {doc['evaluated']} events in {took:.2f} s ="
                           f" {rate:,.0f} events/s; a history event costs"
                           f" {1000 / rate / live_ms:.3f}x a live routing"

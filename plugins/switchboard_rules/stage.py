@@ -130,10 +130,14 @@ class RulesStage:
             return StageResult(None, match.faults)
         return StageResult(decide(ctx.config, match, ctx.grant))
 
+    def prepare(self, envelope: dict[str, Any]) -> bytes:
+        """The envelope as the sandbox reads it (:meth:`verdicts` takes it in its place)."""
+        return wire.encode_envelope(envelope)
+
     async def verdicts(
         self,
         configs: Sequence[RoutingConfig],
-        envelopes: Sequence[dict[str, Any]],
+        envelopes: Sequence[dict[str, Any] | bytes],
         *,
         webhook: Mapping[str, Any],
     ) -> list[tuple[list[RuleVerdict], ...]]:
@@ -141,7 +145,8 @@ class RulesStage:
 
         Configs sharing their params are evaluated as one rule set (each distinct expression
         once: a candidate that changes one rule costs one extra rule, not a second pass),
-        with one event budget per config in it; each envelope is encoded once.
+        with one event budget per config in it; each envelope is encoded once (or was, by
+        :meth:`prepare`).
         """
         owner, scope = tenant(webhook)
         groups: dict[str, tuple[dict[str, Any], list[str], dict[str, int], int]] = {}
@@ -158,7 +163,7 @@ class RulesStage:
                 positions.append(seen[expr])
             groups[pkey] = (params, exprs, seen, uses + (1 if config.rules else 0))
             where.append((pkey, positions))
-        encoded = [wire.encode_envelope(e) for e in envelopes]
+        encoded = [e if isinstance(e, bytes) else wire.encode_envelope(e) for e in envelopes]
         answers: dict[str, list[list[RuleVerdict]]] = {}
         for pkey, (params, exprs, _, uses) in groups.items():
             answers[pkey] = await self.sandbox.verdicts(

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ..pgtext import clean_json, clean_text
@@ -72,6 +73,11 @@ def parse_payload(body: bytes) -> Any:
     None for invalid UTF-8, an empty or whitespace-only body, trailing data after the
     first value, NaN/Infinity literals, and nesting deeper than :data:`MAX_DEPTH`.
     """
+    return _parse(body, None)
+
+
+def _parse(body: bytes, floats: list[str] | None) -> Any:
+    """:func:`parse_payload`, telling ``floats`` of every non-integer number it read."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -82,10 +88,19 @@ def parse_payload(body: bytes) -> Any:
     # int() needs the guard only for a digit run past its limit: most bodies have none, and
     # then every integer is parsed by json itself rather than a Python call each
     guard = limit != 0 and len(body) > limit and re.search(b"[0-9]{%d}" % limit, body)
+    if guard and floats is not None:
+        floats.append("")  # integers that may become floats: never the same text
+    parse_float: Callable[[str], float] = _parse_float
+    if floats is not None:
+        def seen(number: str) -> float:
+            floats.append(number)
+            return _parse_float(number)
+
+        parse_float = seen
     try:
         value = json.loads(
             text,
-            parse_float=_parse_float,
+            parse_float=parse_float,
             parse_int=_parse_int if guard else None,
             parse_constant=_reject_constant,
         )
@@ -102,12 +117,50 @@ def parse_payload(body: bytes) -> Any:
 #: decode refuses encoded surrogates and the strict JSON parser raw control characters).
 #: An escaped backslash before ``u`` may match too: that only costs a needless clean.
 _UNCLEAN_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89abcdefABCDEF][0-9a-fA-F]{2})")
+#: A ``-0`` (which a parser reads as the integer 0, and would write back as ``0``); in a
+#: string too, where it only costs the text's use.
+_MINUS_ZERO = re.compile(rb"-0(?![0-9])")
 
 
 def clean_payload(body: bytes) -> Any:
     """``clean_json(parse_payload(body))``, without walking a body that cannot need it."""
     value = parse_payload(body)
     return clean_json(value) if _UNCLEAN_ESCAPE.search(body) else value
+
+
+def payload_and_text(body: bytes) -> tuple[Any, bytes | None]:
+    """:func:`clean_payload`, and the body as JSON text that reads as exactly that value.
+
+    The text (None when not proven) is the body itself, its newlines (whitespace in a valid
+    JSON text: a strict parse refuses them raw in strings) made spaces: given only when the
+    body parsed, needed no cleaning, and holds no number whose text a parser would write
+    back differently (a float, a ``-0``, an integer past Python's digit limit). Then any
+    JSON reader (jq in the rules sandbox) reads from it what it would read from the value
+    written out again, key order and duplicate keys (the last value, at the first's place)
+    included, without paying for writing it out.
+    """
+    floats: list[str] = []
+    value = _parse(body, floats)
+    if _UNCLEAN_ESCAPE.search(body):
+        return clean_json(value), None
+    if value is None or floats or _MINUS_ZERO.search(body):
+        return value, None
+    return value, body.replace(b"\n", b" ")
+
+
+class Envelope(dict[str, Any]):
+    """An envelope that also holds ``payload_json``: its payload's JSON text, when proven
+    (:func:`payload_and_text`), so that writing the envelope out need not write the payload.
+
+    Only stored deliveries rebuilt for dry runs carry it (their envelopes are read, never
+    changed); a copy (``dict(envelope)``) is a plain envelope again.
+    """
+
+    __slots__ = ("payload_json",)
+
+    def __init__(self, doc: dict[str, Any], payload_json: bytes | None) -> None:
+        super().__init__(doc)
+        self.payload_json = payload_json
 
 
 def _project(projection: Any, source: str, kind: str | None, payload: Any,
@@ -140,6 +193,7 @@ def build_envelope(
     headers: dict[str, str],
     body: bytes,
     projections: ProjectionRegistry,
+    keep_text: bool = False,
 ) -> dict[str, Any]:
     """The envelope of one delivery; pure, so a dry-run over a stored event sees what it saw.
 
@@ -151,7 +205,11 @@ def build_envelope(
     :mod:`switchboard.pgtext` here, once for every caller: the envelope is what is
     persisted, and cleaning is idempotent, so the stored delivery replays identically.
     """
-    payload = clean_payload(body)
+    text = None
+    if keep_text:
+        payload, text = payload_and_text(body)
+    else:
+        payload = clean_payload(body)
     envelope: dict[str, Any] = {
         "source": source,
         "kind": None if kind is None else clean_text(kind),
@@ -171,4 +229,4 @@ def build_envelope(
         envelope[name] = (None if projection is None
                           else _project(projection, source, envelope["kind"], payload,
                                         envelope["headers"]))
-    return envelope
+    return Envelope(envelope, text) if keep_text else envelope

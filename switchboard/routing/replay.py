@@ -14,7 +14,11 @@ from .envelope import build_envelope
 
 def stored_envelope(projections: ProjectionRegistry, event: dict[str, Any],
                     webhook_id: str) -> dict[str, Any]:
-    """The envelope a stored delivery saw: its sanitized headers and raw body, as persisted."""
+    """The envelope a stored delivery saw: its sanitized headers and raw body, as persisted.
+
+    An :class:`~.envelope.Envelope`: it also holds the payload's JSON text when proven to
+    read as the payload (so a dry run's sandbox is sent the body, not the value written out).
+    """
     return build_envelope(
         source=event["source"],
         kind=event["kind"],
@@ -25,6 +29,7 @@ def stored_envelope(projections: ProjectionRegistry, event: dict[str, Any],
         headers=dict(event["headers"] or {}),
         body=bytes(event["body"]),
         projections=projections,
+        keep_text=True,
     )
 
 

@@ -41,6 +41,10 @@ class VerdictStage(Protocol):
     one tuple per envelope holding, per config, one :class:`RuleVerdict` per rule. Configs
     are evaluated together (one pass over the envelopes), so a diff costs one evaluation.
     ``history_max_events`` and ``history_deadline_s`` bound one history call.
+
+    A stage may also offer ``prepare(envelope)``: the envelope in the stage's own form (the
+    rules stage: its wire encoding), which ``verdicts`` then takes in its place. History
+    calls prepare each envelope as soon as it is built, so the envelope itself is freed.
     """
 
     name: str

@@ -125,7 +125,6 @@ class Evaluated:
     """One stored event and, per config, every rule's verdict on it."""
 
     row: Row
-    envelope: dict[str, Any]
     verdicts: tuple[list[RuleVerdict], ...]
 
 
@@ -153,10 +152,17 @@ async def evaluated(
         return await rt.store.history_page(webhook_id, limit=size, before=after,
                                            since=window.since)
 
+    # A stage that can take its envelopes in its own form (``prepare``: the rules stage's
+    # wire encoding) gets each one so as soon as it is built: the envelope (a parsed payload
+    # of many small objects) is freed at once instead of living, a batch at a time, through
+    # the sandbox's evaluation, long enough for the collector to walk it again and again.
+    prepare: Callable[[dict[str, Any]], Any] = getattr(stage, "prepare", None) or (lambda e: e)
+
     async def judge(rows: list[Row]) -> list[Evaluated]:
-        envelopes = [stored_envelope(projections, r, webhook_id) for r in rows]
-        found = await stage.verdicts(configs, envelopes, webhook=webhook)
-        return [Evaluated(r, e, v) for r, e, v in zip(rows, envelopes, found, strict=True)]
+        found = await stage.verdicts(
+            configs, [prepare(stored_envelope(projections, r, webhook_id)) for r in rows],
+            webhook=webhook)
+        return [Evaluated(r, v) for r, v in zip(rows, found, strict=True)]
 
     read = 0
     asked = min(PAGE, want)

@@ -94,9 +94,11 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchone()
 
-    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Row]:
+    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *,
+                       binary: bool = False) -> list[Row]:
+        """Every row; ``binary`` asks for binary results (bytea as is, not hex text)."""
         async with self.conn() as conn:
-            cur = await conn.execute(sql, params)
+            cur = await conn.execute(sql, params, binary=binary)
             return await cur.fetchall()
 
     async def ping(self, timeout: float) -> bool:

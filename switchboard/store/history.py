@@ -39,6 +39,7 @@ class HistoryQueries:
             f"SELECT {_COLUMNS} FROM events WHERE " + " AND ".join(where)
             + " ORDER BY received_at DESC, id DESC LIMIT %(limit)s",
             params,
+            binary=True,  # the bodies as they are: half the bytes of bytea's hex text
         )
 
     async def history_count(
