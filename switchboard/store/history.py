@@ -27,16 +27,9 @@ class HistoryQueries:
         ``before`` is a (received_at, id) keyset position (exclusive); ``since`` the oldest
         ``received_at`` wanted. A page at a time, so memory stays flat whatever the window.
         """
-        where = ["webhook_id = %(w)s"]
-        params: dict[str, Any] = {"w": webhook_id, "limit": limit}
-        if before is not None:
-            where.append("(received_at, id) < (%(ts)s, %(id)s)")
-            params.update(ts=before[0], id=before[1])
-        if since is not None:
-            where.append("received_at >= %(since)s")
-            params["since"] = since
+        where, params = _window(webhook_id, limit, before, since)
         return await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM events WHERE " + " AND ".join(where)
+            f"SELECT {_COLUMNS} FROM events WHERE " + where
             + " ORDER BY received_at DESC, id DESC LIMIT %(limit)s",
             params,
             binary=True,  # the bodies as they are: half the bytes of bytea's hex text
@@ -51,17 +44,26 @@ class HistoryQueries:
         since: dt.datetime | None = None,
     ) -> int:
         """How many events :meth:`history_page` would walk through, counting at most ``limit``."""
-        where = ["webhook_id = %(w)s"]
-        params: dict[str, Any] = {"w": webhook_id, "limit": limit}
-        if before is not None:
-            where.append("(received_at, id) < (%(ts)s, %(id)s)")
-            params.update(ts=before[0], id=before[1])
-        if since is not None:
-            where.append("received_at >= %(since)s")
-            params["since"] = since
+        where, params = _window(webhook_id, limit, before, since)
         row = await self.db.fetchone(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM events WHERE " + " AND ".join(where)
+            "SELECT count(*) AS n FROM (SELECT 1 FROM events WHERE " + where
             + " LIMIT %(limit)s) AS w",
             params,
         )
         return int(row["n"]) if row else 0
+
+
+def _window(
+    webhook_id: str, limit: int, before: tuple[dt.datetime, str] | None,
+    since: dt.datetime | None,
+) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (and its parameters) of a page of a webhook's events, newest first."""
+    where = ["webhook_id = %(w)s"]
+    params: dict[str, Any] = {"w": webhook_id, "limit": limit}
+    if before is not None:
+        where.append("(received_at, id) < (%(ts)s, %(id)s)")
+        params.update(ts=before[0], id=before[1])
+    if since is not None:
+        where.append("received_at >= %(since)s")
+        params["since"] = since
+    return " AND ".join(where), params
