@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, load, serve, summary  # noqa: E402
+from harness import RULES, cli, database, load, serve, summary  # noqa: E402
 
 BODY = json.dumps({
     "action": "opened", "number": 42,
@@ -31,14 +31,6 @@ BODY = json.dumps({
                      for i in range(55)},
 }).encode()
 
-# 32 realistic rules, none of which matches: every delivery evaluates all of them.
-RULES = [
-    {"id": f"r{i}", "name": f"repo {i}",
-     "expr": f'.kind == "pull_request" and .payload.repository.full_name == "org/repo-{i}"'
-             f' and (.headers["x-github-event"] // "") != "ping"',
-     "action": {"queue": "inbox"}}
-    for i in range(32)
-]
 
 
 def tree_cpu(pid: int) -> tuple[float, float]:
