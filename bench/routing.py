@@ -32,7 +32,6 @@ BODY = json.dumps({
 }).encode()
 
 
-
 def tree_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds of the server's whole process tree, and of its sandbox trees alone."""
     root = psutil.Process(pid)
