@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from switchboard.cli.render import add_output_flags, wants_table
 from switchboard.plugin import InvalidArgument, Runtime
 
 if TYPE_CHECKING:
@@ -33,14 +34,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _output(p: argparse.ArgumentParser) -> None:
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--json", action="store_true",
-                       help="print JSON (the default when stdout is not a terminal)")
-    group.add_argument("--table", action="store_true",
-                       help="print the summary table (the default on a terminal)")
-
-
 def configure(sub: Any) -> None:
     """Add ``diff``, ``explain`` and ``lint`` to the ``rules`` sub-command parser."""
     diff = sub.add_parser("diff", help="a candidate config vs the saved one over stored events")
@@ -53,21 +46,15 @@ def configure(sub: Any) -> None:
     window.add_argument("--since", metavar="DURATION",
                         help="the events since a duration ago (30m, 24h, 7d) or a timestamp")
     window.add_argument("--cursor", metavar="CURSOR", help="go on from a previous run's cursor")
-    _output(diff)
+    add_output_flags(diff)
     explain = sub.add_parser("explain", help="every rule's verdict on one stored event")
     explain.add_argument("event_id", metavar="EVENT_ID")
-    _output(explain)
+    add_output_flags(explain)
     lint = sub.add_parser("lint", help="rules that never match, only fault, or are shadowed")
     lint.add_argument("webhook_id", metavar="WEBHOOK_ID")
     lint.add_argument("--last", type=_positive, metavar="N",
                       help="the newest N stored events (default 1000)")
-    _output(lint)
-
-
-def _terminal(args: argparse.Namespace) -> bool:
-    if args.json:
-        return False
-    return bool(args.table) or sys.stdout.isatty()
+    add_output_flags(lint)
 
 
 @contextlib.asynccontextmanager
@@ -127,7 +114,7 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
     from switchboard.service import history
 
     await rt.open_store(create=False)
-    table = _terminal(args)
+    table = wants_table(args)
     if args.action == "explain":
         doc = await history.explain_stored(rt, None, args.event_id)
         _show(table, doc, _render_explain)
