@@ -38,6 +38,12 @@ TODOS_CREATED = Counter("switchboard_todos_created", "Todos created by deliverie
 INGEST_LATENCY = Histogram(
     "switchboard_ingest_latency_seconds", "Time from a delivery's arrival to its reply "
     "(verify, route, record)", ["status"], buckets=LATENCY_BUCKETS)
+#: Batch sizes: one delivery alone up to a full batch of ``[ingest] batch_max``.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+STORE_BATCH = Histogram(
+    "switchboard_store_batch_size", "Deliveries handled together by one database round, by "
+    "step (resolve: token lookups; write: delivery transactions)", ["step"],
+    buckets=BATCH_BUCKETS)
 SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by sink", ["sink"])
 
 #: Every value the ``reason`` label of a 401 takes (``none`` for every other status).

@@ -1,0 +1,105 @@
+"""Group work of concurrent requests: one flusher per event loop takes everything waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .. import metrics
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: What a flush answers: one result or one exception per item, in the items' order.
+Flush = Callable[[Sequence[T]], Awaitable[Sequence["R | BaseException"]]]
+
+
+@dataclass
+class _LoopState(Generic[T, R]):
+    loop: asyncio.AbstractEventLoop
+    waiting: list[tuple[T, asyncio.Future[R]]] = field(default_factory=list)
+    flusher: asyncio.Task[None] | None = None
+
+
+class Batcher(Generic[T, R]):
+    """Items submitted while a flush runs go together into the next one.
+
+    Nothing waits on a timer: a lone item is flushed on the next turn of the event loop,
+    and batches grow only because items arrive while the previous flush is in the
+    database. At most ``max_size`` items go into one flush. A flush that raises fails
+    every item of its batch with that exception; a flush that must spare innocent items
+    answers per item instead (see ``store.events``). The state is per event loop, so a
+    runtime used from several loops (tests, the CLI) never mixes their futures.
+    """
+
+    def __init__(self, flush: Flush[T, R], *, max_size: int, step: str) -> None:
+        if max_size < 1:
+            raise ValueError("max_size must be at least 1")
+        self._flush = flush
+        self.max_size = max_size
+        self._step = step
+        self._state: _LoopState[T, R] | None = None
+
+    def _here(self) -> _LoopState[T, R]:
+        loop = asyncio.get_running_loop()
+        if self._state is None or self._state.loop is not loop:
+            self._state = _LoopState(loop)
+        return self._state
+
+    async def submit(self, item: T) -> R:
+        """``item``'s result once the flush that took it has finished."""
+        state = self._here()
+        future: asyncio.Future[R] = state.loop.create_future()
+        # Read the outcome even when the caller has gone, so an abandoned item's failure
+        # is not reported again as "never retrieved".
+        future.add_done_callback(_consume)
+        state.waiting.append((item, future))
+        if state.flusher is None:
+            state.flusher = state.loop.create_task(self._run(state))
+        # Shielded: a caller that gives up (client gone) must not cancel the flush that
+        # carries other callers' items; its own item is still written (and deduplicated
+        # when the producer retries).
+        return await asyncio.shield(future)
+
+    async def _run(self, state: _LoopState[T, R]) -> None:
+        try:
+            while state.waiting:
+                batch = state.waiting[: self.max_size]
+                del state.waiting[: self.max_size]
+                metrics.STORE_BATCH.labels(self._step).observe(len(batch))
+                try:
+                    results = await self._flush([item for item, _ in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(
+                            f"{self._step} flush answered {len(results)} of {len(batch)} items")
+                except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                        self._fail_waiting(state, exc)
+                        raise
+                    continue
+                for (_, future), result in zip(batch, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            state.flusher = None
+
+    @staticmethod
+    def _fail_waiting(state: _LoopState[T, R], exc: BaseException) -> None:
+        for _, future in state.waiting:
+            if not future.done():
+                future.set_exception(exc)
+        state.waiting.clear()
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,125 @@
+"""The batcher: a lone item goes at once, concurrent items share a flush, failures stay theirs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from switchboard.store.batcher import Batcher
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_a_lone_item_is_flushed_without_waiting_for_company() -> None:
+    flushes: list[list[int]] = []
+
+    async def flush(items: Sequence[int]) -> list[int]:
+        flushes.append(list(items))
+        return [i * 2 for i in items]
+
+    async def main() -> None:
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        assert await b.submit(21) == 42
+        # No timer: the flush ran on the next turns of the loop.
+        assert loop.time() - start < 0.5
+        assert await b.submit(5) == 10
+
+    run(main())
+    assert flushes == [[21], [5]]
+
+
+def test_items_arriving_during_a_flush_go_together_up_to_the_cap() -> None:
+    flushes: list[list[int]] = []
+
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            flushes.append(list(items))
+            if len(flushes) == 1:
+                await release.wait()
+            return list(items)
+
+        b: Batcher[int, int] = Batcher(flush, max_size=4, step="test")
+        first = asyncio.create_task(b.submit(0))
+        await asyncio.sleep(0.01)
+        rest = [asyncio.create_task(b.submit(i)) for i in range(1, 10)]
+        await asyncio.sleep(0.01)
+        release.set()
+        assert await first == 0
+        assert [await t for t in rest] == list(range(1, 10))
+
+    run(main())
+    assert flushes == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [9]]
+
+
+def test_a_per_item_exception_fails_only_its_item_and_a_raising_flush_fails_its_batch() -> None:
+    calls = 0
+
+    async def flush(items: Sequence[int]) -> list[int | BaseException]:
+        nonlocal calls
+        calls += 1
+        if 13 in items:
+            raise RuntimeError("batch broke")
+        return [ValueError(f"bad {i}") if i < 0 else i for i in items]
+
+    async def main() -> None:
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test")
+        good, bad = await asyncio.gather(b.submit(1), b.submit(-1), return_exceptions=True)
+        assert good == 1
+        assert isinstance(bad, ValueError) and "bad -1" in str(bad)
+        with pytest.raises(RuntimeError, match="batch broke"):
+            await b.submit(13)
+        assert await b.submit(2) == 2  # the batcher survives a failed flush
+
+    run(main())
+
+
+def test_a_caller_that_gives_up_does_not_cancel_the_flush_of_others() -> None:
+    written: list[int] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            await release.wait()
+            written.extend(items)
+            return list(items)
+
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test")
+        quitter = asyncio.create_task(b.submit(1))
+        stayer = asyncio.create_task(b.submit(2))
+        await asyncio.sleep(0.01)
+        quitter.cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        assert await stayer == 2
+        with pytest.raises(asyncio.CancelledError):
+            await quitter
+
+    run(main())
+    assert written == [1, 2]
+
+
+def test_each_event_loop_has_its_own_queue() -> None:
+    async def flush(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    b: Batcher[int, int] = Batcher(flush, max_size=2, step="test")
+    assert run(b.submit(1)) == 1
+    assert run(b.submit(2)) == 2  # a new loop: no future of the old one is touched
+
+
+def test_max_size_must_be_positive() -> None:
+    async def flush(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    with pytest.raises(ValueError, match="max_size"):
+        Batcher(flush, max_size=0, step="test")
