@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,7 +64,9 @@ class Served:
             self.proc.kill()
 
 
-def serve(dsn: str, data_dir: Path, workers: int = 1, config: Path | None = None) -> Served:
+def serve(dsn: str, data_dir: Path, workers: int | None = 1,
+          config: Path | None = None) -> Served:
+    """``switchboard serve`` on a free port; ``workers=None``: serve's own default (auto)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
     env.update(SWITCHBOARD_DATABASE_URL=dsn, SWITCHBOARD_DATA_DIR=str(data_dir),
@@ -70,7 +74,8 @@ def serve(dsn: str, data_dir: Path, workers: int = 1, config: Path | None = None
                SWITCHBOARD_SECRET_KEY="bench-secret-key-0123456789")
     if config is not None:
         env["SWITCHBOARD_CONFIG"] = str(config)
-    proc = subprocess.Popen([SWITCHBOARD, "serve", "--port", str(port), "--workers", str(workers)],
+    flags = ["--workers", str(workers)] if workers is not None else []
+    proc = subprocess.Popen([SWITCHBOARD, "serve", "--port", str(port), *flags],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -156,3 +161,125 @@ RULES = [
      "action": {"queue": "inbox"}}
     for i in range(32)
 ]
+
+
+# -- pgbench: the database's own ceiling ----------------------------------------------------
+
+
+def pgbench_binary() -> str:
+    """The pgbench beside the embedded server's binaries (the same build), else on PATH."""
+    try:
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("pgbench")
+    if found is None:
+        raise SystemExit("pgbench not found (neither in pgserver's pginstall nor on PATH)")
+    return found
+
+
+@dataclass
+class PgbenchResult:
+    tps: float
+    latency_ms: float | None  # pgbench's "latency average"
+    transactions: int
+    failed: int
+
+
+def pgbench(dsn: str, script: str, clients: int, seconds: float,
+            threads: int = 2) -> PgbenchResult:
+    """Run the custom ``script`` (no vacuum, prepared statements) against ``dsn`` for
+    ``seconds`` at ``clients`` connections; the tps without the initial connection time.
+
+    The DSN goes in as the database name: libpq takes a connection string there.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as fh:
+        fh.write(script)
+    try:
+        out = subprocess.run(
+            [pgbench_binary(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(threads),
+             "-T", str(max(1, round(seconds))), "-f", fh.name, dsn],
+            capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(fh.name)
+    tps = re.search(r"^tps = ([0-9.]+)", out.stdout, re.M)
+    if out.returncode != 0 or tps is None:
+        raise RuntimeError(f"pgbench failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    latency = re.search(r"^latency average = ([0-9.]+) ms", out.stdout, re.M)
+    done = re.search(r"^number of transactions actually processed: (\d+)", out.stdout, re.M)
+    failed = re.search(r"^number of failed transactions: (\d+)", out.stdout, re.M)
+    return PgbenchResult(float(tps.group(1)), float(latency.group(1)) if latency else None,
+                         int(done.group(1)) if done else 0, int(failed.group(1)) if failed else 0)
+
+
+# -- /metrics: batch sizes -------------------------------------------------------------------
+
+#: Cumulative bucket counts by upper bound, then the count and the sum, per step.
+Histogram = dict[str, tuple[dict[float, float], float, float]]
+
+
+def scrape_histogram(base_url: str, family: str = "switchboard_store_batch_size",
+                     label: str = "step") -> Histogram:
+    """One histogram family from ``base_url``'s /metrics, by the value of ``label``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: Histogram = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name != family:
+            continue
+        for sample in fam.samples:
+            key = sample.labels.get(label, "")
+            buckets, count, total = out.get(key, ({}, 0.0, 0.0))
+            if sample.name.endswith("_bucket"):
+                buckets[float(sample.labels["le"])] = sample.value
+            elif sample.name.endswith("_count"):
+                count = sample.value
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+            out[key] = (buckets, count, total)
+    return out
+
+
+def histogram_diff(before: Histogram, after: Histogram) -> Histogram:
+    """What was observed between two scrapes (cumulative counters subtracted)."""
+    diff: Histogram = {}
+    for key, (buckets, count, total) in after.items():
+        b0, c0, t0 = before.get(key, ({}, 0.0, 0.0))
+        diff[key] = ({le: n - b0.get(le, 0.0) for le, n in buckets.items()},
+                     count - c0, total - t0)
+    return diff
+
+
+def histogram_percentiles(buckets: dict[float, float], count: float,
+                          ps: tuple[float, ...] = (50, 90, 99, 100)) -> list[float]:
+    """For each p, the upper bound of the bucket holding the p-th percentile (100: the
+    max's bucket); nan without observations."""
+    out = []
+    for p in ps:
+        if count <= 0:
+            out.append(float("nan"))
+            continue
+        rank = p / 100 * count
+        out.append(next((le for le, n in sorted(buckets.items()) if n >= rank - 1e-9),
+                        float("inf")))
+    return out
+
+
+def batch_line(diff: Histogram, step: str) -> str:
+    """``write: n 1234, mean 5.1, p50 ≤4 p90 ≤8 p99 ≤16 max ≤16`` for one step."""
+    buckets, count, total = diff.get(step, ({}, 0.0, 0.0))
+    if count <= 0:
+        return f"{step}: no batches"
+    p50, p90, p99, top = histogram_percentiles(buckets, count)
+
+    def le(v: float) -> str:
+        return "≤" + (f"{v:g}" if v != float("inf") else "inf")
+
+    return (f"{step}: {count:.0f} batches, mean {total / count:.1f},"
+            f" p50 {le(p50)} p90 {le(p90)} p99 {le(p99)} max {le(top)}")

@@ -1,9 +1,13 @@
-"""Receiver throughput vs the raw PostgreSQL ceiling, for a webhook without rules.
+"""Receiver throughput vs the database's own ceiling, for a webhook without rules.
 
-Run: python bench/ingest.py [--total N] [--workers W (default 2)]
+Run: python bench/ingest.py [--total N] [--workers W (default: serve's own, a worker per
+usable CPU)] [--pgbench-seconds S]
 Prints deliveries/s and p50/p99 at 1, 8 and 32 concurrent clients over loopback, beside
-the same machine's ceiling: the same event + todo insert transaction issued directly
-through psycopg at the same concurrency, measured in the same run.
+two ceilings measured against the same PostgreSQL in the same run: pgbench at 32 clients
+running the same rows (event + todo) as one single-statement transaction, prepared, and
+the same insert pair issued through psycopg at each level's concurrency. The ratios are
+receiver/pgbench and receiver/psycopg; for each level, the store's batch sizes (write and
+resolve steps) from the server's /metrics.
 """
 
 from __future__ import annotations
@@ -21,7 +25,19 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, load, serve, summary  # noqa: E402
+from harness import (  # noqa: E402
+    batch_line,
+    cli,
+    database,
+    histogram_diff,
+    load,
+    pgbench,
+    scrape_histogram,
+    serve,
+    summary,
+)
+
+TRACE = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
 
 BODY = json.dumps({"action": "opened", "number": 7, "title": "bench", "text": "x" * 512}).encode()
 
@@ -31,7 +47,7 @@ async def ceiling(dsn: str, webhook_id: str, endpoint_id: str, concurrency: int,
     """The same event + todo transaction, straight through psycopg."""
     latencies: list[float] = []
     remaining = total
-    trace = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
+    trace = TRACE
     async with AsyncConnectionPool(dsn, min_size=concurrency, max_size=concurrency,
                                    kwargs={"autocommit": True}) as pool:
 
@@ -67,6 +83,33 @@ async def ceiling(dsn: str, webhook_id: str, endpoint_id: str, concurrency: int,
         return time.perf_counter() - start, latencies
 
 
+def pgbench_script(webhook_id: str, endpoint_id: str) -> str:
+    """The ceiling's rows as one statement: the event, then its todo from the event's id.
+
+    Literals only (no pgbench variables), so the JSON's colons are never read as one; the
+    external id is unique per transaction through gen_random_uuid().
+    """
+    def lit(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    headers = lit(json.dumps({"content-type": "application/json"}))
+    payload = lit(json.dumps({"payload": json.loads(BODY)}))
+    trace = lit(json.dumps(TRACE))
+    return (
+        "WITH ev AS (INSERT INTO events (source, kind, external_id, headers, body, content_type,"
+        " size, verified, trust_mode, webhook_id, routing_trace, disposition)"
+        f" VALUES ('generic', NULL, {lit(webhook_id + ':')} || gen_random_uuid()::text,"
+        f" {headers}::jsonb, decode('{BODY.hex()}', 'hex'), 'application/json', {len(BODY)},"
+        f" false, 'token', {lit(webhook_id)}::uuid, {trace}::jsonb, 'routed')"
+        " ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING RETURNING id, external_id)"
+        " INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,"
+        f" routing_trace) SELECT {lit(endpoint_id)}::uuid, 'inbox', ev.external_id, 'bench',"
+        f" {payload}::jsonb, ev.id, {trace}::jsonb FROM ev"
+        " ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')"
+        " DO NOTHING;\n"
+    )
+
+
 def _run(coro: object) -> object:
     """Run the load generator on uvloop when available: the client shares the 2 cores."""
     try:
@@ -80,15 +123,18 @@ def _run(coro: object) -> object:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=3000, help="deliveries per level")
-    ap.add_argument("--workers", type=int, default=2,
-                    help="Sanic workers (default 2: one per core on the reference machine)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="Sanic workers (default: serve's own, one per usable CPU)")
     ap.add_argument("--levels", default="1,8,32")
+    ap.add_argument("--pgbench-clients", type=int, default=32)
+    ap.add_argument("--pgbench-seconds", type=float, default=5.0)
     args = ap.parse_args()
+    from switchboard.config import load_config, server_sizes
+
+    # What serve will choose with its defaults (the same CPUs: it inherits our affinity).
+    sizes = server_sizes(load_config(env={}), args.workers, env={})
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
-        # The same number of PostgreSQL connections as the ceiling's pool at 32 clients.
-        config = Path(tmp) / "bench.toml"
-        config.write_text("[server]\npool_min_size = 8\npool_max_size = 32\n")
-        srv = serve(dsn, Path(tmp), workers=args.workers, config=config)
+        srv = serve(dsn, Path(tmp), workers=args.workers)
         try:
             cli(srv.env, "human", "add", "bench")
             ep = cli(srv.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
@@ -97,17 +143,30 @@ def main() -> None:
             hook = cli(srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
                        "--source", "generic", "--target-queue", "inbox")
             _run(load(hook["ingest_url"], BODY, 8, 300))  # warm up
+            bench = pgbench(dsn, pgbench_script(hook["webhook_id"], ep["endpoint_id"]),
+                            args.pgbench_clients, args.pgbench_seconds)
             print(f"ingest benchmark: {args.total} deliveries per level, body {len(BODY)} B,"
-                  f" {args.workers} Sanic worker(s), no rules")
+                  f" {sizes.workers} Sanic worker(s)"
+                  f" ({'auto' if args.workers is None else 'set'}), pool"
+                  f" {sizes.pool_min}-{sizes.pool_max} per worker, no rules")
+            print(f"pgbench ceiling: {bench.tps:.0f} tps at {args.pgbench_clients} clients"
+                  f" (latency {bench.latency_ms or 0:.2f} ms, {bench.transactions}"
+                  f" transactions in {args.pgbench_seconds:g} s, {bench.failed} failed;"
+                  " event + todo as one prepared statement)")
             print(f"{'clients':>7} | {'receiver/s':>10} {'p50 ms':>7} {'p99 ms':>7} |"
-                  f" {'ceiling/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'ratio':>5}")
+                  f" {'psycopg/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'/pgbench':>8}"
+                  f" {'/psycopg':>8}")
             for level in [int(x) for x in args.levels.split(",")]:
+                before = scrape_histogram(srv.base_url)
                 r = summary(*_run(load(hook["ingest_url"], BODY, level, args.total)))
+                batches = histogram_diff(before, scrape_histogram(srv.base_url))
                 c = summary(*_run(ceiling(dsn, hook["webhook_id"], ep["endpoint_id"],
                                                  level, args.total)))
                 print(f"{level:>7} | {r['per_s']:>10.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} |"
                       f" {c['per_s']:>9.0f} {c['p50_ms']:>7.2f} {c['p99_ms']:>7.2f} |"
-                      f" {r['per_s'] / c['per_s']:>5.0%}")
+                      f" {r['per_s'] / bench.tps:>8.0%} {r['per_s'] / c['per_s']:>8.0%}")
+                for step in ("write", "resolve"):
+                    print(f"{'':>7}   batch sizes, {batch_line(batches, step)}")
         finally:
             srv.stop()
 

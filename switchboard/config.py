@@ -22,8 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": None,
     "secret_key": None,
     "disabled_plugins": [],
-    "server": {"workers": 1, "pool_min_size": 2, "pool_max_size": 20, "access_log": False,
-               "database_timeout_ms": 2000},
+    # "auto": workers from the usable CPUs, pool sizes from the workers (server_sizes)
+    "server": {"workers": "auto", "pool_min_size": "auto", "pool_max_size": "auto",
+               "access_log": False, "database_timeout_ms": 2000},
     "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24},
     "routing": {"stages": ["rules", "llm"]},
     "todos": {
@@ -36,6 +37,13 @@ DEFAULTS: dict[str, Any] = {
     "log": {"format": "auto", "level": None},
     "plugins": {},
 }
+
+#: How many worker processes ``serve`` started, for each worker's pool sizes (set by
+#: ``serve``, read by :func:`server_sizes`; a flag may differ from the config).
+WORKERS_ENV = "SWITCHBOARD_SERVE_WORKERS"
+
+#: The connections all workers' pools may open together when the sizes are "auto".
+POOL_BUDGET = 40
 
 #: Environment variables for the essentials; they override the file.
 ENV_KEYS = {
@@ -191,3 +199,50 @@ def no_database_message(config: Config) -> str:
         "it there; to use another, give --config FILE (with data_dir or database_url) or set "
         "SWITCHBOARD_DATA_DIR or SWITCHBOARD_DATABASE_URL, as `serve` was given them"
     )
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), else the machine's; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ServerSizes:
+    """Worker processes and each worker's pool, resolved from ``[server]`` ("auto" or set)."""
+
+    workers: int
+    pool_min: int
+    pool_max: int
+    auto: tuple[str, ...]  # which of workers, pool_min_size, pool_max_size were "auto"
+
+
+def server_sizes(config: Config, workers: int | None = None,
+                 env: Mapping[str, str] | None = None) -> ServerSizes:
+    """The worker count (``workers``, else what ``serve`` exported, else ``[server] workers``)
+    and the pool sizes that follow from it.
+
+    ``workers = "auto"``: :func:`usable_cpus`. ``pool_max_size = "auto"``:
+    ``POOL_BUDGET // workers`` clamped to 3..20 per worker (the delivery writer and the
+    token resolver each hold one connection at a time, plus one for everything else), so
+    the workers together open at most 40 up to 13 workers and 3 each beyond;
+    ``pool_min_size = "auto"``: 2 (the writer's and the resolver's), never above the max.
+    A size that is set wins; an "auto" one yields to it (max at least min).
+    """
+    env = os.environ if env is None else env
+    server = config.section("server")
+    auto = tuple(k for k in ("workers", "pool_min_size", "pool_max_size")
+                 if server.get(k, "auto") == "auto" and not (k == "workers" and workers))
+    if workers is None and env.get(WORKERS_ENV, "").isdigit():
+        workers = int(env[WORKERS_ENV])
+    if workers is None:
+        workers = usable_cpus() if "workers" in auto else int(server["workers"])
+    workers = max(1, workers)
+    fixed_min = None if "pool_min_size" in auto else int(server["pool_min_size"])
+    fixed_max = None if "pool_max_size" in auto else int(server["pool_max_size"])
+    pool_max = fixed_max if fixed_max is not None else max(
+        fixed_min or 0, min(20, max(3, POOL_BUDGET // workers)))
+    pool_min = fixed_min if fixed_min is not None else min(2, pool_max)
+    return ServerSizes(workers, pool_min, pool_max, auto)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pluggy
 
-from .config import Config, no_database_message
+from .config import Config, no_database_message, server_sizes
 from .errors import ConfigError, PluginError
 from .plugins import apply_config, build_registries, call_each, make_plugin_manager
 from .registry import Registries
@@ -17,6 +17,7 @@ from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
 from .store.embedded import EmbeddedPostgres, embedded_exists
+from .store.webhooks import RESOLVE_BATCH_MAX
 
 log = logging.getLogger("switchboard")
 
@@ -75,14 +76,17 @@ class Runtime:
             else:
                 self.ensure_database(create=create)
             server = self.config.section("server")
+            sizes = server_sizes(self.config)
             db = Database(
                 self.ensure_database(),
-                min_size=int(server.get("pool_min_size", 2)),
-                max_size=int(server.get("pool_max_size", 20)),
+                min_size=sizes.pool_min,
+                max_size=sizes.pool_max,
                 acquire_timeout=int(server.get("database_timeout_ms", 2000)) / 1000,
             )
             await db.open()
             self._store = Store(db)
+            self._store.resolve_batch_max = int(
+                self.config.section("ingest").get("batch_max", RESOLVE_BATCH_MAX))
         return self._store
 
     @property

@@ -315,3 +315,90 @@ def test_sigterm_while_a_worker_starts_stops_serve(dsn: str, tmp_path: Path) -> 
             assert not alive, alive
         finally:
             stop_process_group(proc)
+
+
+@pytest.mark.parametrize(
+    ("server", "cpus", "flag", "expected"),
+    [
+        ("", 1, None, (1, 2, 20)),
+        ("", 2, None, (2, 2, 20)),
+        ("", 4, None, (4, 2, 10)),
+        ("", 16, None, (16, 2, 3)),  # 40 connections in all stop at 3 per worker
+        ("", 2, 8, (8, 2, 5)),  # the flag wins over the CPUs, and sizes the pools
+        ("workers = 3\n", 16, None, (3, 2, 13)),
+        ("pool_max_size = 1\n", 2, None, (2, 1, 1)),  # an auto min never exceeds a set max
+        ("pool_min_size = 30\n", 2, None, (2, 30, 30)),  # nor an auto max a set min
+        ("workers = 2\npool_min_size = 4\npool_max_size = 9\n", 8, None, (2, 4, 9)),
+    ],
+)
+def test_server_sizes_follow_the_cpus_unless_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str, cpus: int,
+        flag: int | None, expected: tuple[int, int, int]) -> None:
+    import switchboard.config as config
+
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(cpus)),
+                        raising=False)
+    sizes = config.server_sizes(load_config(_toml(tmp_path, "[server]\n" + server), env={}),
+                                flag, env={})
+    assert (sizes.workers, sizes.pool_min, sizes.pool_max) == expected
+    # A worker process learns the count serve chose from the environment.
+    again = config.server_sizes(load_config(_toml(tmp_path, "[server]\n" + server), env={}),
+                                env={config.WORKERS_ENV: str(sizes.workers)})
+    assert (again.workers, again.pool_max) == (sizes.workers, sizes.pool_max)
+
+
+def test_usable_cpus_is_the_affinity_not_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import switchboard.config as config
+
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 64)
+    assert config.usable_cpus() == 1
+
+    def unsupported(pid: int) -> set[int]:
+        raise AttributeError
+
+    monkeypatch.setattr(config.os, "sched_getaffinity", unsupported, raising=False)
+    assert config.usable_cpus() == 64
+    monkeypatch.setattr(config.os, "cpu_count", lambda: None)
+    assert config.usable_cpus() == 1
+
+
+@pytest.mark.parametrize("value", ['"many"', "0", "65"])
+def test_workers_is_auto_or_a_count(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="server.workers"):
+        load_config(_toml(tmp_path, f"[server]\nworkers = {value}\n"), env={})
+
+
+def test_serve_defaults_to_a_worker_per_usable_cpu(dsn: str, tmp_path: Path) -> None:
+    """No --workers, no [server] workers: serve runs one worker per CPU it may use, and
+    says so; pinned to one CPU, that is one process with the one-worker pool sizes."""
+    import os
+
+    port = free_port()
+    env = make_env(dsn, tmp_path / "data")
+    log = tmp_path / "serve.log"
+    cpu = min(os.sched_getaffinity(0))
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([*SWITCHBOARD, "serve", "--port", str(port)], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.2)
+            assert health.status_code == 200
+            assert not [c for c in psutil.Process(proc.pid).children()
+                        if "spawn_main" in " ".join(c.cmdline())]
+            text = log.read_text()
+            assert (f"serving on http://127.0.0.1:{port} (1 worker(s)): workers auto, 1 usable"
+                    " CPU(s); database pool 2-20 connections per worker (auto), at most 20"
+                    " in all") in text, text
+        finally:
+            stop_process_group(proc)
+    assert_log_has_no_secrets(log)

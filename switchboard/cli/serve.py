@@ -12,6 +12,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict
 
 from .. import scrape
+from ..config import WORKERS_ENV, ServerSizes, server_sizes, usable_cpus
 from ..plugins import list_plugins
 from ..runtime import Runtime
 
@@ -22,7 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="listen address (default from SWITCHBOARD_ADDR)")
     p.add_argument("--port", type=int, default=None, help="listen port (default from SWITCHBOARD_ADDR)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes (default from config, 1)")
+                   help="worker processes (default [server] workers: auto, one per usable CPU)")
 
 
 def database_where(rt: Runtime, dsn: str) -> str:
@@ -38,6 +39,15 @@ def database_where(rt: Runtime, dsn: str) -> str:
     if host.startswith("/"):
         return f"external, socket in {host} (port {port}), database {name}"
     return f"external {host}:{port}/{name}"
+
+
+def describe_sizes(sizes: ServerSizes) -> str:
+    """The worker count and pool sizes, saying which were chosen automatically and why."""
+    how = (f"auto, {usable_cpus()} usable CPU(s)" if "workers" in sizes.auto
+           else "set")
+    pool = "auto" if {"pool_min_size", "pool_max_size"} & set(sizes.auto) else "set"
+    return (f"workers {how}; database pool {sizes.pool_min}-{sizes.pool_max} connections"
+            f" per worker ({pool}), at most {sizes.workers * sizes.pool_max} in all")
 
 
 def log_startup(rt: Runtime, dsn: str, app: Any, base: str, metrics_url: str | None) -> None:
@@ -89,9 +99,13 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
         print(f"switchboard: applied migrations {', '.join(applied)}", file=sys.stderr)
     host = args.host or rt.config.host
     port = args.port if args.port is not None else rt.config.port
-    workers = args.workers or int(rt.config.section("server").get("workers", 1))
+    sizes = server_sizes(rt.config, args.workers or None)
+    workers = sizes.workers
     access_log = bool(rt.config.section("server").get("access_log", False))
-    print(f"switchboard: serving on http://{host}:{port} ({workers} worker(s))", file=sys.stderr)
+    print(f"switchboard: serving on http://{host}:{port} ({workers} worker(s)): "
+          f"{describe_sizes(sizes)}", file=sys.stderr)
+    # Each worker sizes its own pool by the count chosen here (a flag may override config).
+    os.environ[WORKERS_ENV] = str(workers)
     base = f"http://{host}:{port}"
     if workers == 1:
         from ..app import create_app

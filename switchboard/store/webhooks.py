@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ..routing.model import RoutingConfig
+from ..routing.model import RoutingConfig, json_copy
+from .batcher import Batcher
 from .db import Database, Row, is_uuid
 from .identity import LIVE_ENDPOINT
 
@@ -43,20 +45,49 @@ _HUMAN_QUEUES = f"""
     WHERE e.owner_human = o.owner_human AND e.id <> w.endpoint_id AND {LIVE_ENDPOINT}
 """
 
+_RESOLVED_COLS = f"""
+    w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode,
+    w.signing_secret_enc, w.routing, w.source_config,
+    CASE WHEN w.previous_until > now() THEN w.previous_secret_enc END AS previous_secret_enc,
+    coalesce(w.previous_until > now(), false) AS in_overlap,
+    o.owner_human, o.webhook_queues AS owner_webhook_queues,
+    ({_TARGETS}) AS targets, ({_HUMAN_QUEUES}) AS human_queues
+"""
+
 _RESOLVED = f"""
-    SELECT w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode,
-           w.signing_secret_enc, w.routing, w.source_config,
-           CASE WHEN w.previous_until > now() THEN w.previous_secret_enc END
-               AS previous_secret_enc,
-           coalesce(w.previous_until > now(), false) AS in_overlap,
-           o.owner_human, o.webhook_queues AS owner_webhook_queues,
-           ({_TARGETS}) AS targets, ({_HUMAN_QUEUES}) AS human_queues
+    SELECT {_RESOLVED_COLS}
     FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
 """
+
+# Every token hash of a batch in one statement, each answer tagged with the hash it
+# matched: the current hash (its unique index), else a previous hash inside its overlap
+# window (its partial index). Both arms are index lookups per distinct hash; the targets
+# and grant are then built once per matched webhook. One statement, one snapshot: what
+# had committed when it started is what every delivery of the batch sees.
+_RESOLVE_MANY = f"""
+    SELECT m.token_hash, m.previous, {_RESOLVED_COLS}
+    FROM (
+        SELECT q.h AS token_hash, false AS previous, c.id
+        FROM unnest(%(hashes)s::text[]) AS q(h)
+        JOIN endpoint_webhooks c ON c.ingest_token_hash = q.h
+        UNION ALL
+        SELECT q.h, true, p.id
+        FROM unnest(%(hashes)s::text[]) AS q(h)
+        JOIN endpoint_webhooks p ON p.previous_token_hash = q.h
+        WHERE p.previous_token_hash IS NOT NULL AND p.previous_until > now()
+    ) m
+    JOIN endpoint_webhooks w ON w.id = m.id JOIN endpoints o ON o.id = w.endpoint_id
+"""
+
+#: Most token hashes one resolution query takes when ``[ingest] batch_max`` is not set.
+RESOLVE_BATCH_MAX = 256
 
 
 class WebhookQueries:
     db: Database
+    #: Most token hashes one resolution query takes (the runtime sets ``[ingest] batch_max``).
+    resolve_batch_max: int = RESOLVE_BATCH_MAX
+    _resolver: Batcher[str, Row | None] | None = None
 
     async def get_webhook(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):
@@ -112,12 +143,40 @@ class WebhookQueries:
         """The webhook behind an ingest token's hash with its live targets and grant queues.
 
         The previous token (of the last rotation) resolves too, inside its overlap window.
+        Concurrent calls share one query (:meth:`resolve_webhooks`): a call made while
+        another batch is in the database goes into the next one, so every answer was read
+        after the call was made, from what had committed by then.
         """
-        return await self.db.fetchone(
-            _RESOLVED + " WHERE w.ingest_token_hash = %(h)s"
-            " OR (w.previous_token_hash = %(h)s AND w.previous_until > now())",
-            {"h": token_hash},
-        )
+        if self._resolver is None:
+            self._resolver = Batcher(self.resolve_webhooks, max_size=self.resolve_batch_max,
+                                     step="resolve")
+        return await self._resolver.submit(token_hash)
+
+    async def resolve_webhooks(self, token_hashes: Sequence[str]) -> list[Row | None]:
+        """:meth:`resolve_webhook` for each hash, in order, with one query.
+
+        A hash asked for twice is looked up once; each asker gets a row of its own (a
+        routing stage adopts the row's documents without copying them).
+        """
+        unique = list(dict.fromkeys(token_hashes))
+        rows = await self.db.fetchall(_RESOLVE_MANY, {"hashes": unique})
+        found: dict[str, Row] = {}
+        for row in rows:
+            token_hash, previous = row.pop("token_hash"), row.pop("previous")
+            # A current token wins over a previous one (hashes of random tokens never
+            # collide; this only makes the answer deterministic if they did).
+            if token_hash not in found or not previous:
+                found[token_hash] = row
+        answers: list[Row | None] = []
+        handed: set[str] = set()
+        for token_hash in token_hashes:
+            match = found.get(token_hash)
+            if match is not None and token_hash in handed:
+                answers.append(json_copy(match))
+            else:
+                answers.append(match)
+            handed.add(token_hash)
+        return answers
 
     async def resolve_webhook_by_id(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):

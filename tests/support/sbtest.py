@@ -202,7 +202,11 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *extra: str, timeout: float = 60.0) -> Server:
+        """Start serving; one worker unless ``extra`` says ``--workers`` (serve's own
+        default, a worker per CPU, would only make the suite's many servers slower)."""
         self._fh = open(self.log, "ab")
+        if "--workers" not in extra:
+            extra = ("--workers", "1", *extra)
         self.proc = subprocess.Popen(
             [*SWITCHBOARD, "serve", "--port", str(self.port), *extra],
             env=self.env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True,

@@ -1,0 +1,108 @@
+"""Token resolution in batches: one query for every waiting token, each caller its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from switchboard.errors import SwitchboardError
+from switchboard.runtime import Runtime
+from switchboard.secrets_box import hash_token
+from switchboard.service import identity, webhooks
+
+
+async def _webhook(rt: Runtime, name: str) -> tuple[dict[str, Any], str]:
+    """A generic webhook of a fresh endpoint, and its ingest token."""
+    try:
+        await identity.add_human(rt, "alice")
+    except SwitchboardError:  # added by an earlier call
+        pass
+    made = await identity.vend_endpoint(rt, owner="alice", name=name, queues=["inbox"],
+                                        webhook_queues=["inbox"], source_types=["generic"],
+                                        webhook_max=1)
+    owner = await rt.store.get_endpoint(made["endpoint_id"])
+    hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
+    return hook, hook["ingest_url"].rsplit("/", 1)[-1]
+
+
+def _count_queries(rt: Runtime) -> list[list[str]]:
+    """The hash lists of every resolution query the store sends from now on."""
+    seen: list[list[str]] = []
+    fetchall = rt.store.db.fetchall
+
+    async def counting(sql: str, params: Any = (), **kw: Any) -> Any:
+        if isinstance(params, dict) and "hashes" in params:
+            seen.append(list(params["hashes"]))
+        return await fetchall(sql, params, **kw)
+
+    rt.store.db.fetchall = counting  # type: ignore[method-assign]
+    return seen
+
+
+async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
+        runtime: Runtime) -> None:
+    one, one_token = await _webhook(runtime, "one")
+    two, two_token = await _webhook(runtime, "two")
+    queries = _count_queries(runtime)
+    asked = [one_token, two_token, "no-such-token", one_token, two_token, one_token]
+    got = await asyncio.gather(*[runtime.store.resolve_webhook(hash_token(t)) for t in asked])
+    # One query for all six, each distinct hash once.
+    assert len(queries) == 1 and sorted(queries[0]) == sorted({hash_token(t) for t in asked})
+    assert [r and r["id"] for r in got] == [
+        one["webhook_id"], two["webhook_id"], None, one["webhook_id"], two["webhook_id"],
+        one["webhook_id"]]
+    # The same answer as a lone lookup, column for column, without the batch's own columns.
+    alone = await runtime.store.resolve_webhook_by_id(one["webhook_id"])
+    assert got[0] == alone and got[3] == alone
+    # Callers of the same token never share a document (stages adopt them uncopied).
+    assert got[0] is not got[3] and got[0]["targets"] is not got[3]["targets"]
+    # Afterwards a lone lookup is its own (smaller) batch.
+    assert (await runtime.store.resolve_webhook(hash_token(two_token)))["id"] == two["webhook_id"]
+    assert len(queries) == 2 and queries[1] == [hash_token(two_token)]
+
+
+async def test_the_batch_cap_splits_a_crowd(runtime: Runtime) -> None:
+    hook, token = await _webhook(runtime, "capped")
+    runtime.store.resolve_batch_max = 3
+    runtime.store._resolver = None
+    queries = _count_queries(runtime)
+    got = await asyncio.gather(*[runtime.store.resolve_webhook(hash_token(token))
+                                 for _ in range(7)])
+    assert {r["id"] for r in got if r} == {hook["webhook_id"]} and len(got) == 7
+    assert [len(q) for q in queries] == [1, 1, 1]  # 3 + 3 + 1 callers, one hash each
+
+
+async def test_the_previous_token_resolves_only_inside_its_window(runtime: Runtime) -> None:
+    hook, old = await _webhook(runtime, "rotated")
+    row = await runtime.store.get_webhook(hook["webhook_id"])
+    assert row is not None
+    owner = await runtime.store.get_endpoint(row["endpoint_id"])
+    new = (await webhooks.rotate_webhook(runtime, owner, hook["webhook_id"]))["ingest_url"]
+    new = new.rsplit("/", 1)[-1]
+    store = runtime.store
+    previous, current = await asyncio.gather(store.resolve_webhook(hash_token(old)),
+                                             store.resolve_webhook(hash_token(new)))
+    assert previous is not None and current is not None
+    assert previous["id"] == current["id"] == hook["webhook_id"]
+    assert previous["in_overlap"] is True
+    # The window closes (as if 24 hours had passed): the old token is unknown at once.
+    await store.db.fetchone("UPDATE endpoint_webhooks SET previous_until = now() - interval"
+                            " '1 second' WHERE id = %s RETURNING id", (hook["webhook_id"],))
+    previous, current = await asyncio.gather(store.resolve_webhook(hash_token(old)),
+                                             store.resolve_webhook(hash_token(new)))
+    assert previous is None
+    assert current is not None and current["in_overlap"] is False
+    assert current["previous_secret_enc"] is None
+
+
+async def test_resolution_uses_the_token_indexes(runtime: Runtime) -> None:
+    """Both arms of the batch query are index lookups, not scans of every webhook."""
+    from switchboard.store.webhooks import _RESOLVE_MANY
+
+    async with runtime.store.db.conn() as conn:
+        await conn.execute("SET enable_seqscan = off")  # a table this small would be scanned
+        cur = await conn.execute("EXPLAIN " + _RESOLVE_MANY, {"hashes": ["a", "b"]})
+        plan = "\n".join(r["QUERY PLAN"] for r in await cur.fetchall())
+        await conn.execute("RESET enable_seqscan")
+    assert "endpoint_webhooks_ingest_token_hash_key" in plan, plan
+    assert "endpoint_webhooks_previous_token_hash_idx" in plan, plan
