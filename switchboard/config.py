@@ -24,7 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "disabled_plugins": [],
     "server": {"workers": 1, "pool_min_size": 2, "pool_max_size": 20, "access_log": False,
                "database_timeout_ms": 2000},
-    "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24},
+    "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24, "batch_max": 256},
     "routing": {"stages": ["rules", "llm"]},
     "todos": {
         "lease_ttl_seconds": 300,

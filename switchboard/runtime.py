@@ -82,7 +82,8 @@ class Runtime:
                 acquire_timeout=int(server.get("database_timeout_ms", 2000)) / 1000,
             )
             await db.open()
-            self._store = Store(db)
+            self._store = Store(
+                db, batch_max=int(self.config.section("ingest").get("batch_max", 256)))
         return self._store
 
     @property
