@@ -13,7 +13,7 @@ import time
 import urllib.request
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,3 +156,71 @@ RULES = [
      "action": {"queue": "inbox"}}
     for i in range(32)
 ]
+
+
+async def _id_client(host: str, port: int, path: str, ids: asyncio.Queue[str],
+                     body: Callable[[str], bytes],
+                     answers: list[tuple[str, int, dict[str, Any], float]]) -> None:
+    import json
+
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while True:
+            try:
+                did = ids.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            data = body(did)
+            req = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                   f"X-Delivery-Id: {did}\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+            start = time.perf_counter()
+            writer.write(req)
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reply = await reader.readexactly(length)
+            answers.append((did, int(status.split()[1]), json.loads(reply or b"{}"),
+                            time.perf_counter() - start))
+    finally:
+        writer.close()
+
+
+async def load_ids(url: str, ids: list[str], concurrency: int,
+                   body: Callable[[str], bytes]) -> tuple[float,
+                                                          list[tuple[str, int, dict[str, Any],
+                                                                     float]]]:
+    """POST one delivery per entry of ``ids`` (its ``X-Delivery-Id``; an id listed twice is
+    a redelivery) over ``concurrency`` keep-alive connections, in list order; each answer
+    as (id, status, JSON body, seconds)."""
+    parts = urlsplit(url)
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for did in ids:
+        queue.put_nowait(did)
+    answers: list[tuple[str, int, dict[str, Any], float]] = []
+    start = time.perf_counter()
+    await asyncio.gather(*[
+        _id_client(parts.hostname or "127.0.0.1", parts.port or 80, parts.path, queue, body,
+                   answers)
+        for _ in range(concurrency)
+    ])
+    return time.perf_counter() - start, answers
+
+
+def histogram(metrics: str, name: str, labels: str) -> list[tuple[float, float]]:
+    """The cumulative buckets ``(le, count)`` of ``name{labels,le=...}`` in a scrape."""
+    import re
+
+    found = re.findall(rf'^{name}_bucket\{{(?:{labels},le="([^"]+)"|le="([^"]+)",{labels})\}}'
+                       rf' (\S+)$', metrics, re.M)
+    return sorted((float(a or b), float(c)) for a, b, c in found)
+
+
+def bucket_pct(buckets: list[tuple[float, float]], p: float) -> float:
+    """The upper bound of the bucket holding the ``p``-th percentile (inf: past the last)."""
+    total = buckets[-1][1] if buckets else 0.0
+    for le, count in buckets:
+        if total and count >= p / 100 * total:
+            return le
+    return float("nan")
