@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from prometheus_client import REGISTRY
-from sbtest import database_refusing
+from sbtest import database_refusing, make_env
 
-from switchboard.errors import StoreUnavailable
+from switchboard.config import load_config
+from switchboard.errors import ConfigError, StoreUnavailable
 from switchboard.routing.model import DISPOSITION_DROPPED
 from switchboard.runtime import Runtime
 from switchboard.service import identity
@@ -222,3 +224,29 @@ async def test_two_workers_batches_of_the_same_keys_do_not_deadlock(
         await other.db.close()
     assert _count(dsn, "SELECT count(*) FROM events") == 200
     assert _count(dsn, "SELECT count(*) FROM todos") == 400
+
+
+async def test_ingest_batch_max_caps_a_batch(dsn: str, tmp_path: Path) -> None:
+    path = tmp_path / "switchboard.toml"
+    path.write_text("[ingest]\nbatch_max = 3\n")
+    rt = Runtime(load_config(path, env=make_env(dsn, tmp_path / "data")))
+    await rt.open_store(migrate=False)
+    try:
+        assert rt.store.writes.max_size == 3
+        eps = await _endpoints(rt, 1)
+        before = _batches()
+        outs = await asyncio.gather(*[rt.store.record_delivery(_event(f"cap{i}"), TODO, eps)
+                                      for i in range(10)])
+        assert all(o.new_event for o in outs)
+        assert _batches()[0] - before[0] == 4  # 3 + 3 + 3 + 1
+    finally:
+        await rt.shutdown()
+    assert load_config(env={}).section("ingest")["batch_max"] == 256
+
+
+@pytest.mark.parametrize("value", ["0", "4097", '"many"'])
+def test_ingest_batch_max_out_of_range_names_the_key(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[ingest]\nbatch_max = {value}\n")
+    with pytest.raises(ConfigError, match=": ingest.batch_max:"):
+        load_config(path, env={})
