@@ -130,7 +130,7 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
         made[t.pop("event_id")].append({**t, "created": True})
 
     outcomes: dict[tuple[str, str], DeliveryOutcome] = {}
-    short: list[tuple[Write, str]] = []
+    short: list[Write] = []
     for event_id, w in zip(ids, lead, strict=True):
         if event_id not in inserted:
             continue
@@ -139,7 +139,7 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
             continue
         outcomes[w.key] = DeliveryOutcome(event_id, True, False, made[event_id])
         if len(made[event_id]) < len(w.endpoints):
-            short.append((w, event_id))
+            short.append(w)
     if short:
         await _collapse_all(conn, short, outcomes)
     again = [w.key for w in lead if w.key not in outcomes]
@@ -171,17 +171,17 @@ async def firsts(conn: Any, keys: list[tuple[str, str]]) -> dict[tuple[str, str]
     return found
 
 
-async def _collapse_all(conn: Any, short: list[tuple[Write, str]],
+async def _collapse_all(conn: Any, short: list[Write],
                         outcomes: dict[tuple[str, str], DeliveryOutcome]) -> None:
     """New events some of whose todos a live todo with the same key stood for."""
-    pairs = [(e, w.params["external_id"]) for w, event_id in short
+    pairs = [(e, w.params["external_id"]) for w in short
              for e in w.endpoints if e not in {t["endpoint_id"] for t in outcomes[w.key].todos}]
     cur = await conn.execute(_LIVE, ([p[0] for p in pairs], [p[1] for p in pairs]))
     live: dict[tuple[str, str], Row] = {}
     for r in await cur.fetchall():
         key = r.pop("idempotency_key")
         live[(r["endpoint_id"], key)] = {**r, "created": False}
-    for w, _ in short:
+    for w in short:
         outcome = outcomes[w.key]
         by_endpoint = {t["endpoint_id"]: t for t in outcome.todos}
         for e in w.endpoints:

@@ -250,3 +250,29 @@ def test_ingest_batch_max_out_of_range_names_the_key(tmp_path: Path, value: str)
     path.write_text(f"[ingest]\nbatch_max = {value}\n")
     with pytest.raises(ConfigError, match=": ingest.batch_max:"):
         load_config(path, env={})
+
+
+async def test_a_live_todo_with_the_key_is_reported_not_made_again(
+        runtime: Runtime, dsn: str) -> None:
+    """The event is gone (retention) but a todo of its key is still live: a new event of the
+    key reports that todo for its endpoint and makes the other endpoint's, in a batch."""
+    eps = await _endpoints(runtime)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO todos (endpoint_id, queue, idempotency_key, title) VALUES"
+            " (%s, 'inbox', 'kept', 'old') RETURNING id::text", (eps[1],)).fetchone()
+        assert row is not None
+    kept, other, again = await asyncio.gather(
+        runtime.store.record_delivery(_event("kept"), TODO, eps),
+        runtime.store.record_delivery(_event("fresh"), TODO, eps),
+        runtime.store.record_delivery(_event("kept"), TODO, eps))
+    assert kept.new_event
+    assert [(t["endpoint_id"], t["created"]) for t in kept.todos] == [(eps[0], True),
+                                                                      (eps[1], False)]
+    assert kept.todos[1]["id"] == row[0]
+    assert other.new_event and all(t["created"] for t in other.todos)
+    # A redelivery reports the todos its event made (as one across batches would).
+    assert again == DeliveryOutcome(kept.event_id, False, False,
+                                    [{**kept.todos[0], "created": False}])
+    assert again == await runtime.store.record_delivery(_event("kept"), TODO, eps)
+    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key = 'kept'") == 2
