@@ -15,7 +15,7 @@ import time
 import urllib.request
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,3 +283,56 @@ def batch_line(diff: Histogram, step: str) -> str:
 
     return (f"{step}: {count:.0f} batches, mean {total / count:.1f},"
             f" p50 {le(p50)} p90 {le(p90)} p99 {le(p99)} max {le(top)}")
+
+
+# -- delivery-id load: redeliveries on purpose ---------------------------------------------
+
+
+async def _id_client(host: str, port: int, path: str, ids: asyncio.Queue[str],
+                     body: Callable[[str], bytes],
+                     answers: list[tuple[str, int, dict[str, Any], float]]) -> None:
+    import json
+
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while True:
+            try:
+                did = ids.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            data = body(did)
+            req = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                   f"X-Delivery-Id: {did}\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+            start = time.perf_counter()
+            writer.write(req)
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reply = await reader.readexactly(length)
+            answers.append((did, int(status.split()[1]), json.loads(reply or b"{}"),
+                            time.perf_counter() - start))
+    finally:
+        writer.close()
+
+
+async def load_ids(url: str, ids: list[str], concurrency: int,
+                   body: Callable[[str], bytes]) -> tuple[float,
+                                                          list[tuple[str, int, dict[str, Any],
+                                                                     float]]]:
+    """POST one delivery per entry of ``ids`` (its ``X-Delivery-Id``; an id listed twice is
+    a redelivery) over ``concurrency`` keep-alive connections, in list order; each answer
+    as (id, status, JSON body, seconds)."""
+    parts = urlsplit(url)
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for did in ids:
+        queue.put_nowait(did)
+    answers: list[tuple[str, int, dict[str, Any], float]] = []
+    start = time.perf_counter()
+    await asyncio.gather(*[
+        _id_client(parts.hostname or "127.0.0.1", parts.port or 80, parts.path, queue, body,
+                   answers)
+        for _ in range(concurrency)
+    ])
+    return time.perf_counter() - start, answers

@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
     # "auto": workers from the usable CPUs, pool sizes from the workers (server_sizes)
     "server": {"workers": "auto", "pool_min_size": "auto", "pool_max_size": "auto",
                "access_log": False, "database_timeout_ms": 2000},
-    "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24},
+    "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24, "batch_max": 256},
     "routing": {"stages": ["rules", "llm"]},
     "todos": {
         "lease_ttl_seconds": 300,

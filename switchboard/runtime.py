@@ -17,7 +17,6 @@ from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
 from .store.embedded import EmbeddedPostgres, embedded_exists
-from .store.webhooks import RESOLVE_BATCH_MAX
 
 log = logging.getLogger("switchboard")
 
@@ -84,9 +83,8 @@ class Runtime:
                 acquire_timeout=int(server.get("database_timeout_ms", 2000)) / 1000,
             )
             await db.open()
-            self._store = Store(db)
-            self._store.resolve_batch_max = int(
-                self.config.section("ingest").get("batch_max", RESOLVE_BATCH_MAX))
+            self._store = Store(
+                db, batch_max=int(self.config.section("ingest").get("batch_max", 256)))
         return self._store
 
     @property

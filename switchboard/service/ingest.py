@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..errors import StoreUnavailable, SwitchboardError, http_status
+from ..errors import NotFound, StoreUnavailable, SwitchboardError, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
@@ -171,7 +171,10 @@ async def _ingest(
         if decision.work_order else None,
     }
     seen.kind = envelope["kind"]
-    outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints), once)
+    try:
+        outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints), once)
+    except NotFound:
+        return UNKNOWN  # the webhook was deleted after its token resolved: nothing stored
     seen.event_id = str(outcome.event_id)
     seen.disposition, seen.trace = decision.disposition, trace
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from .batcher import Batcher
 from .db import Database, Row
-from .events import DeliveryOutcome, EventQueries, OnceClaim
+from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
+from .outcome import DeliveryOutcome, OnceClaim
 from .todos import TodoQueries
 from .webhooks import WebhookQueries
 
@@ -13,8 +15,12 @@ from .webhooks import WebhookQueries
 class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries):
     """Every query the service layer may run, over one pool."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, batch_max: int = 256) -> None:
         self.db = db
+        # Token lookups of concurrent deliveries share one query (resolve_webhook).
+        self.resolve_batch_max = batch_max
+        # Group commit: concurrent deliveries of this worker share one write transaction.
+        self.writes = Batcher(self._flush_writes, max_size=batch_max, step="write")
 
 
 __all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Row", "Store"]

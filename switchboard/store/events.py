@@ -1,40 +1,28 @@
-"""SQL for the delivery transaction (event + todos) and for reading events back."""
+"""Deliveries written by group commit (event + todos, once-claims) and events read back."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
+from psycopg import errors
 from psycopg.types.json import Jsonb
 
+from ..errors import NotFound, StoreUnavailable
 from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
+from .batcher import Batcher
 from .db import Database, Row, is_uuid
+from .groupwrite import Write, firsts, write_many
+from .outcome import DeliveryOutcome, OnceClaim
 
+log = logging.getLogger("switchboard.store")
 
-@dataclass
-class DeliveryOutcome:
-    """What one delivery transaction did."""
-
-    event_id: str
-    new_event: bool
-    dropped: bool
-    todos: list[Row] = field(default_factory=list)  # id, endpoint_id, queue, created
-    #: A ``once`` action whose claim another event holds: no todo was made.
-    repeat: bool = False
-
-
-@dataclass(frozen=True)
-class OnceClaim:
-    """Claim ``key`` for the webhook in the delivery's transaction (``routing_once``).
-
-    ``repeat_trace`` is what the event stores instead of its trace when another event
-    already holds the claim.
-    """
-
-    webhook_id: str
-    key: str
-    repeat_trace: dict[str, Any]
+#: Tries of one batch's transaction that deadlocks with another worker's.
+_TX_TRIES = 5
 
 
 # One statement, one round trip, atomic: the event, then one todo per target (in target
@@ -80,8 +68,23 @@ _CLAIM = """
 """
 
 
+def _own_failure(exc: Exception) -> Exception:
+    """What one delivery's failed write tells its caller.
+
+    A webhook deleted after the delivery resolved its token (and before its write) leaves
+    the event nothing to belong to: that is the 404 the producer's retry would get, not a
+    fault of ours.
+    """
+    if (isinstance(exc, errors.ForeignKeyViolation)
+            and exc.diag.constraint_name == "events_webhook_id_fkey"):
+        return NotFound("unknown webhook")
+    return exc
+
+
 class EventQueries:
     db: Database
+    #: The per-Store group commit of deliveries (see ``Store.__init__``).
+    writes: Batcher[Write, DeliveryOutcome]
 
     async def record_delivery(
         self,
@@ -101,6 +104,9 @@ class EventQueries:
         ``once`` claims its key in the same transaction as the event: when another event
         holds it, the event is stored as a ``repeat`` (with ``once.repeat_trace``) and no
         todo is made. The claim's event id is no foreign key: retention never releases it.
+
+        Concurrent calls are written together (group commit, see :meth:`_flush_writes`);
+        this returns once the transaction holding this delivery has committed.
         """
         drop = event["disposition"] == DISPOSITION_DROPPED
         params = dict(event)
@@ -114,32 +120,92 @@ class EventQueries:
             work_order=Jsonb(todo["work_order"]) if todo.get("work_order") else None,
             endpoints=[] if drop else list(endpoints),
         )
-        if once is None or drop:
-            async with self.db.conn() as conn:
-                return await self._record(conn, params, endpoints, drop=drop)
-        async with self.db.tx() as conn:
-            cur = await conn.execute(
-                "SELECT 1 AS hit FROM events WHERE source = %s AND external_id = %s",
-                (event["source"], event["external_id"]),
-            )
-            if await cur.fetchone() is not None:
-                # The same event again: it reports what it did the first time, never claims.
-                return await self._redelivery(conn, event["source"], event["external_id"])
-            event_id = str(uuid.uuid4())
-            cur = await conn.execute(
-                _CLAIM, {"webhook_id": once.webhook_id, "key": once.key, "event_id": event_id}
-            )
-            holder = await cur.fetchone()
-            assert holder is not None
-            params["id"] = event_id
-            if str(holder["event_id"]) != event_id:
-                params.update(routing_trace=Jsonb(once.repeat_trace),
-                              disposition=DISPOSITION_REPEAT, endpoints=[])
-                outcome = await self._record(conn, params, [], drop=True)
-                if outcome.new_event:
-                    return DeliveryOutcome(outcome.event_id, True, False, repeat=True)
-                return outcome
-            return await self._record(conn, params, endpoints, drop=False)
+        return await self.writes.submit(Write(params, list(endpoints), drop, once))
+
+    async def _flush_writes(self, writes: Sequence[Write]) -> list[DeliveryOutcome | BaseException]:
+        """The batch in one transaction; when it fails on some item's data, the items again
+        in halves (each half its own transaction) until only the bad one fails.
+
+        A lost database fails the whole batch with StoreUnavailable: nothing of it was
+        committed, so the producers' retries are safe.
+        """
+        try:
+            return list(await self._write_tx(writes))
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            if len(writes) == 1:
+                return [_own_failure(exc)]
+            log.warning("a batch of %d deliveries failed (%s): writing it in parts",
+                        len(writes), type(exc).__name__)
+            return await self._isolate(writes)
+
+    async def _isolate(self, writes: Sequence[Write]) -> list[DeliveryOutcome | BaseException]:
+        half = len(writes) // 2
+        answers: list[DeliveryOutcome | BaseException] = []
+        for part in (writes[:half], writes[half:]):
+            if answers and isinstance(answers[-1], StoreUnavailable):
+                answers += [answers[-1]] * len(part)  # the database went: no more tries
+                continue
+            try:
+                answers += await self._write_tx(part)
+            except StoreUnavailable as exc:
+                answers += [exc] * len(part)
+            except Exception as exc:
+                answers += [_own_failure(exc)] if len(part) == 1 else await self._isolate(part)
+        return answers
+
+    async def _write_tx(self, writes: Sequence[Write]) -> list[DeliveryOutcome]:
+        """One transaction for ``writes``, tried again on a deadlock or serialization failure
+        (another worker's batch locked the same keys)."""
+        plain = [i for i, w in enumerate(writes) if not w.claims]
+        claims = sorted((i for i, w in enumerate(writes) if w.claims),
+                        key=lambda i: writes[i].key)
+        async with self.db.conn() as conn:
+            for attempt in range(_TX_TRIES):
+                try:
+                    answers: dict[int, DeliveryOutcome] = {}
+                    async with conn.transaction():
+                        if plain:
+                            done = await write_many(conn, [writes[i] for i in plain])
+                            answers.update(zip(plain, done, strict=True))
+                        for i in claims:
+                            answers[i] = await self._record_once(conn, writes[i])
+                    # Only now, after COMMIT: each producer's 202 stands on committed rows.
+                    return [answers[i] for i in range(len(writes))]
+                except (errors.DeadlockDetected, errors.SerializationFailure):
+                    if attempt == _TX_TRIES - 1:
+                        raise
+                    await asyncio.sleep(random.uniform(0, 0.005 * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    async def _record_once(self, conn: Any, write: Write) -> DeliveryOutcome:
+        """A delivery with a ``once`` claim, by its own statements in the batch's transaction."""
+        once, params, endpoints = write.once, dict(write.params), write.endpoints
+        assert once is not None
+        source, external_id = write.key
+        cur = await conn.execute(
+            "SELECT 1 AS hit FROM events WHERE source = %s AND external_id = %s",
+            (source, external_id),
+        )
+        if await cur.fetchone() is not None:
+            # The same event again: it reports what it did the first time, never claims.
+            return await self._redelivery(conn, source, external_id)
+        event_id = str(uuid.uuid4())
+        cur = await conn.execute(
+            _CLAIM, {"webhook_id": once.webhook_id, "key": once.key, "event_id": event_id}
+        )
+        holder = await cur.fetchone()
+        assert holder is not None
+        params["id"] = event_id
+        if str(holder["event_id"]) != event_id:
+            params.update(routing_trace=Jsonb(once.repeat_trace),
+                          disposition=DISPOSITION_REPEAT, endpoints=[])
+            outcome = await self._record(conn, params, [], drop=True)
+            if outcome.new_event:
+                return DeliveryOutcome(outcome.event_id, True, False, repeat=True)
+            return outcome
+        return await self._record(conn, params, endpoints, drop=False)
 
     async def _record(self, conn: Any, params: dict[str, Any], endpoints: list[str], *,
                       drop: bool) -> DeliveryOutcome:
@@ -169,23 +235,7 @@ class EventQueries:
         return [by_endpoint[e] for e in endpoints if e in by_endpoint]
 
     async def _redelivery(self, conn: Any, source: str, external_id: str) -> DeliveryOutcome:
-        cur = await conn.execute(
-            "SELECT id, disposition FROM events WHERE source = %s AND external_id = %s",
-            (source, external_id),
-        )
-        first = await cur.fetchone()
-        assert first is not None, "ON CONFLICT saw a row that is not visible"
-        if first["disposition"] == DISPOSITION_DROPPED:
-            return DeliveryOutcome(first["id"], False, True)
-        if first["disposition"] == DISPOSITION_REPEAT:
-            return DeliveryOutcome(first["id"], False, False, repeat=True)
-        cur = await conn.execute(
-            "SELECT id, endpoint_id, queue FROM todos WHERE event_id = %s"
-            " ORDER BY created_at, id",
-            (first["id"],),
-        )
-        rows = await cur.fetchall()
-        return DeliveryOutcome(first["id"], False, False, [{**r, "created": False} for r in rows])
+        return (await firsts(conn, [(source, external_id)]))[(source, external_id)]
 
     async def is_recorded(self, source: str, external_id: str) -> bool:
         """True when a delivery with this dedup key is already stored (a redelivery)."""

@@ -79,14 +79,11 @@ _RESOLVE_MANY = f"""
     JOIN endpoint_webhooks w ON w.id = m.id JOIN endpoints o ON o.id = w.endpoint_id
 """
 
-#: Most token hashes one resolution query takes when ``[ingest] batch_max`` is not set.
-RESOLVE_BATCH_MAX = 256
-
 
 class WebhookQueries:
     db: Database
     #: Most token hashes one resolution query takes (the runtime sets ``[ingest] batch_max``).
-    resolve_batch_max: int = RESOLVE_BATCH_MAX
+    resolve_batch_max: int
     _resolver: Batcher[str, Row | None] | None = None
 
     async def get_webhook(self, webhook_id: str) -> Row | None:
