@@ -135,7 +135,9 @@ class Config:
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
+    # A deep copy: a config's sections must never be DEFAULTS' own dicts (a change to one
+    # runtime's config would become every later config's default).
+    out = copy.deepcopy(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)

@@ -41,6 +41,15 @@ def test_defaults_without_file_or_env() -> None:
     assert cfg.section("ingest")["max_body_bytes"] == 5 * 1024 * 1024
 
 
+def test_changing_one_config_never_changes_the_defaults_of_the_next() -> None:
+    first = load_config(env={})
+    first.raw["ingest"]["rotation_overlap_hours"] = 0
+    first.raw["server"]["workers"] = 7
+    second = load_config(env={})
+    assert second.section("ingest")["rotation_overlap_hours"] == 24
+    assert second.section("server")["workers"] == "auto"
+
+
 def test_environment_overrides_file(tmp_path: Path) -> None:
     path = tmp_path / "sb.toml"
     path.write_text('addr = "0.0.0.0:9000"\nbase_url = "https://file.example"\n')
