@@ -20,6 +20,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -120,6 +122,18 @@ def _run(coro: object) -> object:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
 
+def _sizes(workers: int | None) -> Any:
+    """What serve will choose with its defaults (the same CPUs: it inherits our affinity);
+    a checkout from before the "auto" sizes (measured side by side) says its own."""
+    from switchboard.config import load_config
+
+    try:
+        from switchboard.config import server_sizes
+    except ImportError:  # before issue 13: [server] workers 1, pool 2-20
+        return SimpleNamespace(workers=workers or 1, pool_min=2, pool_max=20)
+    return server_sizes(load_config(env={}), workers, env={})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=3000, help="deliveries per level")
@@ -129,10 +143,7 @@ def main() -> None:
     ap.add_argument("--pgbench-clients", type=int, default=32)
     ap.add_argument("--pgbench-seconds", type=float, default=5.0)
     args = ap.parse_args()
-    from switchboard.config import load_config, server_sizes
-
-    # What serve will choose with its defaults (the same CPUs: it inherits our affinity).
-    sizes = server_sizes(load_config(env={}), args.workers, env={})
+    sizes = _sizes(args.workers)
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         srv = serve(dsn, Path(tmp), workers=args.workers)
         try:

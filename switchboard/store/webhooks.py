@@ -59,6 +59,9 @@ _RESOLVED = f"""
     FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
 """
 
+_RESOLVE_ONE = _RESOLVED + (" WHERE w.ingest_token_hash = %(h)s"
+                            " OR (w.previous_token_hash = %(h)s AND w.previous_until > now())")
+
 # Every token hash of a batch in one statement, each answer tagged with the hash it
 # matched: the current hash (its unique index), else a previous hash inside its overlap
 # window (its partial index). Both arms are index lookups per distinct hash; the targets
@@ -156,6 +159,12 @@ class WebhookQueries:
         routing stage adopts the row's documents without copying them).
         """
         unique = list(dict.fromkeys(token_hashes))
+        if len(unique) == 1:
+            # One token (an idle server): the single-token statement, whose plan PostgreSQL
+            # keeps; the batch statement's array is planned at every execution.
+            one = await self.db.fetchone(_RESOLVE_ONE, {"h": unique[0]})
+            return [one if i == 0 or one is None else json_copy(one)
+                    for i in range(len(token_hashes))]
         rows = await self.db.fetchall(_RESOLVE_MANY, {"hashes": unique})
         found: dict[str, Row] = {}
         for row in rows:

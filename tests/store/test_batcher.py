@@ -83,29 +83,62 @@ def test_a_per_item_exception_fails_only_its_item_and_a_raising_flush_fails_its_
 
 
 def test_a_caller_that_gives_up_does_not_cancel_the_flush_of_others() -> None:
-    written: list[int] = []
+    written: list[list[int]] = []
+
+    async def main() -> None:
+        first, shared = asyncio.Event(), asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            await (first if 1 in items else shared).wait()
+            written.append(list(items))
+            return list(items)
+
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test")
+        alone = asyncio.create_task(b.submit(1))  # flushed in its own task
+        await asyncio.sleep(0.01)
+        quitter = asyncio.create_task(b.submit(2))  # these two wait for a shared flush
+        stayer = asyncio.create_task(b.submit(3))
+        await asyncio.sleep(0.01)
+        first.set()
+        assert await alone == 1
+        await asyncio.sleep(0.01)  # the shared flush has started and waits
+        assert written == [[1]]
+        quitter.cancel()
+        await asyncio.sleep(0.01)
+        shared.set()
+        assert await stayer == 3
+        with pytest.raises(asyncio.CancelledError):
+            await quitter
+
+    run(main())
+    assert written == [[1], [2, 3]]  # the quitter's item too: it shared the flush
+
+
+def test_a_lone_caller_that_gives_up_cancels_only_its_own_flush() -> None:
+    written: list[list[int]] = []
 
     async def main() -> None:
         release = asyncio.Event()
 
         async def flush(items: Sequence[int]) -> list[int]:
-            await release.wait()
-            written.extend(items)
+            if 1 in items:
+                await release.wait()
+            written.append(list(items))
             return list(items)
 
         b: Batcher[int, int] = Batcher(flush, max_size=8, step="test")
-        quitter = asyncio.create_task(b.submit(1))
-        stayer = asyncio.create_task(b.submit(2))
+        alone = asyncio.create_task(b.submit(1))
         await asyncio.sleep(0.01)
-        quitter.cancel()
+        others = [asyncio.create_task(b.submit(i)) for i in (2, 3)]
         await asyncio.sleep(0.01)
-        release.set()
-        assert await stayer == 2
+        alone.cancel()
+        assert [await t for t in others] == [2, 3]  # flushed by a task once it was gone
         with pytest.raises(asyncio.CancelledError):
-            await quitter
+            await alone
+        assert await b.submit(4) == 4
 
     run(main())
-    assert written == [1, 2]
+    assert written == [[2, 3], [4]]
 
 
 def test_each_event_loop_has_its_own_queue() -> None:

@@ -26,16 +26,23 @@ async def _webhook(rt: Runtime, name: str) -> tuple[dict[str, Any], str]:
 
 
 def _count_queries(rt: Runtime) -> list[list[str]]:
-    """The hash lists of every resolution query the store sends from now on."""
+    """The hash lists of every resolution query the store sends from now on (a lone hash
+    goes through the single-token statement, a crowd through the batch one)."""
     seen: list[list[str]] = []
-    fetchall = rt.store.db.fetchall
+    fetchall, fetchone = rt.store.db.fetchall, rt.store.db.fetchone
 
-    async def counting(sql: str, params: Any = (), **kw: Any) -> Any:
+    async def many(sql: str, params: Any = (), **kw: Any) -> Any:
         if isinstance(params, dict) and "hashes" in params:
             seen.append(list(params["hashes"]))
         return await fetchall(sql, params, **kw)
 
-    rt.store.db.fetchall = counting  # type: ignore[method-assign]
+    async def one(sql: str, params: Any = ()) -> Any:
+        if isinstance(params, dict) and set(params) == {"h"}:
+            seen.append([params["h"]])
+        return await fetchone(sql, params)
+
+    rt.store.db.fetchall = many  # type: ignore[method-assign]
+    rt.store.db.fetchone = one  # type: ignore[method-assign]
     return seen
 
 
