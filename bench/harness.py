@@ -95,6 +95,20 @@ def cli(env: dict[str, str], *args: str) -> Any:
     return json.loads(out.stdout)
 
 
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
+                    path: str, delivery_id: str, headers: str, body: bytes) -> tuple[bytes, bytes]:
+    """One keep-alive POST of ``body``: the status line and the reply's body."""
+    writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                  f"X-Delivery-Id: {delivery_id}\r\n{headers}"
+                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+    status = await reader.readline()
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return status, await reader.readexactly(length)
+
+
 async def _client(host: str, port: int, path: str, bodies: asyncio.Queue[bytes],
                   latencies: list[float], headers: str) -> None:
     reader, writer = await asyncio.open_connection(host, port)
@@ -104,17 +118,9 @@ async def _client(host: str, port: int, path: str, bodies: asyncio.Queue[bytes],
                 body = bodies.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            req = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                   f"X-Delivery-Id: {uuid.uuid4()}\r\n{headers}"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
             start = time.perf_counter()
-            writer.write(req)
-            status = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
+            status, _ = await _exchange(reader, writer, host, path, str(uuid.uuid4()), headers,
+                                        body)
             latencies.append(time.perf_counter() - start)
             if b" 202 " not in status:
                 raise RuntimeError(f"unexpected status {status!r}")
@@ -300,17 +306,8 @@ async def _id_client(host: str, port: int, path: str, ids: asyncio.Queue[str],
                 did = ids.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            data = body(did)
-            req = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                   f"X-Delivery-Id: {did}\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
             start = time.perf_counter()
-            writer.write(req)
-            status = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            reply = await reader.readexactly(length)
+            status, reply = await _exchange(reader, writer, host, path, did, "", body(did))
             answers.append((did, int(status.split()[1]), json.loads(reply or b"{}"),
                             time.perf_counter() - start))
     finally:

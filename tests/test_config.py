@@ -32,6 +32,20 @@ from switchboard.secrets_box import SecretBox
 from switchboard.service import identity, todos, webhooks
 
 
+def _wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Until ``serve`` answers /healthz 200 (its log in the failure if it exits or hangs)."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    assert health.status_code == 200
+
+
 def test_defaults_without_file_or_env() -> None:
     cfg = load_config(env={})
     assert cfg.database_url is None
@@ -243,16 +257,7 @@ def test_addr_and_workers_start_serve(dsn: str, tmp_path: Path) -> None:
         proc = subprocess.Popen([*SWITCHBOARD, "serve"], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, log.read_text()
-                    time.sleep(0.2)
-            assert health.status_code == 200
+            _wait_healthy(proc, port, log)
             workers = [
                 child for child in psutil.Process(proc.pid).children()
                 if "spawn_main" in " ".join(child.cmdline())
@@ -392,16 +397,7 @@ def test_serve_defaults_to_a_worker_per_usable_cpu(dsn: str, tmp_path: Path) -> 
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, log.read_text()
-                    time.sleep(0.2)
-            assert health.status_code == 200
+            _wait_healthy(proc, port, log)
             assert not [c for c in psutil.Process(proc.pid).children()
                         if "spawn_main" in " ".join(c.cmdline())]
             text = log.read_text()
