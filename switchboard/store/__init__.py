@@ -18,7 +18,7 @@ class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQ
     def __init__(self, db: Database, *, batch_max: int = 256) -> None:
         self.db = db
         # Token lookups of concurrent deliveries share one query (resolve_webhook).
-        self.resolve_batch_max = batch_max
+        self.resolver = Batcher(self.resolve_webhooks, max_size=batch_max, step="resolve")
         # Group commit: concurrent deliveries of this worker share one write transaction.
         self.writes = Batcher(self._flush_writes, max_size=batch_max, step="write")
 

@@ -30,10 +30,11 @@ class Batcher(Generic[T, R]):
 
     Nothing waits on a timer: a lone item (nothing waiting, no flush running) is flushed
     at once by its own caller, and batches grow only because items arrive while the
-    previous flush is in the database; those are flushed by a task of their own. At most ``max_size`` items go into one flush. A flush that raises fails
-    every item of its batch with that exception; a flush that must spare innocent items
-    answers per item instead (see ``store.events``). The state is per event loop, so a
-    runtime used from several loops (tests, the CLI) never mixes their futures.
+    previous flush is in the database; those are flushed by a task of their own. At most
+    ``max_size`` items go into one flush. A flush that raises fails every item of its
+    batch with that exception; a flush that must spare innocent items answers per item
+    instead (see ``store.events``). The state is per event loop, so a runtime used from
+    several loops (tests, the CLI) never mixes their futures.
     """
 
     def __init__(self, flush: Flush[T, R], *, max_size: int, step: str) -> None:

@@ -161,7 +161,7 @@ class EventQueries:
 
         Without ``once`` claims the batch is one statement, which is its own transaction
         (no BEGIN and COMMIT round trips); a lone delivery takes the single-row statement,
-        whose plan PostgreSQL keeps (the batch statement's arrays are planned at every
+        whose plan PostgreSQL keeps (the batch statement's JSON rows are planned at every
         execution, a cost only a batch pays back), so an idle server writes as fast as
         before group commit.
         """

@@ -85,9 +85,8 @@ _RESOLVE_MANY = f"""
 
 class WebhookQueries:
     db: Database
-    #: Most token hashes one resolution query takes (the runtime sets ``[ingest] batch_max``).
-    resolve_batch_max: int
-    _resolver: Batcher[str, Row | None] | None = None
+    #: Concurrent token lookups, one query each batch (see ``Store.__init__``).
+    resolver: Batcher[str, Row | None]
 
     async def get_webhook(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):
@@ -147,10 +146,7 @@ class WebhookQueries:
         another batch is in the database goes into the next one, so every answer was read
         after the call was made, from what had committed by then.
         """
-        if self._resolver is None:
-            self._resolver = Batcher(self.resolve_webhooks, max_size=self.resolve_batch_max,
-                                     step="resolve")
-        return await self._resolver.submit(token_hash)
+        return await self.resolver.submit(token_hash)
 
     async def resolve_webhooks(self, token_hashes: Sequence[str]) -> list[Row | None]:
         """:meth:`resolve_webhook` for each hash, in order, with one query.
@@ -159,20 +155,20 @@ class WebhookQueries:
         routing stage adopts the row's documents without copying them).
         """
         unique = list(dict.fromkeys(token_hashes))
+        found: dict[str, Row] = {}
         if len(unique) == 1:
             # One token (an idle server): the single-token statement, whose plan PostgreSQL
             # keeps; the batch statement's array is planned at every execution.
             one = await self.db.fetchone(_RESOLVE_ONE, {"h": unique[0]})
-            return [one if i == 0 or one is None else json_copy(one)
-                    for i in range(len(token_hashes))]
-        rows = await self.db.fetchall(_RESOLVE_MANY, {"hashes": unique})
-        found: dict[str, Row] = {}
-        for row in rows:
-            token_hash, previous = row.pop("token_hash"), row.pop("previous")
-            # A current token wins over a previous one (hashes of random tokens never
-            # collide; this only makes the answer deterministic if they did).
-            if token_hash not in found or not previous:
-                found[token_hash] = row
+            if one is not None:
+                found[unique[0]] = one
+        else:
+            for row in await self.db.fetchall(_RESOLVE_MANY, {"hashes": unique}):
+                token_hash, previous = row.pop("token_hash"), row.pop("previous")
+                # A current token wins over a previous one (hashes of random tokens never
+                # collide; this only makes the answer deterministic if they did).
+                if token_hash not in found or not previous:
+                    found[token_hash] = row
         answers: list[Row | None] = []
         handed: set[str] = set()
         for token_hash in token_hashes:

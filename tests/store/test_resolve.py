@@ -72,8 +72,7 @@ async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
 
 async def test_the_batch_cap_splits_a_crowd(runtime: Runtime) -> None:
     hook, token = await _webhook(runtime, "capped")
-    runtime.store.resolve_batch_max = 3
-    runtime.store._resolver = None
+    runtime.store.resolver.max_size = 3
     queries = _count_queries(runtime)
     got = await asyncio.gather(*[runtime.store.resolve_webhook(hash_token(token))
                                  for _ in range(7)])
