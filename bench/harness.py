@@ -42,6 +42,21 @@ def database() -> Iterator[str]:
             server.cleanup()
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and all its descendants, with everything they reaped."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass  # exited meanwhile
+    return total
+
+
 def free_port() -> int:
     import socket
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import RULES, database  # noqa: E402
+from harness import RULES, database, tree_cpu  # noqa: E402
 
 
 def body(n: int) -> bytes:
@@ -42,20 +42,9 @@ def _cpu(rt: Any) -> tuple[float, float]:
     """CPU seconds of this process, and of the sandbox tree (everything it reaped too)."""
     import os
 
-    import psutil
-
     t = os.times()
-    tree = 0.0
     pid = rt.registries.stages.get("rules").sandbox.pid
-    if pid is not None:
-        root = psutil.Process(pid)
-        for proc in [root, *root.children(recursive=True)]:
-            try:
-                c = proc.cpu_times()
-                tree += c.user + c.system + c.children_user + c.children_system
-            except psutil.Error:
-                pass
-    return t.user + t.system, tree
+    return t.user + t.system, 0.0 if pid is None else tree_cpu(pid)
 
 
 def peak_mib() -> float:

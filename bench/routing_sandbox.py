@@ -12,12 +12,17 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
 from switchboard_rules.sandbox import Limits, Sandbox
 from switchboard_rules.stage import DEFAULTS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import tree_cpu  # noqa: E402
 
 N = 300
 
@@ -43,18 +48,6 @@ def rules() -> list[tuple[str | None, str]]:
     ]
 
 
-def tree_cpu(root: psutil.Process) -> float:
-    """CPU seconds of the fork server, zygotes and everything they reaped."""
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            pass
-    return total
-
-
 def own_cpu() -> float:
     t = os.times()
     return t.user + t.system
@@ -63,10 +56,9 @@ def own_cpu() -> float:
 async def run(label: str, sb: Sandbox, per_call_params: bool) -> None:
     env, rs = envelope(), rules()
     assert sb.pid is not None
-    server = psutil.Process(sb.pid)
     await sb.evaluate(rs, {"n": -1}, env)  # warm the zygote
     lat = []
-    cpu0, tree0 = own_cpu(), tree_cpu(server)
+    cpu0, tree0 = own_cpu(), tree_cpu(sb.pid)
     for i in range(N):
         params = {"n": i} if per_call_params else {"n": -1}  # new params = new rule set
         t = time.perf_counter()
@@ -74,7 +66,7 @@ async def run(label: str, sb: Sandbox, per_call_params: bool) -> None:
         lat.append((time.perf_counter() - t) * 1000)
         assert res.rule_index is None and not res.faults, res
     parent = (own_cpu() - cpu0) / N * 1000
-    children = (tree_cpu(server) - tree0) / N * 1000
+    children = (tree_cpu(sb.pid) - tree0) / N * 1000
     lat.sort()
     print(
         f"{label:32s} p50 {statistics.median(lat):6.2f} ms  p99 {lat[int(N * 0.99) - 1]:6.2f} ms"
