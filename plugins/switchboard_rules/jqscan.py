@@ -65,10 +65,16 @@ _OPEN, _CLOSE = frozenset("([{"), {")": "(", "]": "[", "}": "{"}
 
 @dataclass
 class Token:
-    """One lexeme: ``kind`` is ident, field, var, str, num, format or punct."""
+    """One lexeme: ``kind`` is ident, field, var, str, num, format or punct.
+
+    A string (``text`` is just ``"``) also keeps its source, quotes included, in ``raw`` and
+    the code of its top-level interpolations in ``parts``.
+    """
 
     kind: str
     text: str
+    raw: str = ""
+    parts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -154,8 +160,9 @@ class _Lexer:
             elif ch == "#":
                 self._comment()
             elif ch == '"':
+                start, first = self.pos, len(self.strings)
                 self._string()
-                yield Token("str", '"')
+                yield Token("str", '"', src[start : self.pos], tuple(self.strings[first:]))
             elif (text := self._match(_IDENT)) is not None:
                 yield Token("ident", text)
             elif (text := self._match(_NUMBER)) is not None:

@@ -591,12 +591,14 @@ class Sandbox:
         self,
         rules: Sequence[tuple[str | None, str]],
         params: dict[str, Any],
-        envelope: dict[str, Any],
+        envelope: dict[str, Any] | bytes,
         *,
         owner: str = "",
         scope: str = "",
     ) -> MatchResult:
         """The index of the first rule matching ``envelope`` (or None), plus faults.
+
+        ``envelope`` may come encoded already (:func:`.protocol.encode_envelope`).
 
         ``owner`` is whose share of the sandbox this takes; ``scope`` (the webhook) keeps
         rule sets apart: two scopes never share a zygote or an evaluator.
@@ -616,13 +618,13 @@ class Sandbox:
 
     async def _evaluate(
         self, rules: Sequence[tuple[str | None, str]], params: dict[str, Any],
-        envelope: dict[str, Any], scope: str,
+        envelope: dict[str, Any] | bytes, scope: str,
     ) -> MatchResult:
         """:meth:`evaluate` once its slots are held."""
         loop = asyncio.get_running_loop()
         ids = [rid for rid, _ in rules]
         spec, key = self._spec(scope, [e for _, e in rules], params or {})
-        env = wire.encode_envelope(envelope)
+        env = envelope if isinstance(envelope, bytes) else wire.encode_envelope(envelope)
         allowance = len(env) * PARSE_S_PER_BYTE
         deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
         deadline += allowance

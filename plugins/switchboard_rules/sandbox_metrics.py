@@ -1,4 +1,4 @@
-"""The sandbox's Prometheus series: evaluation latency and waits for a slot (server side only)."""
+"""The sandbox's Prometheus series: latency, waits for a slot, envelope sizes (server side)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,20 @@ SLOT_WAITS = Counter(
 SLOT_WAIT = Histogram(
     "switchboard_sandbox_slot_wait_seconds",
     "How long an evaluation that had to wait waited for its slot", buckets=_BUCKETS)
+
+ENVELOPE_BYTES = Histogram(
+    "switchboard_sandbox_envelope_bytes",
+    "Bytes of each live delivery's envelope sent to the sandbox; cut paths (only what the "
+    "rule set can read, proven by reads.py) or whole (a rule may read anything)",
+    ["cut"], buckets=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304))
+
+
+def sent(size: int, cut: str) -> None:
+    """Record one envelope sent for evaluation."""
+    try:
+        ENVELOPE_BYTES.labels(cut).observe(size)
+    except Exception:  # pragma: no cover
+        pass
 
 
 def waited(seconds: float, acquired: bool) -> None:

@@ -17,7 +17,9 @@ from switchboard.plugin import (
 )
 
 from . import protocol as wire
+from . import sandbox_metrics
 from .jqscan import forbidden_names
+from .reads import project, rule_set_reads
 from .sandbox import Limits, Sandbox
 
 #: ``[plugins.rules]``: the operator's limits. The only place their defaults are written.
@@ -121,8 +123,14 @@ class RulesStage:
         if not rules:
             return StageResult()
         owner, scope = tenant(ctx.webhook)
+        # only the paths the rules can read reach the sandbox (reads.py proves it, or the
+        # whole envelope goes): parsing a big payload costs more than the rules themselves
+        paths = rule_set_reads(tuple(r["expr"] for r in rules))
+        envelope = wire.encode_envelope(
+            ctx.envelope if paths is None else project(ctx.envelope, paths))
+        sandbox_metrics.sent(len(envelope), "whole" if paths is None else "paths")
         match: MatchResult = await self.sandbox.evaluate(
-            [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), ctx.envelope,
+            [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), envelope,
             owner=owner, scope=scope,
         )
         if match.rule_index is None:

@@ -53,3 +53,45 @@ def test_every_plugins_rules_key_reaches_the_sandbox(tmp_path: Path) -> None:
         evaluator_uses=9)
     # an unset key takes the schema's default, written nowhere else
     assert stage_of(Runtime(load_config(env={}))).sandbox.limits.rule_ms == 50
+
+
+async def test_only_the_paths_the_rules_read_reach_the_sandbox() -> None:
+    from prometheus_client import REGISTRY
+
+    def sent(cut: str) -> tuple[float, float]:
+        labels = {"cut": cut}
+        return (REGISTRY.get_sample_value("switchboard_sandbox_envelope_bytes_count", labels)
+                or 0.0,
+                REGISTRY.get_sample_value("switchboard_sandbox_envelope_bytes_sum", labels)
+                or 0.0)
+
+    big = {"source": "generic", "kind": "pr", "headers": {"x-event": "pull_request"},
+           "payload": {"action": "opened", "body": "x" * 20_000, "labels": [{"name": "bug"}]}}
+    stage = stage_of(Runtime(load_config(env={})))
+    try:
+        reading = [
+            {"id": "a", "expr": '.payload.action == "closed"', "action": {"queue": "triage"}},
+            {"id": "b", "expr": 'any(.payload.labels[]; .name == "bug") and .kind == "pr"',
+             "action": {"queue": "triage", "endpoints": ["pool"]}},
+        ]
+        (n0, b0), (w0, _) = sent("paths"), sent("whole")
+        hit = await stage.route(RoutingContext({}, big, GRANT, RoutingConfig(tuple(reading))))
+        assert hit.decision is not None and hit.decision.trace["rule_id"] == "b"
+        (n1, b1), (w1, _) = sent("paths"), sent("whole")
+        assert (n1 - n0, w1 - w0) == (1, 0)
+        assert b1 - b0 < 200  # the 20 KB body never left the server
+
+        # one rule reading the root sends the whole envelope, for every rule of the set
+        whole = [{"id": "k", "expr": '.payload | tojson | test("x{20000}")',
+                  "action": {"queue": "triage"}},
+                 {"id": "r", "expr": '(keys | length) == 4 and .kind == "pr"',
+                  "action": {"queue": "triage", "endpoints": ["pool"]}}]
+        (w1, wb1) = sent("whole")
+        hit = await stage.route(RoutingContext({}, big, GRANT, RoutingConfig(tuple(whole))))
+        assert hit.decision is not None and hit.decision.trace["rule_id"] == "k"
+        hit = await stage.route(RoutingContext({}, big, GRANT, RoutingConfig(tuple(whole[1:]))))
+        assert hit.decision is not None and hit.decision.trace["rule_id"] == "r"
+        (n3, _), (w3, wb3) = sent("paths"), sent("whole")
+        assert (n3 - n1, w3 - w1) == (0, 2) and wb3 - wb1 > 40_000
+    finally:
+        await stage.close()
