@@ -102,13 +102,14 @@ _WHOLE: Any = object()
 
 
 def _cut(value: Mapping[str, Any], trie: dict[str, Any]) -> dict[str, Any]:
+    # in the trie's key order: the order of an object on the way cannot show (it is only
+    # ever indexed), and a kept value is the original object, its order and all
     out = {}
-    for key, sub in value.items():
-        want = trie.get(key)
-        if want is None:
-            continue
-        # kept whole; a value on the way that is no object fails to index exactly as before
-        out[key] = sub if want is _WHOLE or not isinstance(sub, dict) else _cut(sub, want)
+    for key, want in trie.items():
+        if key in value:
+            sub = value[key]
+            # kept whole; a value on the way that is no object fails to index as before
+            out[key] = sub if want is _WHOLE or not isinstance(sub, dict) else _cut(sub, want)
     return out
 
 

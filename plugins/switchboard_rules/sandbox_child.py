@@ -64,22 +64,24 @@ def _prctl(option: int, arg: int) -> None:
 def build_program(exprs: list[str], indices: list[int]) -> str:
     """One program over ``[start, envelope]`` streaming one short verdict string per rule.
 
-    A rule's verdict is its first output's truthiness (``reduce`` over ``first``: no
-    output is no match, and no array is built on the hot path), a null told apart from
-    false for "why not"; an error is caught and becomes ``e`` + its message, cut to fit a
-    verdict.
+    A rule's verdict is its first output's truthiness, a null told apart from false for
+    "why not": the first output is mapped, then ``break`` ends the rule (what ``first``
+    does, without its ``reduce``: 13 % less time for 32 rules); a rule with no output
+    reaches the "no match" after the comma. An error is caught and becomes ``e`` + its
+    message, cut to fit a verdict. (``//`` would be shorter, but it swallows errors.)
     """
     match, no_match = json.dumps(wire.JQ_MATCH), json.dumps(wire.JQ_NO_MATCH)
     null = json.dumps(wire.JQ_NULL)
     error, garbage = json.dumps(wire.JQ_ERROR), json.dumps(wire.JQ_GARBAGE)
     cut = wire.JQ_VERDICT_MAX - len(wire.JQ_ERROR)
+    verdict = f"if . then {match} elif . == null then {null} else {no_match} end"
     parts = []
     for i in indices:
         # newlines (twice: a comment's backslash continuation eats one) keep a trailing
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
         parts.append(
-            f"(if $__s <= {i} then (try (reduce ($__e | first((\n{exprs[i]}\n\n))) as $__v "
-            f"({no_match}; if $__v then {match} elif $__v == null then {null} else {no_match} end)) "
+            f"(if $__s <= {i} then (try (label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
+            f"(({verdict}), break $__l)), {no_match}) "
             f"catch ({error} + (tostring | .[:{cut}]))) else empty end)"
         )
     body = ",\n".join(parts)
@@ -234,17 +236,21 @@ def evaluate_one(  # pragma: no cover - child
         for k, i in enumerate(todo):
             left = deadline - monotonic()
             if left <= 0.001:
+                setitimer(timer, 0)
                 end = wire.BudgetSpent(i).encode() + end
                 break
             limit = rule_s + parse if k == 0 else rule_s  # the first rule also parses
-            pack(progress, 0, i, rule_limit if limit <= left else budget_limit, b"0")
+            # re-arming replaces the last rule's alarm, so the hot path never disarms (one
+            # syscall a rule, not two); arm, then name the rule, so an alarm that fires
+            # in between names the rule whose time it measured
             setitimer(timer, limit if limit <= left else left)
+            pack(progress, 0, i, rule_limit if limit <= left else budget_limit, b"0")
             if results is None:
                 results = iter(program.input_text((b"[%d,%s]" % (start, env)).decode("utf-8")))
             verdict = next(results)
-            setitimer(timer, 0)
             if verdict == no_match_v or verdict == null_v:
                 continue
+            setitimer(timer, 0)
             if verdict == match_v:
                 end = wire.Matched(i).encode() + end
                 break
