@@ -178,6 +178,9 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
         series("switchboard_rule_faults_total", cause="error"): 1,
         series("switchboard_todos_created_total"): 3,
         series("switchboard_sandbox_evaluation_seconds_count"): 2,
+        # .payload.kind is all the dropper's rule reads; error("boom") is applied to the root
+        series("switchboard_sandbox_envelope_bytes_count", cut="paths"): 1,
+        series("switchboard_sandbox_envelope_bytes_count", cut="whole"): 1,
         series("switchboard_doorbells_rung_total"): 3,
     }
     for status, n in (("202", 4), ("401", 2), ("404", 1)):  # a 413 has no latency
