@@ -166,8 +166,10 @@ def decode_spec(data: bytes) -> tuple[list[str], dict[str, Any]]:
     return list(doc["exprs"]), dict(doc["params"])
 
 
-#: ``EvalHeader.mode``: the first match (live routing), or every rule's verdict (history).
+#: ``EvalHeader.mode``: the first match (live routing), the first match of each of several
+#: envelopes (concurrent live deliveries of one rule set), or every rule's verdict (history).
 MODE_MATCH = ""
+MODE_MANY = "m"
 MODE_VERDICTS = "v"
 
 
@@ -175,9 +177,10 @@ MODE_VERDICTS = "v"
 class EvalHeader:
     """Where an evaluation starts and how much of the event's budget it has left.
 
-    ``mode`` is :data:`MODE_MATCH` (one envelope, the first match) or
-    :data:`MODE_VERDICTS` (one envelope per line, every rule's verdict; ``only`` stops
-    each envelope after that rule).
+    ``mode`` is :data:`MODE_MATCH` (one envelope, the first match), :data:`MODE_MANY`
+    (one envelope per line, each answered as in match mode, its own ``budget_ms``, in
+    turn: each answer ends with its done line) or :data:`MODE_VERDICTS` (one envelope per
+    line, every rule's verdict; ``only`` stops each envelope after that rule).
     """
 
     start: int

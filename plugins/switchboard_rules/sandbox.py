@@ -48,6 +48,10 @@ _BOOTSTRAP = (
     "__import__(module, fromlist=['main']).main(sys.argv[3:])\n"
 )
 HARD_DEADLINE = "sandbox missed its hard deadline"
+#: The most deliveries of one rule set evaluated in one frame (those that met while their
+#: owner's slots were taken). Bounds how long the last waits behind the others: at worst
+#: each of them spends its whole ``event_ms``.
+GROUP_MAX = 8
 #: Time allowed for parsing the envelope on top of the budgets (~0.1 ms per KB measured).
 PARSE_S_PER_BYTE = 0.25e-3 / 1024
 
@@ -126,6 +130,12 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
             att.garbage = message
 
 
+def _began(att: Attempt) -> bool:
+    """Whether an evaluator had begun on the envelope ``att`` is for (said anything of it)."""
+    return bool(att.done or att.armed is not None or att.errors or att.items
+                or att.matched is not None or att.budget_at is not None)
+
+
 @dataclass(eq=False)
 class _Evaluator:
     """The server's end of one warm evaluator's socket."""
@@ -199,7 +209,10 @@ class Sandbox:
         self._specs: dict[tuple[str, tuple[str, ...], str], tuple[bytes, str]] = {}
         #: since the sandbox was created: evaluator processes started, and attempts served by a
         #: warm evaluator or by one started for them (figures for tests and benchmarks)
-        self.stats = {"spawned": 0, "warm": 0, "fresh": 0}
+        self.stats = {"spawned": 0, "warm": 0, "fresh": 0, "grouped": 0}
+        #: deliveries of one rule set waiting for their owner's slot together, by key
+        self._forming: dict[str, list[tuple[bytes, asyncio.Future[MatchResult] | None]]] = {}
+        self._handed: set[asyncio.Task[MatchResult]] = set()
 
     @staticmethod
     def key(scope: str, spec: bytes) -> str:
@@ -432,9 +445,9 @@ class Sandbox:
             self._discard(ev)
         return None
 
-    def _give_back(self, ev: _Evaluator) -> None:
+    def _give_back(self, ev: _Evaluator, uses: int = 1) -> None:
         """Keep a healthy evaluator warm, unless it served its uses or the pool is full."""
-        ev.uses += 1
+        ev.uses += uses
         pool = self._idle.setdefault(ev.key, [])
         if ev.uses >= self.limits.evaluator_uses or len(pool) >= self.limits.owner_concurrency:
             self._discard(ev)
@@ -490,16 +503,22 @@ class Sandbox:
         return ev.pid is not None and b"\n" not in buf[:-1]
 
     async def _exchange(
-        self, sock: socket.socket, body: bytes, deadline: float, att: Attempt | None = None
+        self, sock: socket.socket, body: bytes, deadline: float, att: Attempt | None = None,
+        rest: Sequence[Attempt] = (),
     ) -> Attempt:
         """Send ``body`` and collect the answer into ``att`` until done, death or ``deadline``.
 
         The budget is timed from the send (``first_arm``): an evaluator answers once, at
         the end, so queueing and parsing count against the event, never in its favour.
+        With ``rest`` (a frame of several envelopes), the lines after each done line go to
+        the next attempt, timed from that done line; a death or the deadline lands on the
+        attempt being answered then.
         """
         loop = asyncio.get_running_loop()
         att = att or Attempt()
-        att.first_arm = loop.time()
+        atts = [att, *rest]
+        j, cur = 0, att
+        cur.first_arm = loop.time()
         try:
             if body:
                 # Never an empty send: a compile sends nothing more, and its zygote may have
@@ -508,7 +527,7 @@ class Sandbox:
                 await loop.sock_sendall(sock, body)
             buf = b""
             async with asyncio.timeout_at(deadline):
-                while not att.done and att.status is None and att.garbage is None:
+                while not cur.done and cur.status is None and cur.garbage is None:
                     chunk = await loop.sock_recv(sock, 65536)
                     if not chunk:
                         break
@@ -516,27 +535,39 @@ class Sandbox:
                     *lines, buf = buf.split(b"\n")
                     now = loop.time()
                     for raw in lines:
-                        parse_line(raw.decode("utf-8", "replace"), att, now)
+                        parse_line(raw.decode("utf-8", "replace"), cur, now)
+                        if cur.done and j + 1 < len(atts):
+                            cur.ended = now
+                            j += 1
+                            cur = atts[j]
+                            cur.first_arm = now
         except TimeoutError:
-            if att.pid is not None and not att.done and att.status is None:
+            if att.pid is not None and not cur.done and cur.status is None:
                 try:
                     os.kill(att.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            att.garbage = HARD_DEADLINE
+            cur.garbage = HARD_DEADLINE
         except OSError as exc:
-            att.garbage = f"sandbox unreachable: {exc}"
-        att.ended = loop.time()
+            cur.garbage = f"sandbox unreachable: {exc}"
+        cur.ended = loop.time()
         return att
 
     async def _attempt(self, key: str, spec: bytes, body: bytes, deadline: float) -> Attempt:
-        """One evaluator's run over ``body``: a warm one, or else a new one.
+        """One evaluator's run over a one-envelope ``body`` (see :meth:`_attempts`)."""
+        return (await self._attempts(key, spec, body, deadline))[0]
+
+    async def _attempts(
+        self, key: str, spec: bytes, body: bytes, deadline: float, count: int = 1
+    ) -> list[Attempt]:
+        """One evaluator's run over ``body`` (``count`` envelopes): a warm one, or a new one.
 
         An evaluator that never began the evaluation (a warm one that exited meanwhile, a
         new one whose socket broke before it started) is replaced, up to three times; one
-        that began and then failed is the attempt's answer (the policy judges it).
+        that began and then failed is the attempt's answer (the policy judges it). Each
+        envelope gets its attempt; those after a death are left empty (never began).
         """
-        att = Attempt(garbage="sandbox unreachable")
+        atts = [Attempt(garbage="sandbox unreachable")] + [Attempt() for _ in range(count - 1)]
         for _ in range(3):
             ev = self._take(key)
             fresh = ev is None
@@ -544,7 +575,7 @@ class Sandbox:
                 try:
                     ev = await self._spawn(key, spec)
                 except OSError as exc:  # the fork server or the zygote went away: again
-                    att = Attempt(garbage=f"sandbox unreachable: {exc}")
+                    atts[0] = Attempt(garbage=f"sandbox unreachable: {exc}")
                     continue
             busy = self._busy.get(key, 0)
             if busy and not self._idle.get(key):
@@ -555,11 +586,12 @@ class Sandbox:
             self._busy[key] = busy + 1
             # a new evaluator may wait for its zygote's compile: allow for it
             extra = 2 * self.limits.compile_ms / 1000 if fresh else 0.0
-            att = Attempt(pid=ev.pid)
+            atts = [Attempt(pid=ev.pid)] + [Attempt() for _ in range(count - 1)]
+            att, last = atts[0], atts[-1]
             try:
-                await self._exchange(ev.sock, body, deadline + extra, att)
+                await self._exchange(ev.sock, body, deadline + extra, att, atts[1:])
             except BaseException:  # cancelled mid-answer: the evaluator is in an unknown state
-                if att.pid is not None and not att.done:
+                if att.pid is not None and not last.done:
                     try:
                         os.kill(att.pid, signal.SIGKILL)
                     except ProcessLookupError:
@@ -574,16 +606,14 @@ class Sandbox:
                     self._busy.pop(key, None)
             ev.pid = att.pid
             self.stats["fresh" if fresh else "warm"] += 1
-            if att.done and att.status is None and att.garbage is None:
-                self._give_back(ev)
-                return att
+            if last.done and last.status is None and last.garbage is None:
+                self._give_back(ev, count)
+                return atts
             self._discard(ev)
-            began = (att.done or att.armed is not None or att.errors or att.items
-                     or att.matched is not None or att.budget_at is not None)
-            if began or att.garbage == HARD_DEADLINE or (fresh and att.status is not None):
-                return att
+            if _began(att) or att.garbage == HARD_DEADLINE or (fresh and att.status is not None):
+                return atts
             # never began: a warm one that had exited meanwhile, or a broken new one
-        return att
+        return atts
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -602,40 +632,124 @@ class Sandbox:
 
         ``owner`` is whose share of the sandbox this takes; ``scope`` (the webhook) keeps
         rule sets apart: two scopes never share a zygote or an evaluator.
+
+        Deliveries of one rule set that arrive while the first of them waits for its
+        owner's slot go with it (up to :data:`GROUP_MAX`): one slot, one frame, one warm
+        evaluator answering each envelope in turn, each under its own alarms and budget.
+        A lone delivery (an idle server) is sent at once, alone.
         """
         if not rules:
             return MatchResult(None)
-        wait_s = self.limits.slot_wait_ms / 1000
-        async with self._hold(self._owners, self._slots, owner, wait_s,
-                              sandbox_metrics.waited) as ok:
-            if not ok:
-                return BUSY
-            began = time.monotonic()
-            try:
-                return await self._evaluate(rules, params, envelope, scope)
-            finally:
-                sandbox_metrics.evaluated(time.monotonic() - began)
-
-    async def _evaluate(
-        self, rules: Sequence[tuple[str | None, str]], params: dict[str, Any],
-        envelope: dict[str, Any] | bytes, scope: str,
-    ) -> MatchResult:
-        """:meth:`evaluate` once its slots are held."""
-        loop = asyncio.get_running_loop()
         ids = [rid for rid, _ in rules]
         spec, key = self._spec(scope, [e for _, e in rules], params or {})
         env = envelope if isinstance(envelope, bytes) else wire.encode_envelope(envelope)
+        group = self._forming.get(key)
+        if group is not None and len(group) < GROUP_MAX:
+            joined: asyncio.Future[MatchResult] = asyncio.get_running_loop().create_future()
+            group.append((env, joined))
+            return await joined
+        group = [(env, None)]
+        self._forming[key] = group
+        try:
+            wait_s = self.limits.slot_wait_ms / 1000
+            async with self._hold(self._owners, self._slots, owner, wait_s,
+                                  sandbox_metrics.waited) as ok:
+                self._close(key, group)
+                if not ok:
+                    results = [BUSY] * len(group)
+                else:
+                    began = time.monotonic()
+                    try:
+                        if len(group) == 1:
+                            results = [await self._evaluate(ids, key, spec, env)]
+                        else:
+                            results = await self._evaluate_many(
+                                ids, key, spec, [e for e, _ in group])
+                    finally:
+                        for _ in group:
+                            sandbox_metrics.evaluated(time.monotonic() - began)
+        except BaseException as exc:
+            self._close(key, group)
+            left = [(e, f) for e, f in group[1:] if f is not None and not f.done()]
+            if isinstance(exc, asyncio.CancelledError):
+                # the first of them gave up (its client went away): the others still get
+                # their answers, each evaluated again on its own
+                for e, f in left:
+                    self._hand_over(rules, params, e, f, owner, scope)
+            else:
+                for _, f in left:
+                    f.set_exception(exc)
+            raise
+        for (_, joined_f), result in zip(group[1:], results[1:], strict=True):
+            if joined_f is not None and not joined_f.done():
+                joined_f.set_result(result)
+        return results[0]
+
+    def _close(self, key: str, group: list[tuple[bytes, Any]]) -> None:
+        """No one joins ``group`` any more (the next delivery starts a group of its own)."""
+        if self._forming.get(key) is group:
+            del self._forming[key]
+
+    def _hand_over(
+        self, rules: Sequence[tuple[str | None, str]], params: dict[str, Any], env: bytes,
+        joined: asyncio.Future[MatchResult], owner: str, scope: str,
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self.evaluate(rules, params, env, owner=owner, scope=scope))
+        self._handed.add(task)
+
+        def done(t: asyncio.Task[MatchResult]) -> None:
+            self._handed.discard(t)
+            if joined.done():
+                return
+            if t.cancelled():
+                joined.cancel()
+            elif t.exception() is not None:
+                joined.set_exception(t.exception())  # type: ignore[arg-type]
+            else:
+                joined.set_result(t.result())
+
+        task.add_done_callback(done)
+
+    async def _evaluate(
+        self, ids: list[str | None], key: str, spec: bytes, env: bytes,
+        attempts: Sequence[Attempt] = (),
+    ) -> MatchResult:
+        """One envelope once its slots are held, going on from ``attempts`` made already."""
+        loop = asyncio.get_running_loop()
         allowance = len(env) * PARSE_S_PER_BYTE
         deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
         deadline += allowance
-        attempts: list[Attempt] = []
+        tried = list(attempts)
         while True:
-            step = judge(ids, attempts, rule_ms=self.limits.rule_ms,
-                         event_ms=self.limits.event_ms)
+            step = judge(ids, tried, rule_ms=self.limits.rule_ms, event_ms=self.limits.event_ms)
             if isinstance(step, MatchResult):
                 return step
             body = wire.frame(wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env))
-            attempts.append(await self._attempt(key, spec, body, deadline))
+            tried.append(await self._attempt(key, spec, body, deadline))
+
+    async def _evaluate_many(
+        self, ids: list[str | None], key: str, spec: bytes, envs: list[bytes]
+    ) -> list[MatchResult]:
+        """Several envelopes of one rule set in one frame; each one's budget is its own.
+
+        An envelope whose evaluator died (a rule timed out, crashed or hit the cap) goes on
+        alone from the rule after the culprit, as :meth:`_evaluate` would; those after it
+        in the frame, never begun, are evaluated alone from the start.
+        """
+        loop = asyncio.get_running_loop()
+        event_ms = self.limits.event_ms
+        deadline = (loop.time() + (len(envs) * event_ms + self.limits.kill_grace_ms) / 1000
+                    + sum(len(e) for e in envs) * PARSE_S_PER_BYTE)
+        header = wire.EvalHeader(0, event_ms, wire.MODE_MANY)
+        body = wire.frame(wire.encode_verdicts_eval(header, envs))
+        atts = await self._attempts(key, spec, body, deadline, len(envs))
+        self.stats["grouped"] += len(envs)
+        out = []
+        for env, att in zip(envs, atts, strict=True):
+            judged = _began(att) or att.garbage == HARD_DEADLINE
+            out.append(await self._evaluate(ids, key, spec, env, [att] if judged else ()))
+        return out
 
     async def verdicts(
         self,

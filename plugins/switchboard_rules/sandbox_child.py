@@ -215,6 +215,21 @@ def evaluate_one(  # pragma: no cover - child
     header, env = wire.decode_eval(data)
     if header.mode == wire.MODE_VERDICTS:
         return evaluate_verdicts(fd, header, env, rules, cfg, progress)
+    if header.mode == wire.MODE_MANY:
+        # each envelope in turn, answered (and so safe from a later death) before the next
+        for one in env.split(b"\n"):
+            code = evaluate_match(fd, header, one, rules, cfg, progress)
+            if code is not None:
+                return code
+        return None
+    return evaluate_match(fd, header, env, rules, cfg, progress)
+
+
+def evaluate_match(  # pragma: no cover - child
+    fd: int, header: wire.EvalHeader, env: bytes, rules: RuleSet, cfg: wire.ChildConfig,
+    progress: mmap.mmap,
+) -> int | None:
+    """:func:`evaluate_one` for one envelope in match mode: its answer ends with ``d``."""
     start = header.start
     parse = len(env) * cfg.parse_s_per_byte
     deadline = time.monotonic() + header.budget_ms / 1000 + parse

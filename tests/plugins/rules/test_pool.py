@@ -68,7 +68,7 @@ async def test_a_compile_leaves_a_warm_evaluator_for_the_first_delivery() -> Non
     async with sandbox() as sb:
         assert await sb.compile([e for _, e in RULES], {}, owner="h", scope="w") == []
         await settle(sb)
-        assert sb.stats == {"spawned": 1, "warm": 0, "fresh": 0}
+        assert sb.stats == {"spawned": 1, "warm": 0, "fresh": 0, "grouped": 0}
         assert await sb.evaluate(RULES, {}, ENV, owner="h", scope="w") == MatchResult(1)
         assert sb.stats["warm"] == 1 and sb.stats["fresh"] == 0
 

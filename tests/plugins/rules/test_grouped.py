@@ -1,0 +1,113 @@
+"""Concurrent deliveries of one rule set share a slot and a frame; each keeps its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sbsandbox import sandbox
+from switchboard_rules.sandbox import Sandbox
+
+from switchboard.routing.model import MatchResult
+
+pytestmark = pytest.mark.anyio
+
+CRASH = ".source * 3e7 | length > 0"  # kills its evaluator (SIGABRT under the memory cap)
+SLOW = "last(range(1e12)) > 0"
+RULES: list[tuple[str | None, str]] = [
+    ("one", ".payload.n == 1"),
+    ("two", '.payload.n | if . == 2 then error("two") elif . == 3 then null else false end'),
+    ("slow", f".payload.n == 4 and ({SLOW})"),
+    ("crash", f".payload.n == 5 and ({CRASH})"),
+    ("big", ".payload.n >= 3"),
+]
+
+
+def env(n: int) -> dict[str, Any]:
+    return {"source": "gitea", "kind": "push", "payload": {"n": n}}
+
+
+def shape(result: MatchResult) -> tuple[int | None, list[tuple[int, str, str | None]]]:
+    return result.rule_index, [(f.rule_index, f.cause, f.rule_id) for f in result.faults]
+
+
+EXPECTED = {
+    0: (None, []),
+    1: (0, []),
+    2: (None, [(1, "error", "two")]),
+    3: (4, []),
+    4: (4, [(2, "timeout", "slow")]),  # timed out inside the frame: the rules after it ran
+    5: (4, [(3, "sandbox_failure", "crash")]),  # died inside the frame: named, then on
+    6: (4, []),
+    7: (4, []),
+}
+
+
+async def busy_slot(sb: Sandbox) -> asyncio.Task[MatchResult]:
+    """Hold the owner's only slot with another rule set for a while: the next arrivals group."""
+    task = asyncio.ensure_future(sb.evaluate([("hold", f"({SLOW}) and false")], {}, env(0),
+                                             owner="h", scope="other"))
+    await asyncio.sleep(0.01)
+    return task
+
+
+async def test_deliveries_waiting_together_are_answered_each_as_if_alone() -> None:
+    async with sandbox(owner_concurrency=1, rule_ms=60) as sb:
+        alone = {n: shape(await sb.evaluate(RULES, {}, env(n), owner="h", scope="w"))
+                 for n in EXPECTED}
+        assert alone == EXPECTED
+        assert sb.stats["grouped"] == 0  # one at a time: never grouped
+        hold = await busy_slot(sb)
+        order = [6, 4, 0, 1, 5, 2, 7, 3]  # the faults land mid-frame, with envelopes after
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in order))
+        await hold
+        assert {n: shape(r) for n, r in zip(order, results, strict=True)} == EXPECTED
+        assert sb.stats["grouped"] == len(order)  # one frame took all eight
+
+
+async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
+    async with sandbox(owner_concurrency=1) as sb:
+        hold = await busy_slot(sb)
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES[:2], {}, env(n % 2), owner="h", scope="w") for n in range(20)))
+        await hold
+        assert [r.rule_index for r in results] == [None, 0] * 10
+        # the first waiter's group took 8; the rest grouped behind it (8, then 4)
+        assert sb.stats["grouped"] == 20
+
+
+async def test_webhooks_with_the_same_rules_never_share_a_frame() -> None:
+    async with sandbox(owner_concurrency=1) as sb:
+        hold = await busy_slot(sb)
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES[:1], {}, env(1), owner="h", scope=f"w{k % 2}")
+              for k in range(6)))
+        await hold
+        assert all(r == MatchResult(0) for r in results)
+        assert sb.stats["grouped"] == 6  # two groups of three, one per webhook
+
+
+async def test_the_others_are_answered_when_the_first_of_a_group_gives_up() -> None:
+    async with sandbox(owner_concurrency=1) as sb:
+        hold = await busy_slot(sb)
+        first = asyncio.ensure_future(sb.evaluate(RULES, {}, env(1), owner="h", scope="w"))
+        await asyncio.sleep(0.01)  # it waits for the slot: the group's first
+        others = [asyncio.ensure_future(sb.evaluate(RULES, {}, env(n), owner="h", scope="w"))
+                  for n in (3, 2, 0)]
+        await asyncio.sleep(0.01)
+        first.cancel()  # its client went away
+        await hold
+        assert [shape(await t) for t in others] == [EXPECTED[3], EXPECTED[2], EXPECTED[0]]
+        with pytest.raises(asyncio.CancelledError):
+            await first
+
+
+async def test_a_group_that_waits_too_long_is_busy_together() -> None:
+    async with sandbox(owner_concurrency=1, slot_wait_ms=50) as sb:
+        hold = await busy_slot(sb)
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in range(3)))
+        await hold
+        assert [[f.cause for f in r.faults] for r in results] == [["sandbox_busy"]] * 3
