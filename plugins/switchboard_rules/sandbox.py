@@ -658,6 +658,7 @@ class Sandbox:
                 if not ok:
                     results = [BUSY] * len(group)
                 else:
+                    sandbox_metrics.grouped(len(group))
                     began = time.monotonic()
                     try:
                         if len(group) == 1:

@@ -26,6 +26,20 @@ ENVELOPE_BYTES = Histogram(
     "rule set can read, proven by reads.py) or whole (a rule may read anything)",
     ["cut"], buckets=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304))
 
+GROUP_SIZE = Histogram(
+    "switchboard_sandbox_group_size",
+    "Deliveries of one rule set evaluated together in one frame (those that waited for "
+    "their owner's slot at the same time; 1 when a delivery went alone)",
+    buckets=(1, 2, 4, 8))
+
+
+def grouped(size: int) -> None:
+    """Record one evaluation frame of ``size`` deliveries."""
+    try:
+        GROUP_SIZE.observe(size)
+    except Exception:  # pragma: no cover
+        pass
+
 
 def sent(size: int, cut: str) -> None:
     """Record one envelope sent for evaluation."""

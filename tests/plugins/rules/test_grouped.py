@@ -68,6 +68,15 @@ async def test_deliveries_waiting_together_are_answered_each_as_if_alone() -> No
 
 
 async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
+    from prometheus_client import REGISTRY
+
+    def frames() -> tuple[float, float, float]:
+        def get(suffix: str, **labels: str) -> float:
+            name = f"switchboard_sandbox_group_size_{suffix}"
+            return REGISTRY.get_sample_value(name, labels) or 0.0
+        return get("count"), get("sum"), get("bucket", le="1.0")
+
+    before = frames()
     async with sandbox(owner_concurrency=1) as sb:
         hold = await busy_slot(sb)
         results = await asyncio.gather(
@@ -76,6 +85,8 @@ async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
         assert [r.rule_index for r in results] == [None, 0] * 10
         # the first waiter's group took 8; the rest grouped behind it (8, then 4)
         assert sb.stats["grouped"] == 20
+    count, total, alone = (a - b for a, b in zip(frames(), before, strict=True))
+    assert (count, total, alone) == (4, 21, 1)  # the hold went alone; 8 + 8 + 4 together
 
 
 async def test_webhooks_with_the_same_rules_never_share_a_frame() -> None:
