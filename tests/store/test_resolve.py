@@ -65,6 +65,10 @@ async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
     assert got[0] == alone and got[3] == alone
     # Callers of the same token never share a document (stages adopt them uncopied).
     assert got[0] is not got[3] and got[0]["targets"] is not got[3]["targets"]
+    assert got[3] == got[5] and got[3] is not got[5]  # one query answered both
+    for key in ("routing", "targets", "owner_webhook_queues"):
+        assert got[3][key] is not got[5][key]
+    assert got[3]["targets"][0] is not got[5]["targets"][0]  # deep, not a shallow copy
     # Afterwards a lone lookup is its own (smaller) batch.
     assert (await runtime.store.resolve_webhook(hash_token(two_token)))["id"] == two["webhook_id"]
     assert len(queries) == 3 and queries[2] == [hash_token(two_token)]
