@@ -197,6 +197,7 @@ class Sandbox:
         self._owners = _Shares(limits.owner_concurrency)
         self._compile_slots = asyncio.Semaphore(limits.compile_concurrency)
         self._compilers = _Shares(1)
+        self._frames = _Shares(1)  #: one evaluation frame in flight per rule set
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
@@ -345,39 +346,40 @@ class Sandbox:
     @asynccontextmanager
     async def _hold(
         self, shares: _Shares, slots: asyncio.Semaphore, owner: str, wait_s: float,
-        on_wait: Callable[[float, bool], None] | None = None,
+        on_wait: Callable[[float, bool], None] | None = None, frame: str | None = None,
     ) -> AsyncIterator[bool]:
         """The owner's slot, then everyone's, within ``wait_s`` together: False when not.
 
-        ``on_wait(seconds, acquired)`` is told of a wait (only when a slot was not free).
+        With ``frame`` (a rule set's key), first the end of that rule set's frame in flight:
+        one frame per rule set at a time, so what arrives meanwhile goes in the next one.
+        ``on_wait(seconds, acquired)`` is told of a wait (only when something was taken).
         """
-        mine = shares.enter(owner)
-        got_mine = got_slot = False
+        sems = [self._frames.enter(frame)] if frame is not None else []
+        sems += [shares.enter(owner), slots]
+        got = 0
         try:
-            if not mine.locked() and not slots.locked():  # both free: no timer to set up
-                await mine.acquire()
-                got_mine = True
-                await slots.acquire()
-                got_slot = True
+            if not any(sem.locked() for sem in sems):  # all free: no timer to set up
+                for sem in sems:
+                    await sem.acquire()
+                    got += 1
             else:
                 began = time.monotonic()
                 try:
                     async with asyncio.timeout(wait_s):
-                        await mine.acquire()
-                        got_mine = True
-                        await slots.acquire()
-                        got_slot = True
+                        for sem in sems:
+                            await sem.acquire()
+                            got += 1
                 except TimeoutError:
                     pass
                 if on_wait is not None:
-                    on_wait(time.monotonic() - began, got_slot)
-            yield got_slot
+                    on_wait(time.monotonic() - began, got == len(sems))
+            yield got == len(sems)
         finally:
-            if got_slot:
-                slots.release()
-            if got_mine:
-                mine.release()
+            for sem in reversed(sems[:got]):
+                sem.release()
             shares.leave(owner)
+            if frame is not None:
+                self._frames.leave(frame)
 
     # -- evaluators --------------------------------------------------------------------------
 
@@ -633,10 +635,11 @@ class Sandbox:
         ``owner`` is whose share of the sandbox this takes; ``scope`` (the webhook) keeps
         rule sets apart: two scopes never share a zygote or an evaluator.
 
-        Deliveries of one rule set that arrive while the first of them waits for its
-        owner's slot go with it (up to :data:`GROUP_MAX`): one slot, one frame, one warm
-        evaluator answering each envelope in turn, each under its own alarms and budget.
-        A lone delivery (an idle server) is sent at once, alone.
+        A rule set has one frame in flight at a time; deliveries of it that arrive
+        meanwhile (or while their owner's slots are taken) wait together and go in the next
+        frame (up to :data:`GROUP_MAX`): one slot, one warm evaluator answering each
+        envelope in turn, each under its own alarms and budget, all within
+        ``slot_wait_ms`` of waiting. A lone delivery (an idle server) is sent at once.
         """
         if not rules:
             return MatchResult(None)
@@ -653,7 +656,7 @@ class Sandbox:
         try:
             wait_s = self.limits.slot_wait_ms / 1000
             async with self._hold(self._owners, self._slots, owner, wait_s,
-                                  sandbox_metrics.waited) as ok:
+                                  sandbox_metrics.waited, frame=key) as ok:
                 self._close(key, group)
                 if not ok:
                     results = [BUSY] * len(group)

@@ -13,7 +13,8 @@ EVALUATION = Histogram(
     buckets=_BUCKETS)
 SLOT_WAITS = Counter(
     "switchboard_sandbox_slot_waits",
-    "Evaluations that found their owner's share or the sandbox full and waited; outcome "
+    "Evaluations that found their rule set's frame in flight, their owner's share or the "
+    "sandbox full and waited; outcome "
     "acquired (got a slot) or busy (gave up: the delivery took the default, sandbox_busy)",
     ["outcome"])
 SLOT_WAIT = Histogram(

@@ -57,15 +57,19 @@ async def test_slow_rules_at_32_connections_degrade_only_their_owner() -> None:
 
 
 async def test_without_shares_the_same_flood_would_degrade_the_quiet_owner() -> None:
-    """The control: one shared pool of two slots (the old sandbox) lets the flood through."""
+    """The control: one shared pool of two slots (the old sandbox) lets the flood through.
+
+    The flood comes through two of the noisy owner's webhooks: a rule set has one frame in
+    flight at a time, so one webhook alone would leave the second slot free.
+    """
     async with sandbox(max_concurrency=2, owner_concurrency=2, slot_wait_ms=200) as sb:
         stop = asyncio.Event()
 
-        async def connection() -> None:
+        async def connection(k: int) -> None:
             while not stop.is_set():
-                await sb.evaluate(SLOW, {}, ENV, owner="noisy", scope="noisy-hook")
+                await sb.evaluate(SLOW, {}, ENV, owner="noisy", scope=f"noisy-hook-{k % 2}")
 
-        flood = [asyncio.create_task(connection()) for _ in range(32)]
+        flood = [asyncio.create_task(connection(k)) for k in range(32)]
         await asyncio.sleep(0.3)
         try:
             quiet = await quiet_owner(sb, 10)

@@ -122,3 +122,17 @@ async def test_a_group_that_waits_too_long_is_busy_together() -> None:
             *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in range(3)))
         await hold
         assert [[f.cause for f in r.faults] for r in results] == [["sandbox_busy"]] * 3
+
+
+async def test_one_frame_per_rule_set_in_flight_and_the_next_takes_the_rest() -> None:
+    """Slots to spare, yet what arrives while a frame is out waits for it and goes together."""
+    async with sandbox(owner_concurrency=2, rule_ms=60) as sb:
+        first = asyncio.ensure_future(sb.evaluate(RULES, {}, env(4), owner="h", scope="w"))
+        await asyncio.sleep(0.01)  # its frame is out: rule "slow" runs to its alarm
+        rest = [6, 0, 1, 5, 2, 7, 3]
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in rest))
+        assert shape(await first) == EXPECTED[4]
+        assert {n: shape(r) for n, r in zip(rest, results, strict=True)} == {
+            n: EXPECTED[n] for n in rest}
+        assert sb.stats["grouped"] == len(rest)  # one frame after the first, not two at once
