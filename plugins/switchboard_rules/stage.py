@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from switchboard.plugin import (
@@ -65,6 +65,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
 }
 
 DEFAULTS: dict[str, Any] = {k: v["default"] for k, v in CONFIG_SCHEMA["properties"].items()}
+
+
+def _reads_of(configs: Sequence[RoutingConfig]) -> frozenset[tuple[str, ...]] | None:
+    """The envelope paths the rules of all ``configs`` read (None: the whole envelope)."""
+    return rule_set_reads(tuple(sorted({r["expr"] for c in configs for r in c.rules})))
 
 
 def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
@@ -142,6 +147,13 @@ class RulesStage:
         """The envelope as the sandbox reads it (:meth:`verdicts` takes it in its place)."""
         return wire.encode_envelope(envelope)
 
+    def preparer(self, configs: Sequence[RoutingConfig]) -> Callable[[dict[str, Any]], bytes]:
+        """:meth:`prepare` for evaluating ``configs``: only what their rules can read."""
+        paths = _reads_of(configs)
+        if paths is None:
+            return self.prepare
+        return lambda envelope: wire.encode_envelope(project(envelope, paths))
+
     async def verdicts(
         self,
         configs: Sequence[RoutingConfig],
@@ -171,7 +183,8 @@ class RulesStage:
                 positions.append(seen[expr])
             groups[pkey] = (params, exprs, seen, uses + (1 if config.rules else 0))
             where.append((pkey, positions))
-        encoded = [e if isinstance(e, bytes) else wire.encode_envelope(e) for e in envelopes]
+        prepare = self.preparer(configs)
+        encoded = [e if isinstance(e, bytes) else prepare(e) for e in envelopes]
         answers: dict[str, list[list[RuleVerdict]]] = {}
         for pkey, (params, exprs, _, uses) in groups.items():
             answers[pkey] = await self.sandbox.verdicts(

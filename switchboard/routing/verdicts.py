@@ -45,6 +45,8 @@ class VerdictStage(Protocol):
     A stage may also offer ``prepare(envelope)``: the envelope in the stage's own form (the
     rules stage: its wire encoding), which ``verdicts`` then takes in its place. History
     calls prepare each envelope as soon as it is built, so the envelope itself is freed.
+    ``preparer(configs)``, if offered too, returns the ``prepare`` to use for evaluating
+    ``configs`` (the rules stage: only the envelope paths their rules can read).
     """
 
     name: str

@@ -156,7 +156,12 @@ async def evaluated(
     # wire encoding) gets each one so as soon as it is built: the envelope (a parsed payload
     # of many small objects) is freed at once instead of living, a batch at a time, through
     # the sandbox's evaluation, long enough for the collector to walk it again and again.
-    prepare: Callable[[dict[str, Any]], Any] = getattr(stage, "prepare", None) or (lambda e: e)
+    # ``preparer(configs)``, where offered, gives the form for these configs (the rules
+    # stage: only the paths their rules read).
+    preparer = getattr(stage, "preparer", None)
+    prepare: Callable[[dict[str, Any]], Any] = (
+        preparer(configs) if preparer is not None
+        else getattr(stage, "prepare", None) or (lambda e: e))
 
     async def judge(rows: list[Row]) -> list[Evaluated]:
         found = await stage.verdicts(

@@ -95,3 +95,29 @@ async def test_only_the_paths_the_rules_read_reach_the_sandbox() -> None:
         assert (n3 - n1, w3 - w1) == (0, 2) and wb3 - wb1 > 40_000
     finally:
         await stage.close()
+
+
+async def test_history_verdicts_read_only_their_paths_and_say_the_same() -> None:
+    """A diff's envelopes go projected to the paths of every config's rules: same verdicts."""
+    saved = RoutingConfig(({"id": "a", "expr": ".payload.n > 1", "action": {"queue": "inbox"}},
+                           {"id": "b", "expr": '.payload.tags | test("x")',
+                            "action": {"queue": "inbox"}}))
+    candidate = RoutingConfig(({"id": "c", "expr": ".headers.h == null",
+                                "action": {"queue": "inbox"}},))
+    envelopes = [{**ENVELOPE, "payload": {"n": n, "tags": tags, "body": "y" * 5000}}
+                 for n, tags in ((0, "x"), (2, ["x"]), (3, None), (1, {"k": "x"}))]
+    stage = stage_of(Runtime(load_config(env={})))
+    try:
+        prepare = stage.preparer((saved, candidate))
+        assert all(len(prepare(e)) < 300 for e in envelopes)  # the 5 KB body stays behind
+        whole = await stage.verdicts((saved, candidate), [stage.prepare(e) for e in envelopes],
+                                     webhook={})
+        cut = await stage.verdicts((saved, candidate), envelopes, webhook={})
+        assert cut == whole
+        # the type errors quote the value they met, the same from either envelope
+        assert whole[1][0][1].verdict == "error" and "array" in str(whole[1][0][1].detail)
+        reading_root = RoutingConfig(({"id": "k", "expr": "keys | length > 3",
+                                       "action": {"queue": "inbox"}},))
+        assert len(stage.preparer((saved, reading_root))(envelopes[0])) > 5000
+    finally:
+        await stage.close()
