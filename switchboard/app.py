@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -58,6 +59,12 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     async def _open(app: Sanic[Any, Any]) -> None:
         await rt.open_store(migrate=False)
         await rt.startup()
+        # Everything loaded so far (Sanic, psycopg, jsonschema, the plugins: ~130,000
+        # objects) lives as long as the worker. Left to the collector, each full collection
+        # walked all of them again, stopping every request for 65-130 ms a few times a
+        # minute under load; frozen, a collection walks only what requests made since.
+        gc.collect()
+        gc.freeze()
 
     @app.before_server_stop
     async def _drain(app: Sanic[Any, Any]) -> None:
