@@ -1,12 +1,13 @@
 """Routing cost end to end: a webhook with 32 rules vs the same webhook without rules.
 
-Run: python bench/routing.py [--total N]
+Run: python bench/routing.py [--total N] [--rounds K]
 Posts a ~5 KB payload to two generic webhooks on one `switchboard serve` and prints, per
 webhook, deliveries/s and p50/p99 latency at 1, 8 and 32 clients, the CPU per delivery of
 the whole server process tree (server, fork server, zygotes and the evaluators they
 reaped), how many routed deliveries were degraded by `sandbox_busy`, and the ratios the
-sandbox v2 issue targets (routed vs plain, measured side by side in this one run), then
-the sandbox tree's memory (PSS).
+sandbox v2 issue targets (routed vs plain, measured side by side in this one run: each row's
+deliveries go in K turns that alternate with the other row's), then the sandbox tree's
+memory (PSS).
 """
 
 from __future__ import annotations
@@ -84,18 +85,42 @@ def busy_count(dsn: str, webhook_id: str) -> int:
     return int(row[0]) if row else 0
 
 
-def measure(srv: Any, url: str, clients: int, total: int) -> dict[str, float]:
-    before, before_sb = tree_cpu(srv.proc.pid)
-    stats = summary(*asyncio.run(load(url, BODY, clients, total)))
-    after, after_sb = tree_cpu(srv.proc.pid)
-    stats["cpu_ms"] = (after - before) / total * 1000
-    stats["sandbox_ms"] = (after_sb - before_sb) / total * 1000
-    return stats
+def measure(srv: Any, dsn: str, hooks: list[tuple[str, dict[str, Any]]], clients: int,
+            total: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Each webhook's figures over ``total`` deliveries, sent in ``rounds`` alternating turns.
+
+    Alternating (plain, routed, plain, routed, ...) spreads whatever the machine does
+    meanwhile (another process, a slow second) over both rows, so their ratio stays put.
+    """
+    took = {name: 0.0 for name, _ in hooks}
+    lat: dict[str, list[float]] = {name: [] for name, _ in hooks}
+    cpu = {name: [0.0, 0.0] for name, _ in hooks}
+    busy = {name: -busy_count(dsn, hook["webhook_id"]) for name, hook in hooks}
+    for k in range(rounds):
+        share = total // rounds + (1 if k < total % rounds else 0)
+        for name, hook in hooks:
+            before, before_sb = tree_cpu(srv.proc.pid)
+            elapsed, got = asyncio.run(load(hook["ingest_url"], BODY, clients, share))
+            after, after_sb = tree_cpu(srv.proc.pid)
+            took[name] += elapsed
+            lat[name] += got
+            cpu[name][0] += after - before
+            cpu[name][1] += after_sb - before_sb
+    out = {}
+    for name, hook in hooks:
+        stats = summary(took[name], lat[name])
+        stats["cpu_ms"] = cpu[name][0] / total * 1000
+        stats["sandbox_ms"] = cpu[name][1] / total * 1000
+        stats["busy"] = busy[name] + busy_count(dsn, hook["webhook_id"])
+        out[name] = stats
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="alternating turns per row (plain, routed, plain, ...)")
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         srv = serve(dsn, Path(tmp))
@@ -110,17 +135,16 @@ def main() -> None:
             gh = "X-GitHub-Event: pull_request\r\n"
             for hook in hooks:  # warm up: the fork server, the zygote, the pool
                 asyncio.run(load(hook["ingest_url"], BODY, 4, 100, gh))
-            print(f"routing benchmark: {args.total} deliveries per row, body {len(BODY)} B,"
-                  " 1 Sanic worker")
+            print(f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
+                  f" alternating turns, body {len(BODY)} B, 1 Sanic worker")
             print(f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"
                   f" {'CPU ms':>7} {'of it sandbox':>13} {'busy':>5}")
             rows = {}
+            named = [("no rules", hooks[0]), ("32 rules", hooks[1])]
             for clients in (1, 8, 32):
-                for name, hook in (("no rules", hooks[0]), ("32 rules", hooks[1])):
-                    busy = busy_count(dsn, hook["webhook_id"])
-                    s = measure(srv, hook["ingest_url"], clients, args.total)
-                    s["busy"] = busy_count(dsn, hook["webhook_id"]) - busy
-                    rows[(name, clients)] = s
+                measured = measure(srv, dsn, named, clients, args.total, args.rounds)
+                for name, _ in named:
+                    s = rows[(name, clients)] = measured[name]
                     print(f"{name:>10} {clients:>7} | {s['per_s']:>7.0f} {s['p50_ms']:>7.2f}"
                           f" {s['p99_ms']:>7.2f} {s['cpu_ms']:>7.2f} {s['sandbox_ms']:>13.2f}"
                           f" {s['busy']:>5.0f}")
