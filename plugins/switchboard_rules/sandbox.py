@@ -48,9 +48,9 @@ _BOOTSTRAP = (
     "__import__(module, fromlist=['main']).main(sys.argv[3:])\n"
 )
 HARD_DEADLINE = "sandbox missed its hard deadline"
-#: The most deliveries of one rule set evaluated in one frame (those that met while their
-#: owner's slots were taken). Bounds how long the last waits behind the others: at worst
-#: each of them spends its whole ``event_ms``.
+#: The most deliveries of one rule set evaluated in one frame (those that arrived while its
+#: last frame was out or its owner's slots were taken). Bounds how long the last waits
+#: behind the others: at worst each of them spends its whole ``event_ms``.
 GROUP_MAX = 8
 #: Time allowed for parsing the envelope on top of the budgets (~0.1 ms per KB measured).
 PARSE_S_PER_BYTE = 0.25e-3 / 1024
@@ -646,18 +646,21 @@ class Sandbox:
         ids = [rid for rid, _ in rules]
         spec, key = self._spec(scope, [e for _, e in rules], params or {})
         env = envelope if isinstance(envelope, bytes) else wire.encode_envelope(envelope)
-        group = self._forming.get(key)
+        # a webhook has one owner; the owner is in the key anyway, so that a group never
+        # rides on another owner's slot whatever a caller passes
+        gkey = f"{owner}\0{key}"
+        group = self._forming.get(gkey)
         if group is not None and len(group) < GROUP_MAX:
             joined: asyncio.Future[MatchResult] = asyncio.get_running_loop().create_future()
             group.append((env, joined))
             return await joined
         group = [(env, None)]
-        self._forming[key] = group
+        self._forming[gkey] = group
         try:
             wait_s = self.limits.slot_wait_ms / 1000
             async with self._hold(self._owners, self._slots, owner, wait_s,
-                                  sandbox_metrics.waited, frame=key) as ok:
-                self._close(key, group)
+                                  sandbox_metrics.waited, frame=gkey) as ok:
+                self._close(gkey, group)
                 if not ok:
                     results = [BUSY] * len(group)
                 else:
@@ -673,7 +676,7 @@ class Sandbox:
                         for _ in group:
                             sandbox_metrics.evaluated(time.monotonic() - began)
         except BaseException as exc:
-            self._close(key, group)
+            self._close(gkey, group)
             left = [(e, f) for e, f in group[1:] if f is not None and not f.done()]
             if isinstance(exc, asyncio.CancelledError):
                 # the first of them gave up (its client went away): the others still get

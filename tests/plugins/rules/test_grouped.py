@@ -136,3 +136,16 @@ async def test_one_frame_per_rule_set_in_flight_and_the_next_takes_the_rest() ->
         assert {n: shape(r) for n, r in zip(rest, results, strict=True)} == {
             n: EXPECTED[n] for n in rest}
         assert sb.stats["grouped"] == len(rest)  # one frame after the first, not two at once
+
+
+async def test_two_owners_never_share_a_frame_even_for_one_scope() -> None:
+    async with sandbox(rule_ms=60) as sb:
+        firsts = [asyncio.ensure_future(sb.evaluate(RULES, {}, env(4), owner=o, scope="w"))
+                  for o in ("a", "b")]
+        await asyncio.sleep(0.01)  # each owner's first frame is out
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES, {}, env(n), owner=o, scope="w")
+              for o in ("a", "b") for n in (1, 3)))
+        assert [shape(await f) for f in firsts] == [EXPECTED[4]] * 2
+        assert [shape(r) for r in results] == [EXPECTED[1], EXPECTED[3]] * 2
+        assert sb.stats["grouped"] == 4  # two frames of two, one per owner
