@@ -226,7 +226,7 @@ def encode_eval(header: EvalHeader, envelope: bytes) -> bytes:
 
 
 def encode_verdicts_eval(header: EvalHeader, envelopes: list[bytes]) -> bytes:
-    """A verdicts frame's data: the header line, then one encoded envelope per line.
+    """A many or verdicts frame's data: the header line, then one encoded envelope per line.
 
     :func:`encode_envelope` never writes a raw newline (JSON escapes them in strings).
     """

@@ -744,13 +744,8 @@ class Sandbox:
         alone from the rule after the culprit, as :meth:`_evaluate` would; those after it
         in the frame, never begun, are evaluated alone from the start.
         """
-        loop = asyncio.get_running_loop()
-        event_ms = self.limits.event_ms
-        deadline = (loop.time() + (len(envs) * event_ms + self.limits.kill_grace_ms) / 1000
-                    + sum(len(e) for e in envs) * PARSE_S_PER_BYTE)
-        header = wire.EvalHeader(0, event_ms, wire.MODE_MANY)
-        body = wire.frame(wire.encode_verdicts_eval(header, envs))
-        atts = await self._attempts(key, spec, body, deadline, len(envs))
+        header = wire.EvalHeader(0, self.limits.event_ms, wire.MODE_MANY)
+        atts = await self._frame(key, spec, envs, header, len(envs))
         self.stats["grouped"] += len(envs)
         out = []
         for env, att in zip(envs, atts, strict=True):
@@ -811,13 +806,25 @@ class Sandbox:
         self, key: str, spec: bytes, batch: Sequence[bytes], budget_ms: float, start: int,
         only: int | None,
     ) -> Attempt:
-        loop = asyncio.get_running_loop()
-        size = sum(len(e) for e in batch)
-        deadline = (loop.time() + (len(batch) * budget_ms + self.limits.kill_grace_ms) / 1000
-                    + size * PARSE_S_PER_BYTE)
         header = wire.EvalHeader(start, budget_ms, wire.MODE_VERDICTS, only)
-        body = wire.frame(wire.encode_verdicts_eval(header, list(batch)))
-        return await self._attempt(key, spec, body, deadline)
+        return (await self._frame(key, spec, batch, header))[0]
+
+    async def _frame(
+        self, key: str, spec: bytes, envs: Sequence[bytes], header: wire.EvalHeader,
+        count: int = 1,
+    ) -> list[Attempt]:
+        """One frame of several envelopes, each with ``header.budget_ms`` in turn.
+
+        The hard deadline allows every envelope its budget and its parse, then the grace.
+        ``count`` is how many attempts the answer fills (one per envelope in many mode,
+        one holding every envelope's verdicts in verdicts mode).
+        """
+        loop = asyncio.get_running_loop()
+        size = sum(len(e) for e in envs)
+        deadline = (loop.time() + (len(envs) * header.budget_ms + self.limits.kill_grace_ms)
+                    / 1000 + size * PARSE_S_PER_BYTE)
+        body = wire.frame(wire.encode_verdicts_eval(header, list(envs)))
+        return await self._attempts(key, spec, body, deadline, count)
 
     async def _one_rule_at_a_time(
         self, key: str, spec: bytes, envelope: bytes, n: int, budget_ms: float

@@ -72,6 +72,11 @@ def _reads_of(configs: Sequence[RoutingConfig]) -> frozenset[tuple[str, ...]] | 
     return rule_set_reads(tuple(sorted({r["expr"] for c in configs for r in c.rules})))
 
 
+def _encoded(envelope: dict[str, Any], paths: frozenset[tuple[str, ...]] | None) -> bytes:
+    """``envelope`` as the sandbox reads it, cut to ``paths`` (None: all of it)."""
+    return wire.encode_envelope(envelope if paths is None else project(envelope, paths))
+
+
 def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
     """(owner, scope): whose share of the sandbox, and which rule sets may share processes."""
     return str(webhook.get("owner_human") or ""), str(webhook.get("id") or "")
@@ -131,8 +136,7 @@ class RulesStage:
         # only the paths the rules can read reach the sandbox (reads.py proves it, or the
         # whole envelope goes): parsing a big payload costs more than the rules themselves
         paths = rule_set_reads(tuple(r["expr"] for r in rules))
-        envelope = wire.encode_envelope(
-            ctx.envelope if paths is None else project(ctx.envelope, paths))
+        envelope = _encoded(ctx.envelope, paths)
         sandbox_metrics.sent(len(envelope), "whole" if paths is None else "paths")
         match: MatchResult = await self.sandbox.evaluate(
             [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), envelope,
@@ -145,14 +149,12 @@ class RulesStage:
 
     def prepare(self, envelope: dict[str, Any]) -> bytes:
         """The envelope as the sandbox reads it (:meth:`verdicts` takes it in its place)."""
-        return wire.encode_envelope(envelope)
+        return _encoded(envelope, None)
 
     def preparer(self, configs: Sequence[RoutingConfig]) -> Callable[[dict[str, Any]], bytes]:
         """:meth:`prepare` for evaluating ``configs``: only what their rules can read."""
         paths = _reads_of(configs)
-        if paths is None:
-            return self.prepare
-        return lambda envelope: wire.encode_envelope(project(envelope, paths))
+        return lambda envelope: _encoded(envelope, paths)
 
     async def verdicts(
         self,
