@@ -63,6 +63,15 @@ _SPACE = " \t\r\n"  # \f and \v are invalid characters to jq
 _OPEN, _CLOSE = frozenset("([{"), {")": "(", "]": "[", "}": "{"}
 
 
+#: Interpolations inside interpolations the lexer follows (each level is Python recursion;
+#: a 4 KiB rule could nest ~680 deep). Deeper, the expression is refused as unanalysable.
+MAX_NESTING = 64
+
+
+class TooDeep(ValueError):
+    """An expression nests string interpolations past :data:`MAX_NESTING`."""
+
+
 @dataclass
 class Token:
     """One lexeme: ``kind`` is ident, field, var, str, num, format or punct.
@@ -123,6 +132,8 @@ class _Lexer:
                 return
             if ch == "\\":
                 if src.startswith("(", self.pos + 1):
+                    if self.nesting >= MAX_NESTING:
+                        raise TooDeep("string interpolations nested too deep to analyse")
                     self.pos += 2
                     start = self.pos
                     self.nesting += 1
@@ -196,7 +207,11 @@ def _scan_into(expr: str, out: Scan, depth: int) -> None:
         out.calls.add("import")
         return
     lexer = _Lexer(expr)
-    toks = lexer.tokens()
+    try:
+        toks = lexer.tokens()
+    except TooDeep:  # refused like the depth guard above: nothing that deep is analysed
+        out.calls.add("import")
+        return
     # what encloses each token: a bracket, or "if" (jq 1.7+ allows if...end, commas and all,
     # as an object value: in {a: if . then 1, env, 2 end} env is a call, not a key)
     context: list[str] = []
@@ -267,7 +282,11 @@ def forbidden_names(expr: str) -> list[str]:
 def balanced(expr: str) -> bool:
     """True when ``expr``'s brackets nest properly (a rule cannot escape its wrapper)."""
     stack: list[str] = []
-    for tok in tokenize(expr):
+    try:
+        toks = tokenize(expr)
+    except TooDeep:
+        return False  # never run what could not be checked
+    for tok in toks:
         if tok.kind != "punct":
             continue
         if tok.text in _OPEN:

@@ -217,3 +217,13 @@ def test_number_lexing_matches_libjq() -> None:
         if ours != theirs:
             mismatches.append(text)
     assert mismatches == []
+
+
+def test_interpolations_nested_past_the_limit_are_refused_not_overflowed() -> None:
+    from switchboard_rules.jqscan import MAX_NESTING
+
+    deep = '"\\(' * 680 + ".a" + ')"' * 680  # 3.4 KB: a rule may be this long
+    assert forbidden_names(deep) == ["import"]  # refused as unanalysable, like the depth guard
+    assert not balanced(deep)
+    ok = '"\\(' * MAX_NESTING + ".a" + ')"' * MAX_NESTING
+    assert forbidden_names(ok) == [] and balanced(ok)

@@ -195,3 +195,19 @@ def test_jq_cannot_tell_a_projected_envelope_from_the_whole() -> None:
     # the generator must exercise both sides: enough accepted rules to mean something
     assert proven > 1500, proven
     assert compared == proven * 3
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "(" * 1300 + ".a" + ")" * 1300,  # 2.6 KB: under the 4 KiB rule limit, jq compiles it
+        "[" * 1300 + ".a" + "]" * 1300,
+        ".a[" * 1000 + ".b" + "]" * 1000,
+        "if " * 190 + ".a" + " then 1 else 2 end" * 190,
+        '"\\(' * 680 + ".a" + ')"' * 680,  # interpolations: the lexer's own recursion
+    ],
+)
+def test_hostile_nesting_gives_up_instead_of_overflowing(expr: str) -> None:
+    assert len(expr) <= 4096
+    assert rule_reads(expr) is None
+    assert rule_reads("(" * 40 + ".a" + ")" * 40) == {("a",)}  # ordinary nesting is proven

@@ -121,3 +121,14 @@ async def test_history_verdicts_read_only_their_paths_and_say_the_same() -> None
         assert len(stage.preparer((saved, reading_root))(envelopes[0])) > 5000
     finally:
         await stage.close()
+
+
+async def test_a_rule_nested_too_deep_to_analyse_still_routes_whole() -> None:
+    deep = "(" * 1300 + '.payload.n == 2' + ")" * 1300  # jq compiles it; 2.6 KB
+    stage = stage_of(Runtime(load_config(env={})))
+    try:
+        rules = ({"id": "deep", "expr": deep, "action": {"queue": "triage"}},)
+        hit = await stage.route(RoutingContext({}, ENVELOPE, GRANT, RoutingConfig(rules)))
+        assert hit.decision is not None and hit.decision.trace["rule_id"] == "deep"
+    finally:
+        await stage.close()
