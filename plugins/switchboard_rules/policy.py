@@ -97,6 +97,8 @@ def judge(
         return MatchResult(None)
     if not slot:
         return BUSY
+    if not attempts:  # every delivery's first question: from rule 0, with the whole budget
+        return Resume(0, event_ms)
     compile_errors: dict[int, str] = {}
     faults: list[Fault] = []
 

@@ -63,6 +63,7 @@ up once per evaluation and reads one line per rule only when rules fault.
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import socket
@@ -217,12 +218,18 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 def encode_eval(header: EvalHeader, envelope: bytes) -> bytes:
     """The evaluator's frame data: the header as one JSON line, then the encoded envelope."""
+    return _header_line(header) + envelope
+
+
+@functools.lru_cache(maxsize=256)
+def _header_line(header: EvalHeader) -> bytes:
+    # remembered: nearly every delivery sends the same first header (rule 0, the whole budget)
     doc: dict[str, Any] = {"start": header.start, "budget_ms": header.budget_ms}
     if header.mode:
         doc["mode"] = header.mode
     if header.only is not None:
         doc["only"] = header.only
-    return json.dumps(doc).encode() + b"\n" + envelope
+    return json.dumps(doc).encode() + b"\n"
 
 
 def encode_verdicts_eval(header: EvalHeader, envelopes: list[bytes]) -> bytes:

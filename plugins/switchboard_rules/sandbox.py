@@ -222,7 +222,7 @@ class Sandbox:
 
     def _spec(self, scope: str, exprs: list[str], params: dict[str, Any]) -> tuple[bytes, str]:
         """A rule set's canonical bytes and key (remembered: every delivery asks again)."""
-        memo = (scope, tuple(exprs), json.dumps(params, sort_keys=True))
+        memo = (scope, tuple(exprs), json.dumps(params, sort_keys=True) if params else "")
         found = self._specs.get(memo)
         if found is None:
             spec = wire.encode_spec(exprs, params)
@@ -657,6 +657,9 @@ class Sandbox:
         group = [(env, None)]
         self._forming[gkey] = group
         try:
+            # one turn of the loop first: deliveries woken with this one (a resolve batch
+            # answered together) join its frame, rather than all but it waiting for the next
+            await asyncio.sleep(0)
             wait_s = self.limits.slot_wait_ms / 1000
             async with self._hold(self._owners, self._slots, owner, wait_s,
                                   sandbox_metrics.waited, frame=gkey) as ok:

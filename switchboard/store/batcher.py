@@ -69,12 +69,19 @@ class Batcher(Generic[T, R]):
         return await asyncio.shield(future)
 
     async def _alone(self, state: _LoopState[T, R], item: T) -> R:
-        """Flush a lone item in the caller's own task: no task to start and no second
-        wake-up, so an idle server pays nothing for batching. Items arriving meanwhile
-        wait and are flushed together by a task once this one is done. Cancelling the
-        caller cancels only its own item's flush (it carries nobody else's)."""
+        """Flush a lone item in the caller's own task: no task to start, so an idle server
+        pays one turn of the loop for batching. Items arriving during that turn join it (see
+        :meth:`_lead`); items arriving during its flush wait and are flushed together by a
+        task once it is done. Cancelling a lone caller cancels only its own item's flush (it
+        carries nobody else's)."""
         state.inline = True
         try:
+            # One turn of the loop first: the tasks woken with this one (a resolve batch
+            # answered, a sandbox frame answered together) submit meanwhile, and all go in
+            # one flush instead of this one alone and theirs after it.
+            await asyncio.sleep(0)
+            if state.waiting:
+                return await self._lead(state, item)
             metrics.STORE_BATCH.labels(self._step).observe(1)
             [result] = await self._flush([item])
         finally:
@@ -84,6 +91,16 @@ class Batcher(Generic[T, R]):
         if isinstance(result, BaseException):
             raise result
         return result
+
+    async def _lead(self, state: _LoopState[T, R], item: T) -> R:
+        """``item`` first in the batch of those that joined it during its turn of the loop,
+        flushed by a task (it carries others' items now, so its caller may not cancel it)."""
+        future: asyncio.Future[R] = state.loop.create_future()
+        future.add_done_callback(_consume)
+        state.waiting.insert(0, (item, future))
+        state.inline = False
+        state.flusher = state.loop.create_task(self._run(state))
+        return await asyncio.shield(future)
 
     async def _run(self, state: _LoopState[T, R]) -> None:
         try:

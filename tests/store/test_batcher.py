@@ -34,6 +34,34 @@ def test_a_lone_item_is_flushed_without_waiting_for_company() -> None:
     assert flushes == [[21], [5]]
 
 
+def test_items_submitted_in_one_turn_of_the_loop_share_one_flush() -> None:
+    """Woken together (a resolve batch answered, a sandbox frame answered), they go together;
+    the first, now carrying the others' items, cannot cancel their flush."""
+    flushes: list[list[int]] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            flushes.append(list(items))
+            await release.wait()
+            return [i * 2 for i in items]
+
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test")
+        tasks = [asyncio.create_task(b.submit(i)) for i in (1, 2, 3)]
+        await asyncio.sleep(0.01)
+        assert flushes == [[1, 2, 3]]
+        tasks[0].cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        assert [await t for t in tasks[1:]] == [4, 6]
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
+
+    run(main())
+    assert flushes == [[1, 2, 3]]
+
+
 def test_items_arriving_during_a_flush_go_together_up_to_the_cap() -> None:
     flushes: list[list[int]] = []
 

@@ -53,10 +53,10 @@ async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
     queries = _count_queries(runtime)
     asked = [one_token, two_token, "no-such-token", one_token, two_token, one_token]
     got = await asyncio.gather(*[runtime.store.resolve_webhook(hash_token(t)) for t in asked])
-    # The first goes alone (nothing was waiting); the five arriving while it is in the
-    # database share one query, each distinct hash once.
-    assert len(queries) == 2 and queries[0] == [hash_token(asked[0])]
-    assert sorted(queries[1]) == sorted({hash_token(t) for t in asked[1:]})
+    # The first waits one turn of the loop, in which the other five ask: one query for
+    # all six, each distinct hash once.
+    assert len(queries) == 1
+    assert sorted(queries[0]) == sorted({hash_token(t) for t in asked})
     assert [r and r["id"] for r in got] == [
         one["webhook_id"], two["webhook_id"], None, one["webhook_id"], two["webhook_id"],
         one["webhook_id"]]
@@ -71,7 +71,7 @@ async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
     assert got[3]["targets"][0] is not got[5]["targets"][0]  # deep, not a shallow copy
     # Afterwards a lone lookup is its own (smaller) batch.
     assert (await runtime.store.resolve_webhook(hash_token(two_token)))["id"] == two["webhook_id"]
-    assert len(queries) == 3 and queries[2] == [hash_token(two_token)]
+    assert len(queries) == 2 and queries[1] == [hash_token(two_token)]
 
 
 async def test_the_batch_cap_splits_a_crowd(runtime: Runtime) -> None:
@@ -118,3 +118,53 @@ async def test_resolution_uses_the_token_indexes(runtime: Runtime) -> None:
         await conn.execute("RESET enable_seqscan")
     assert "endpoint_webhooks_ingest_token_hash_key" in plan, plan
     assert "endpoint_webhooks_previous_token_hash_idx" in plan, plan
+
+
+async def test_a_routing_document_is_parsed_once_and_each_delivery_gets_its_own(
+        runtime: Runtime, monkeypatch: Any) -> None:
+
+    from switchboard.service import rules as rules_service
+    from switchboard.store import webhooks as store_webhooks
+
+    hook, token = await _webhook(runtime, "docs")
+    rule = {"name": "r", "expr": '.kind == "x"', "action": {"queue": "inbox"}}
+    await rules_service.set_rules(runtime, None, hook["webhook_id"], [rule])
+    parsed: list[str] = []
+    loads = store_webhooks.json.loads
+    monkeypatch.setattr(store_webhooks.json, "loads",
+                        lambda text, **kw: parsed.append(text) or loads(text, **kw))
+    first = await runtime.store.resolve_webhook(hash_token(token))
+    assert [loads(t) for t in parsed] == [first["routing"]]  # parsed once, here
+    second = await runtime.store.resolve_webhook(hash_token(token))
+    assert first["routing"] == second["routing"] and first["routing"] is not second["routing"]
+    assert len(parsed) == 1  # not again
+    first["routing"]["rules"][0]["expr"] = "tampered"  # a stage that mutates its copy
+    third = await runtime.store.resolve_webhook(hash_token(token))
+    assert third["routing"]["rules"][0]["expr"] == '.kind == "x"'
+    # a saved change is the next delivery's document: the text is the key
+    await rules_service.set_rules(runtime, None, hook["webhook_id"], [{**rule, "expr": "true"}])
+    fourth = await runtime.store.resolve_webhook(hash_token(token))
+    assert fourth["routing"]["rules"][0]["expr"] == "true"
+    assert (await runtime.store.resolve_webhook_by_id(hook["webhook_id"]))["routing"] == \
+        fourth["routing"]
+
+
+def test_remembered_routing_documents_stay_within_their_budget(monkeypatch: Any) -> None:
+    import json
+
+    from switchboard.store import webhooks as store_webhooks
+
+    monkeypatch.setattr(store_webhooks, "_DOCS", {})
+    monkeypatch.setattr(store_webhooks, "_docs_bytes", 0)
+    monkeypatch.setattr(store_webhooks, "DOCS_BUDGET", 64 * 1024)
+    docs = [json.dumps({"rules": [{"expr": f".n == {i}", "pad": "x" * 900}]}) for i in range(200)]
+    for text in docs:
+        assert store_webhooks._routing_doc(text) == json.loads(text)
+        kept = store_webhooks._DOCS
+        assert sum(len(t) + len(b) for t, b in kept.items()) == store_webhooks._docs_bytes
+        assert store_webhooks._docs_bytes <= 64 * 1024
+    assert docs[-1] in store_webhooks._DOCS and docs[0] not in store_webhooks._DOCS
+    huge = json.dumps({"rules": [{"expr": "true", "pad": "x" * 20000}]})  # over budget / 8
+    assert store_webhooks._routing_doc(huge) == json.loads(huge)
+    assert huge not in store_webhooks._DOCS
+    assert store_webhooks._routing_doc(None) is None

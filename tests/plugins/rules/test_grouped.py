@@ -67,6 +67,19 @@ async def test_deliveries_waiting_together_are_answered_each_as_if_alone() -> No
         assert sb.stats["grouped"] == len(order)  # one frame took all eight
 
 
+async def test_deliveries_arriving_together_on_an_idle_sandbox_share_one_frame() -> None:
+    """Woken in one turn of the loop (a resolve batch answered together), they go in one
+    frame, not the first alone and the rest after it."""
+    async with sandbox() as sb:
+        await sb.evaluate(RULES, {}, env(0), owner="h", scope="w")  # warm, and never grouped
+        assert sb.stats["grouped"] == 0
+        ns = [0, 1, 3, 6]
+        results = await asyncio.gather(
+            *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in ns))
+        assert [shape(r) for r in results] == [EXPECTED[n] for n in ns]
+        assert sb.stats["grouped"] == len(ns)
+
+
 async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
     from prometheus_client import REGISTRY
 
