@@ -122,7 +122,6 @@ async def test_resolution_uses_the_token_indexes(runtime: Runtime) -> None:
 
 async def test_a_routing_document_is_parsed_once_and_each_delivery_gets_its_own(
         runtime: Runtime, monkeypatch: Any) -> None:
-
     from switchboard.service import rules as rules_service
     from switchboard.store import webhooks as store_webhooks
 
