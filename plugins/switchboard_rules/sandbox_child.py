@@ -34,6 +34,7 @@ import jq
 
 from . import protocol as wire
 from .jqscan import balanced, shadow_prelude
+from .single import single_output
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -61,7 +62,7 @@ def _prctl(option: int, arg: int) -> None:
         _PRCTL(option, arg, 0, 0, 0)
 
 
-def build_program(exprs: list[str], indices: list[int]) -> str:
+def build_program(exprs: list[str], indices: list[int], *, exact: bool = False) -> str:
     """One program over ``[start, envelope]`` streaming one short verdict string per rule.
 
     A rule's verdict is its first output's truthiness, a null told apart from false for
@@ -69,6 +70,11 @@ def build_program(exprs: list[str], indices: list[int]) -> str:
     does, without its ``reduce``: 13 % less time for 32 rules); a rule with no output
     reaches the "no match" after the comma. An error is caught and becomes ``e`` + its
     message, cut to fit a verdict. (``//`` would be shorter, but it swallows errors.)
+
+    A rule proven to yield one output or fail before any (:func:`.single.single_output`)
+    has that first output without ``label``/``break``, which are most of the wrapper's
+    cost: it is mapped as it comes (``exact`` keeps the ``break`` for every rule; the
+    tests compare both). Each rule's lines are the same either way (``$__loc__``).
     """
     match, no_match = json.dumps(wire.JQ_MATCH), json.dumps(wire.JQ_NO_MATCH)
     null = json.dumps(wire.JQ_NULL)
@@ -79,9 +85,13 @@ def build_program(exprs: list[str], indices: list[int]) -> str:
     for i in indices:
         # newlines (twice: a comment's backslash continuation eats one) keep a trailing
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
+        if not exact and single_output(exprs[i]):
+            body = f"(($__e | (\n{exprs[i]}\n\n)) | ({verdict}))"
+        else:
+            body = (f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
+                    f"(({verdict}), break $__l)), {no_match})")
         parts.append(
-            f"(if $__s <= {i} then (try (label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
-            f"(({verdict}), break $__l)), {no_match}) "
+            f"(if $__s <= {i} then (try {body} "
             f"catch ({error} + (tostring | .[:{cut}]))) else empty end)"
         )
     body = ",\n".join(parts)
