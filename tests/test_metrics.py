@@ -281,8 +281,9 @@ async def test_sandbox_counts_evaluations_and_waits_for_a_slot() -> None:
     slow = [("slow", "last(range(1e12)) > 0")]
     async with sandbox(max_concurrency=1, owner_concurrency=1, slot_wait_ms=20) as sb:
         first = asyncio.create_task(sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s"))
-        await asyncio.sleep(0)  # the first takes the slot
-        second = await sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s")
+        await asyncio.sleep(0.01)  # the first takes the slot
+        # another webhook of the same owner (one webhook's deliveries would share the frame)
+        second = await sb.evaluate(slow, {}, {"payload": {}}, owner="o", scope="s2")
         await first
     assert [f.cause for f in second.faults] == ["sandbox_busy"]
     after = [value(n, **lb) for n, lb in names]
