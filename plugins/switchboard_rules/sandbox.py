@@ -130,12 +130,6 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
             att.garbage = message
 
 
-def _settle(joined: asyncio.Future[MatchResult] | None, result: MatchResult) -> None:
-    """Answer a delivery that joined a group (once: an early answer stands)."""
-    if joined is not None and not joined.done():
-        joined.set_result(result)
-
-
 def _began(att: Attempt) -> bool:
     """Whether an evaluator had begun on the envelope ``att`` is for (said anything of it)."""
     return bool(att.done or att.armed is not None or att.errors or att.items
@@ -512,7 +506,7 @@ class Sandbox:
 
     async def _exchange(
         self, sock: socket.socket, body: bytes, deadline: float, att: Attempt | None = None,
-        rest: Sequence[Attempt] = (), on_done: Callable[[int, Attempt], None] | None = None,
+        rest: Sequence[Attempt] = (),
     ) -> Attempt:
         """Send ``body`` and collect the answer into ``att`` until done, death or ``deadline``.
 
@@ -520,8 +514,7 @@ class Sandbox:
         the end, so queueing and parsing count against the event, never in its favour.
         With ``rest`` (a frame of several envelopes), the lines after each done line go to
         the next attempt, timed from that done line; a death or the deadline lands on the
-        attempt being answered then. ``on_done(k, attempt)`` is called as attempt ``k``'s
-        done line is read (not for the last: its answer is the exchange's own end).
+        attempt being answered then.
         """
         loop = asyncio.get_running_loop()
         att = att or Attempt()
@@ -547,8 +540,6 @@ class Sandbox:
                         parse_line(raw.decode("utf-8", "replace"), cur, now)
                         if cur.done and j + 1 < len(atts):
                             cur.ended = now
-                            if on_done is not None:
-                                on_done(j, cur)
                             j += 1
                             cur = atts[j]
                             cur.first_arm = now
@@ -569,8 +560,7 @@ class Sandbox:
         return (await self._attempts(key, spec, body, deadline))[0]
 
     async def _attempts(
-        self, key: str, spec: bytes, body: bytes, deadline: float, count: int = 1,
-        on_done: Callable[[int, Attempt], None] | None = None,
+        self, key: str, spec: bytes, body: bytes, deadline: float, count: int = 1
     ) -> list[Attempt]:
         """One evaluator's run over ``body`` (``count`` envelopes): a warm one, or a new one.
 
@@ -578,7 +568,6 @@ class Sandbox:
         new one whose socket broke before it started) is replaced, up to three times; one
         that began and then failed is the attempt's answer (the policy judges it). Each
         envelope gets its attempt; those after a death are left empty (never began).
-        ``on_done(k, attempt)`` is told of each envelope answered, as its answer comes.
         """
         atts = [Attempt(garbage="sandbox unreachable")] + [Attempt() for _ in range(count - 1)]
         for _ in range(3):
@@ -602,7 +591,7 @@ class Sandbox:
             atts = [Attempt(pid=ev.pid)] + [Attempt() for _ in range(count - 1)]
             att, last = atts[0], atts[-1]
             try:
-                await self._exchange(ev.sock, body, deadline + extra, att, atts[1:], on_done)
+                await self._exchange(ev.sock, body, deadline + extra, att, atts[1:])
             except BaseException:  # cancelled mid-answer: the evaluator is in an unknown state
                 if att.pid is not None and not last.done:
                     try:
@@ -685,8 +674,7 @@ class Sandbox:
                             results = [await self._evaluate(ids, key, spec, env)]
                         else:
                             results = await self._evaluate_many(
-                                ids, key, spec, [e for e, _ in group],
-                                lambda k, result: _settle(group[k][1], result))
+                                ids, key, spec, [e for e, _ in group])
                     finally:
                         for _ in group:
                             sandbox_metrics.evaluated(time.monotonic() - began)
@@ -703,7 +691,8 @@ class Sandbox:
                     f.set_exception(exc)
             raise
         for (_, joined_f), result in zip(group[1:], results[1:], strict=True):
-            _settle(joined_f, result)
+            if joined_f is not None and not joined_f.done():
+                joined_f.set_result(result)
         return results[0]
 
     def _close(self, key: str, group: list[tuple[bytes, Any]]) -> None:
@@ -750,27 +739,16 @@ class Sandbox:
             tried.append(await self._attempt(key, spec, body, deadline))
 
     async def _evaluate_many(
-        self, ids: list[str | None], key: str, spec: bytes, envs: list[bytes],
-        settled: Callable[[int, MatchResult], None] | None = None,
+        self, ids: list[str | None], key: str, spec: bytes, envs: list[bytes]
     ) -> list[MatchResult]:
         """Several envelopes of one rule set in one frame; each one's budget is its own.
 
         An envelope whose evaluator died (a rule timed out, crashed or hit the cap) goes on
         alone from the rule after the culprit, as :meth:`_evaluate` would; those after it
-        in the frame, never begun, are evaluated alone from the start. ``settled(k,
-        result)`` is told of each envelope answered in full as its answer comes, while
-        the evaluator goes on with the next: its delivery need not wait for the frame.
+        in the frame, never begun, are evaluated alone from the start.
         """
         header = wire.EvalHeader(0, self.limits.event_ms, wire.MODE_MANY)
-
-        def done(k: int, att: Attempt) -> None:
-            if settled is not None:
-                step = judge(ids, [att], rule_ms=self.limits.rule_ms,
-                             event_ms=self.limits.event_ms)
-                if isinstance(step, MatchResult):  # what _evaluate below decides for it
-                    settled(k, step)
-
-        atts = await self._frame(key, spec, envs, header, len(envs), done)
+        atts = await self._frame(key, spec, envs, header, len(envs))
         self.stats["grouped"] += len(envs)
         out = []
         for env, att in zip(envs, atts, strict=True):
@@ -836,21 +814,20 @@ class Sandbox:
 
     async def _frame(
         self, key: str, spec: bytes, envs: Sequence[bytes], header: wire.EvalHeader,
-        count: int = 1, on_done: Callable[[int, Attempt], None] | None = None,
+        count: int = 1,
     ) -> list[Attempt]:
         """One frame of several envelopes, each with ``header.budget_ms`` in turn.
 
         The hard deadline allows every envelope its budget and its parse, then the grace.
         ``count`` is how many attempts the answer fills (one per envelope in many mode,
-        one holding every envelope's verdicts in verdicts mode); ``on_done`` as in
-        :meth:`_exchange`.
+        one holding every envelope's verdicts in verdicts mode).
         """
         loop = asyncio.get_running_loop()
         size = sum(len(e) for e in envs)
         deadline = (loop.time() + (len(envs) * header.budget_ms + self.limits.kill_grace_ms)
                     / 1000 + size * PARSE_S_PER_BYTE)
         body = wire.frame(wire.encode_verdicts_eval(header, list(envs)))
-        return await self._attempts(key, spec, body, deadline, count, on_done)
+        return await self._attempts(key, spec, body, deadline, count)
 
     async def _one_rule_at_a_time(
         self, key: str, spec: bytes, envelope: bytes, n: int, budget_ms: float

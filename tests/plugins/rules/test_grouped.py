@@ -67,23 +67,6 @@ async def test_deliveries_waiting_together_are_answered_each_as_if_alone() -> No
         assert sb.stats["grouped"] == len(order)  # one frame took all eight
 
 
-async def test_a_delivery_answered_in_a_frame_goes_on_while_the_frame_runs() -> None:
-    """Its answer is its own once its line comes: it does not wait for a slow envelope
-    after it in the frame (which times out, and then goes on alone)."""
-    async with sandbox(owner_concurrency=1, rule_ms=60) as sb:
-        await sb.evaluate(RULES, {}, env(0), owner="h", scope="w")  # warm
-        hold = await busy_slot(sb)
-        tasks = {n: asyncio.ensure_future(sb.evaluate(RULES, {}, env(n), owner="h", scope="w"))
-                 for n in (1, 6, 4)}  # 1 leads the frame, 6 follows, 4's rule times out
-        await hold
-        done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
-        assert done == {tasks[6]}, "answered only with the frame"
-        assert shape(tasks[6].result()) == EXPECTED[6]
-        assert not tasks[1].done() and not tasks[4].done()
-        assert {n: shape(await t) for n, t in tasks.items()} == {n: EXPECTED[n] for n in tasks}
-        assert sb.stats["grouped"] == 3
-
-
 async def test_deliveries_arriving_together_on_an_idle_sandbox_share_one_frame() -> None:
     """Woken in one turn of the loop (a resolve batch answered together), they go in one
     frame, not the first alone and the rest after it."""
