@@ -93,14 +93,23 @@ def serve(dsn: str, data_dir: Path, workers: int | None = 1,
     proc = subprocess.Popen([SWITCHBOARD, "serve", "--port", str(port), *flags],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base)
+    except SystemExit:
+        proc.kill()
+        raise
+    return Served(proc, base, env)
+
+
+def wait_healthy(base: str) -> None:
+    """Until ``base``/healthz answers (30 s at most)."""
     for _ in range(300):
         try:
             with urllib.request.urlopen(base + "/healthz", timeout=1):
-                return Served(proc, base, env)
+                return
         except OSError:
             time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("server did not start")
+    raise SystemExit(f"server at {base} did not start")
 
 
 def cli(env: dict[str, str], *args: str) -> Any:

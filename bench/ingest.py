@@ -1,13 +1,15 @@
 """Receiver throughput vs the database's own ceiling, for a webhook without rules.
 
 Run: python bench/ingest.py [--total N] [--workers W (default: serve's own, a worker per
-usable CPU)] [--pgbench-seconds S]
+usable CPU)] [--pgbench-seconds S] [--floor]
 Prints deliveries/s and p50/p99 at 1, 8 and 32 concurrent clients over loopback, beside
 two ceilings measured against the same PostgreSQL in the same run: pgbench at 32 clients
 running the same rows (event + todo) as one single-statement transaction, prepared, and
 the same insert pair issued through psycopg at each level's concurrency. The ratios are
 receiver/pgbench and receiver/psycopg; for each level, the store's batch sizes (write and
-resolve steps) from the server's /metrics.
+resolve steps) from the server's /metrics. With --floor, also the HTTP floor: a bare Sanic
+app with as many workers answering a fixed 202 to the same client at the pgbench clients'
+count (bare_sanic.py), and its own ratio to pgbench: what no Sanic receiver can exceed here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,12 +34,14 @@ from harness import (  # noqa: E402
     batch_line,
     cli,
     database,
+    free_port,
     histogram_diff,
     load,
     pgbench,
     scrape_histogram,
     serve,
     summary,
+    wait_healthy,
 )
 
 TRACE = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
@@ -142,6 +147,8 @@ def main() -> None:
     ap.add_argument("--levels", default="1,8,32")
     ap.add_argument("--pgbench-clients", type=int, default=32)
     ap.add_argument("--pgbench-seconds", type=float, default=5.0)
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure a bare Sanic app that does nothing (bare_sanic.py)")
     args = ap.parse_args()
     sizes = _sizes(args.workers)
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
@@ -178,8 +185,32 @@ def main() -> None:
                       f" {r['per_s'] / bench.tps:>8.0%} {r['per_s'] / c['per_s']:>8.0%}")
                 for step in ("write", "resolve"):
                     print(f"{'':>7}   batch sizes, {batch_line(batches, step)}")
+            if args.floor:
+                per_s = floor(sizes.workers, args.pgbench_clients, args.total)
+                print(f"HTTP floor (bare_sanic.py, {sizes.workers} worker(s), a fixed 202, no"
+                      f" work) at {args.pgbench_clients} clients: {per_s:.0f}/s, "
+                      f"{per_s / bench.tps:.0%} of pgbench")
         finally:
             srv.stop()
+
+
+def floor(workers: int, clients: int, total: int) -> float:
+    """Deliveries/s a Sanic app answering a fixed 202 reaches with the same client."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_sanic.py")),
+                             str(port), str(workers)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        url = f"http://127.0.0.1:{port}/hooks/bare"
+        _run(load(url, BODY, clients, 300))  # warm up
+        return summary(*_run(load(url, BODY, clients, total)))["per_s"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 if __name__ == "__main__":
