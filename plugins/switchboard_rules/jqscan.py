@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 #: Builtins (and variables) that read the host, the clock, the environment or the filesystem,
@@ -193,6 +193,78 @@ class _Lexer:
 def tokenize(expr: str) -> list[Token]:
     """The top-level tokens of ``expr`` (string interpolations are not inlined)."""
     return _Lexer(expr).tokens()
+
+
+class Unproven(Exception):
+    """A pass over a rule's tokens cannot prove what it set out to: it gives up."""
+
+
+#: Closes the expression a parse is in: a bracket, a ``;`` between arguments, a slice's
+#: ``:``, a pipe, or a part of ``if`` ... ``end``.
+STOPS = frozenset({")", "]", "}", ";", ":", "|"})
+STOP_WORDS = frozenset({"then", "elif", "else", "end"})
+#: Nesting (brackets, ``if``, interpolations) past which a pass gives up: a tenant's 4 KiB
+#: rule may nest 1,300 deep, which jq compiles but Python's stack would not walk.
+MAX_DEPTH = 48
+
+
+class Cursor:
+    """A position in a rule's tokens, shared by the passes that prove things of a rule
+    (``reads``: which envelope paths it reads; ``single``: that it gives one output)."""
+
+    def __init__(self, toks: list[Token], depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise Unproven
+        self.toks = toks
+        self.i = 0
+        self.depth = depth
+
+    def _peek(self, ahead: int = 0) -> Token | None:
+        j = self.i + ahead
+        return self.toks[j] if j < len(self.toks) else None
+
+    def _next(self) -> Token:
+        tok = self._peek()
+        if tok is None:
+            raise Unproven
+        self.i += 1
+        return tok
+
+    def _peek_is(self, text: str, ahead: int = 0) -> bool:
+        tok = self._peek(ahead)
+        return tok is not None and tok.text == text
+
+    def _expect(self, text: str) -> None:
+        if self._next().text != text:
+            raise Unproven
+
+    def _at_stop(self) -> bool:
+        tok = self._peek()
+        if tok is None:
+            return True
+        if tok.kind == "punct":
+            return tok.text in STOPS
+        return tok.kind == "ident" and tok.text in STOP_WORDS
+
+    def _joined(self, binary: frozenset[str], operand: Callable[[Token], None]) -> None:
+        """Operands (each ``operand``, after an optional unary minus) joined by ``binary``
+        operators or ``and``/``or``, up to the closer; anything else gives up."""
+        expecting = True
+        while not self._at_stop():
+            tok = self._next()
+            if expecting:
+                if tok.kind == "punct" and tok.text == "-":
+                    continue  # unary minus
+                operand(tok)
+                expecting = False
+            elif (tok.kind == "punct" and tok.text in binary) or (
+                tok.kind == "ident" and tok.text in ("and", "or")
+            ):
+                expecting = True
+            else:
+                raise Unproven  # as, assignments, ?//, and anything not understood
+        if expecting:
+            raise Unproven
 
 
 def scan(expr: str) -> Scan:

@@ -34,29 +34,15 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .jqscan import Token, TooDeep, tokenize
+from .jqscan import MAX_DEPTH, Cursor, Token, TooDeep, Unproven, tokenize
 
 Path = tuple[str, ...]
 
-#: Closes the expression a parse is in: a bracket, a ``;`` between arguments, a slice's
-#: ``:``, or a part of ``if`` ... ``end``.
-_STOPS = frozenset({")", "]", "}", ";", ":"})
-_STOP_WORDS = frozenset({"then", "elif", "else", "end"})
 _BINARY = frozenset({",", "//", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%"})
-_BINARY_WORDS = frozenset({"and", "or"})
 #: Applied to the root, these answer the same for any object (the root always is one).
 _ROOT_SAFE_CALLS = frozenset({"true", "false", "null", "empty", "not"})
 #: What reaches the root, or the host, from anywhere in a rule.
 _ESCAPES = frozenset({"env", "input", "inputs", "input_filename", "$ENV", "$__loc__"})
-#: Nesting (brackets, ``if``, interpolations) past which the analysis gives up: a tenant's
-#: 4 KiB rule may nest 1,300 deep, which jq compiles but Python's stack would not walk.
-_MAX_DEPTH = 48
-
-
-class _GiveUp(Exception):
-    """The rule may read the envelope in a way the analysis does not prove harmless."""
-
-
 def rule_reads(expr: str) -> frozenset[Path] | None:
     """The envelope paths ``expr`` reads (a kept path's whole subtree included), or None.
 
@@ -68,7 +54,7 @@ def rule_reads(expr: str) -> frozenset[Path] | None:
         if reader.i != len(reader.toks):
             return None  # a stray closer: not jq we understand (it would not compile anyway)
         return frozenset(reader.paths)
-    except (_GiveUp, TooDeep):
+    except (Unproven, TooDeep):
         return None
 
 
@@ -115,53 +101,21 @@ def _cut(value: Mapping[str, Any], trie: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _Reader:
-    """A recursive-descent pass over jq's tokens that collects root paths or gives up."""
+class _Reader(Cursor):
+    """A recursive-descent pass over jq's tokens that collects root paths or gives up
+    (:class:`.jqscan.Unproven`: the rule may read the envelope in a way not proven harmless)."""
 
     def __init__(self, toks: list[Token], depth: int) -> None:
-        if depth > _MAX_DEPTH:
-            raise _GiveUp
-        self.toks = toks
-        self.i = 0
-        self.depth = depth
+        super().__init__(toks, depth)
         self.paths: set[Path] = set()
-
-    # -- tokens --------------------------------------------------------------------------
-
-    def _peek(self, ahead: int = 0) -> Token | None:
-        j = self.i + ahead
-        return self.toks[j] if j < len(self.toks) else None
-
-    def _next(self) -> Token:
-        tok = self._peek()
-        if tok is None:
-            raise _GiveUp
-        self.i += 1
-        return tok
-
-    def _peek_is(self, text: str) -> bool:
-        tok = self._peek()
-        return tok is not None and tok.text == text
-
-    def _expect(self, text: str) -> None:
-        if self._next().text != text:
-            raise _GiveUp
-
-    def _at_stop(self) -> bool:
-        tok = self._peek()
-        if tok is None:
-            return True
-        if tok.kind == "punct":
-            return tok.text in _STOPS or tok.text == "|"
-        return tok.kind == "ident" and tok.text in _STOP_WORDS
 
     # -- the grammar ---------------------------------------------------------------------
 
     def pipe(self, root: bool) -> None:
         """``a | b | ...`` up to the closer of the enclosing construct."""
         self.depth += 1
-        if self.depth > _MAX_DEPTH:
-            raise _GiveUp
+        if self.depth > MAX_DEPTH:
+            raise Unproven
         try:
             self._pipe(root)
         finally:
@@ -178,22 +132,7 @@ class _Reader:
 
     def _operators(self) -> None:
         """Operands in root context joined by operators that keep their input."""
-        operand = True
-        while not self._at_stop():
-            tok = self._next()
-            if operand:
-                if tok.kind == "punct" and tok.text == "-":
-                    continue  # unary minus
-                self._operand(tok)
-                operand = False
-            elif (tok.kind == "punct" and tok.text in _BINARY) or (
-                tok.kind == "ident" and tok.text in _BINARY_WORDS
-            ):
-                operand = True
-            else:
-                raise _GiveUp  # as, assignments, ?//, and anything not understood
-        if operand:
-            raise _GiveUp
+        self._joined(_BINARY, self._operand)
 
     def _operand(self, tok: Token) -> None:
         """One term in root context and its suffixes."""
@@ -211,7 +150,7 @@ class _Reader:
                 if key is not None:
                     self._path([key])
                     return
-            raise _GiveUp  # the root itself, .[], .[expr]
+            raise Unproven  # the root itself, .[], .[expr]
         if tok.kind == "num":
             pass
         elif tok.kind == "str":
@@ -219,7 +158,7 @@ class _Reader:
         elif tok.kind == "format":
             nxt = self._peek()
             if nxt is None or nxt.kind != "str":
-                raise _GiveUp  # @json etc. applied to the root
+                raise Unproven  # @json etc. applied to the root
             self.i += 1
             self._string(nxt)
         elif tok.kind == "var":
@@ -238,9 +177,9 @@ class _Reader:
         elif tok.kind == "ident" and tok.text in _ROOT_SAFE_CALLS:
             nxt = self._peek()
             if nxt is not None and nxt.text == "(":
-                raise _GiveUp  # another arity: not a builtin we vouch for
+                raise Unproven  # another arity: not a builtin we vouch for
         else:
-            raise _GiveUp
+            raise Unproven
         self._suffixes()
 
     def _path(self, path: list[str]) -> None:
@@ -313,13 +252,13 @@ class _Reader:
 
     def _literal(self, tok: Token) -> str:
         if tok.parts:
-            raise _GiveUp  # a computed key
+            raise Unproven  # a computed key
         try:
             value = json.loads(tok.raw)
         except ValueError:
-            raise _GiveUp from None
+            raise Unproven from None
         if not isinstance(value, str):
-            raise _GiveUp
+            raise Unproven
         return value
 
     def _string(self, tok: Token) -> None:
@@ -327,12 +266,12 @@ class _Reader:
             inner = _Reader(tokenize(code), self.depth + 1)
             inner.pipe(root=True)
             if inner.i != len(inner.toks):
-                raise _GiveUp
+                raise Unproven
             self.paths |= inner.paths
 
     def _variable(self, name: str) -> None:
         if name.startswith("$__") or name in _ESCAPES:
-            raise _GiveUp  # the wrapper's $__e is the whole envelope
+            raise Unproven  # the wrapper's $__e is the whole envelope
 
     def _if(self) -> None:
         self.pipe(root=True)
@@ -349,7 +288,7 @@ class _Reader:
                 self._expect("end")
                 return
             else:
-                raise _GiveUp  # "if c then a end" outputs the root when c is false
+                raise Unproven  # "if c then a end" outputs the root when c is false
 
     def _any_all(self) -> None:
         """``any(gen; cond)``: gen reads the root, cond reads gen's outputs."""
@@ -386,7 +325,7 @@ class _Reader:
                 elif tok.text in ("then", "elif", "else") and depth == 0:
                     return
                 elif tok.text in ("def", "import", "include") or tok.text in _ESCAPES:
-                    raise _GiveUp
+                    raise Unproven
             elif tok.kind == "var":
                 self._variable(tok.text)
             elif tok.kind == "str":
@@ -394,5 +333,5 @@ class _Reader:
                     inner = _Reader(tokenize(code), self.depth + 1)
                     inner._anything()
                     if inner.i != len(inner.toks):
-                        raise _GiveUp
+                        raise Unproven
             self.i += 1

@@ -25,12 +25,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .jqscan import FORBIDDEN_VARIABLES, Token, TooDeep, tokenize
+from .jqscan import FORBIDDEN_VARIABLES, MAX_DEPTH, Cursor, Token, TooDeep, Unproven, tokenize
 
 _BINARY = frozenset({"//", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%"})
-_BINARY_WORDS = frozenset({"and", "or"})
-_STOPS = frozenset({")", "]", "}", ";", ":", "|"})
-_STOP_WORDS = frozenset({"then", "elif", "else", "end"})
 #: One output for any input, or an error and none (libjq 1.7/1.8's C functions and
 #: builtin.jq definitions: reductions, ``.[0]``, ``.[-1]`` and collections).
 _NULLARY = frozenset({
@@ -54,13 +51,6 @@ _COLLECTING = frozenset({
 })  # fmt: skip
 #: Never skipped over inside a collection: a definition's ``;`` would end an argument early.
 _UNSKIPPABLE = frozenset({"def", "import", "include"})
-#: Nesting past which the proof gives up (Python's stack, not jq's, is what it protects).
-_MAX_DEPTH = 48
-
-
-class _GiveUp(Exception):
-    """Not proven: the rule keeps the exact (``break``) wrapper."""
-
 
 @lru_cache(maxsize=1024)
 def single_output(expr: str) -> bool:
@@ -69,80 +59,34 @@ def single_output(expr: str) -> bool:
         proof = _Proof(tokenize(expr), 0)
         proof.pipe()
         return proof.i == len(proof.toks) and proof.i > 0
-    except (_GiveUp, TooDeep):
+    except (Unproven, TooDeep):
         return False
 
 
-class _Proof:
-    """A recursive-descent pass over jq's tokens that proves one output or gives up."""
-
-    def __init__(self, toks: list[Token], depth: int) -> None:
-        if depth > _MAX_DEPTH:
-            raise _GiveUp
-        self.toks = toks
-        self.i = 0
-        self.depth = depth
-
-    def _peek(self, ahead: int = 0) -> Token | None:
-        j = self.i + ahead
-        return self.toks[j] if j < len(self.toks) else None
-
-    def _next(self) -> Token:
-        tok = self._peek()
-        if tok is None:
-            raise _GiveUp
-        self.i += 1
-        return tok
-
-    def _is(self, text: str, ahead: int = 0) -> bool:
-        tok = self._peek(ahead)
-        return tok is not None and tok.kind in ("punct", "ident") and tok.text == text
-
-    def _expect(self, text: str) -> None:
-        if not self._is(text):
-            raise _GiveUp
-        self.i += 1
-
-    def _at_stop(self) -> bool:
-        tok = self._peek()
-        if tok is None:
-            return True
-        if tok.kind == "punct":
-            return tok.text in _STOPS
-        return tok.kind == "ident" and tok.text in _STOP_WORDS
+class _Proof(Cursor):
+    """A recursive-descent pass over jq's tokens that proves one output or gives up
+    (:class:`.jqscan.Unproven`: the rule keeps the exact, ``break``, wrapper)."""
 
     # -- the grammar ---------------------------------------------------------------------
 
     def pipe(self) -> None:
         """``a | b | ...``: one output if every part has one."""
         self.depth += 1
-        if self.depth > _MAX_DEPTH:
-            raise _GiveUp
+        if self.depth > MAX_DEPTH:
+            raise Unproven
         self._operators()
-        while self._is("|"):
+        while self._peek_is("|"):
             self.i += 1
             self._operators()
         self.depth -= 1
 
     def _operators(self) -> None:
-        """One-output operands joined by operators that combine one output each."""
-        operand = True
-        while not self._at_stop():
-            tok = self._next()
-            if operand:
-                if tok.kind == "punct" and tok.text == "-":
-                    continue  # unary minus
-                self._term(tok)
-                self._suffixes()
-                operand = False
-            elif (tok.kind == "punct" and tok.text in _BINARY) or (
-                tok.kind == "ident" and tok.text in _BINARY_WORDS
-            ):
-                operand = True
-            else:
-                raise _GiveUp  # ",", as, assignments, ?//, and anything not understood
-        if operand:
-            raise _GiveUp
+        """One-output operands joined by operators that combine one output each (not ",")."""
+        self._joined(_BINARY, self._operand)
+
+    def _operand(self, tok: Token) -> None:
+        self._term(tok)
+        self._suffixes()
 
     def _term(self, tok: Token) -> None:
         kind, text = tok.kind, tok.text
@@ -153,7 +97,7 @@ class _Proof:
             if nxt is not None and nxt.kind == "str":
                 self.i += 1
                 self._string(nxt)
-            elif self._is("["):
+            elif self._peek_is("["):
                 self._index()
             return  # "." alone: the input itself
         if kind == "str":
@@ -165,7 +109,7 @@ class _Proof:
                 self._string(nxt)
         elif kind == "var":
             if text.startswith("$__") or text in FORBIDDEN_VARIABLES:
-                raise _GiveUp  # the wrapper's names, and what the prelude disarms
+                raise Unproven  # the wrapper's names, and what the prelude disarms
         elif kind == "punct" and text == "(":
             self.pipe()
             self._expect(")")
@@ -177,7 +121,7 @@ class _Proof:
         elif kind == "ident":
             self._call(text)
         else:
-            raise _GiveUp
+            raise Unproven
 
     def _suffixes(self) -> None:
         """``.a``, ``."a"``, ``[i]``, ``.[i]``, slices: one output each; ``[]`` and ``?`` not."""
@@ -188,7 +132,7 @@ class _Proof:
                 if nxt.kind == "str":
                     self.i += 2
                     self._string(nxt)
-                elif self._is("[", 1):
+                elif self._peek_is("[", 1):
                     self.i += 1
                     self._index()
                 else:
@@ -201,13 +145,13 @@ class _Proof:
     def _index(self) -> None:
         """At ``[``: an index or a slice of one-output bounds (``[]`` iterates: give up)."""
         self._expect("[")
-        if self._is("]"):
-            raise _GiveUp
-        if not self._is(":"):
+        if self._peek_is("]"):
+            raise Unproven
+        if not self._peek_is(":"):
             self.pipe()
-        if self._is(":"):
+        if self._peek_is(":"):
             self.i += 1
-            if not self._is("]"):
+            if not self._peek_is("]"):
                 self.pipe()
         self._expect("]")
 
@@ -216,7 +160,7 @@ class _Proof:
             inner = _Proof(tokenize(code), self.depth + 1)
             inner.pipe()
             if inner.i != len(inner.toks):
-                raise _GiveUp
+                raise Unproven
 
     def _if(self) -> None:
         self.pipe()
@@ -235,12 +179,12 @@ class _Proof:
             elif tok.text == "end":
                 return  # no else: the input itself, one output
             else:
-                raise _GiveUp
+                raise Unproven
 
     def _call(self, name: str) -> None:
-        if not self._is("("):
+        if not self._peek_is("("):
             if name not in _NULLARY:
-                raise _GiveUp
+                raise Unproven
             return
         self.i += 1
         args = 1 + self._count_args()
@@ -250,7 +194,7 @@ class _Proof:
                 self.i += 1
             return
         if (name, args) not in _SINGLE_ARGS:
-            raise _GiveUp
+            raise Unproven
         for n in range(args):
             self.pipe()
             self._expect(")" if n == args - 1 else ";")
@@ -269,9 +213,9 @@ class _Proof:
             elif tok.kind == "punct" and tok.text == ";" and depth == 0:
                 count += 1
             elif tok.kind == "ident" and tok.text in _UNSKIPPABLE:
-                raise _GiveUp
+                raise Unproven
             j += 1
-        raise _GiveUp
+        raise Unproven
 
     def _skip_to(self, closer: str) -> None:
         """Past any expression (balanced brackets) up to ``closer`` at this level."""
@@ -284,9 +228,9 @@ class _Proof:
                     depth += 1
                 elif tok.text in (")", "]", "}"):
                     if depth == 0:
-                        raise _GiveUp
+                        raise Unproven
                     depth -= 1
             elif tok.kind == "ident" and tok.text in _UNSKIPPABLE:
-                raise _GiveUp
+                raise Unproven
             self.i += 1
-        raise _GiveUp
+        raise Unproven
