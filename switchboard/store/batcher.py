@@ -29,8 +29,9 @@ class Batcher(Generic[T, R]):
     """Items submitted while a flush runs go together into the next one.
 
     Nothing waits on a timer: a lone item (nothing waiting, no flush running) is flushed
-    at once by its own caller, and batches grow only because items arrive while the
-    previous flush is in the database; those are flushed by a task of their own. At most
+    by its own caller after one turn of the loop (items submitted in that turn join it),
+    and batches grow only because items arrive while the previous flush is in the
+    database; those are flushed by a task of their own. At most
     ``max_size`` items go into one flush. A flush that raises fails every item of its
     batch with that exception; a flush that must spare innocent items answers per item
     instead (see ``store.events``). The state is per event loop, so a runtime used from
