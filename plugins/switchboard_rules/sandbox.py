@@ -639,7 +639,8 @@ class Sandbox:
         meanwhile (or while their owner's slots are taken) wait together and go in the next
         frame (up to :data:`GROUP_MAX`): one slot, one warm evaluator answering each
         envelope in turn, each under its own alarms and budget, all within
-        ``slot_wait_ms`` of waiting. A lone delivery (an idle server) is sent after one turn of the loop.
+        ``slot_wait_ms`` of waiting. A lone delivery (an idle server) is sent after one
+        turn of the loop.
         """
         if not rules:
             return MatchResult(None)
