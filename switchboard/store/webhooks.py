@@ -105,6 +105,8 @@ def _routing_doc(text: str | None) -> Any:
     blob = _DOCS.get(text)
     if blob is None:
         doc = json.loads(text)
+        if len(text) > DOCS_BUDGET // 8:  # never kept (below): not marshalled either
+            return doc
         blob = marshal.dumps(doc)
         size = len(text) + len(blob)
         if size > DOCS_BUDGET // 8:  # a huge document is parsed every time, never kept
