@@ -43,6 +43,8 @@ _BINARY = frozenset({",", "//", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*",
 _ROOT_SAFE_CALLS = frozenset({"true", "false", "null", "empty", "not"})
 #: What reaches the root, or the host, from anywhere in a rule.
 _ESCAPES = frozenset({"env", "input", "inputs", "input_filename", "$ENV", "$__loc__"})
+
+
 def rule_reads(expr: str) -> frozenset[Path] | None:
     """The envelope paths ``expr`` reads (a kept path's whole subtree included), or None.
 

@@ -52,6 +52,7 @@ _COLLECTING = frozenset({
 #: Never skipped over inside a collection: a definition's ``;`` would end an argument early.
 _UNSKIPPABLE = frozenset({"def", "import", "include"})
 
+
 @lru_cache(maxsize=1024)
 def single_output(expr: str) -> bool:
     """True when ``expr`` yields exactly one output, or raises before yielding any."""
