@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from sbsandbox import sandbox
-from switchboard_rules.sandbox import Sandbox
+from switchboard_rules.sandbox import GROUP_MAX, Sandbox
 
 from switchboard.routing.model import MatchResult
 
@@ -64,7 +64,7 @@ async def test_deliveries_waiting_together_are_answered_each_as_if_alone() -> No
             *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in order))
         await hold
         assert {n: shape(r) for n, r in zip(order, results, strict=True)} == EXPECTED
-        assert sb.stats["grouped"] == len(order)  # one frame took all eight
+        assert sb.stats["grouped"] == len(order)  # frames of GROUP_MAX took all eight
 
 
 async def test_deliveries_arriving_together_on_an_idle_sandbox_share_one_frame() -> None:
@@ -92,14 +92,15 @@ async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
     before = frames()
     async with sandbox(owner_concurrency=1) as sb:
         hold = await busy_slot(sb)
+        n = 2 * GROUP_MAX + GROUP_MAX // 2
         results = await asyncio.gather(
-            *(sb.evaluate(RULES[:2], {}, env(n % 2), owner="h", scope="w") for n in range(20)))
+            *(sb.evaluate(RULES[:2], {}, env(k % 2), owner="h", scope="w") for k in range(n)))
         await hold
-        assert [r.rule_index for r in results] == [None, 0] * 10
-        # the first waiter's group took 8; the rest grouped behind it (8, then 4)
-        assert sb.stats["grouped"] == 20
+        assert [r.rule_index for r in results] == [None, 0] * (n // 2)
+        # the first waiter's group took GROUP_MAX; the rest grouped behind it (full, then half)
+        assert sb.stats["grouped"] == n
     count, total, alone = (a - b for a, b in zip(frames(), before, strict=True))
-    assert (count, total, alone) == (4, 21, 1)  # the hold went alone; 8 + 8 + 4 together
+    assert (count, total, alone) == (4, n + 1, 1)  # the hold went alone; then three frames
 
 
 async def test_webhooks_with_the_same_rules_never_share_a_frame() -> None:
@@ -142,13 +143,20 @@ async def test_one_frame_per_rule_set_in_flight_and_the_next_takes_the_rest() ->
     async with sandbox(owner_concurrency=2, rule_ms=60) as sb:
         first = asyncio.ensure_future(sb.evaluate(RULES, {}, env(4), owner="h", scope="w"))
         await asyncio.sleep(0.01)  # its frame is out: rule "slow" runs to its alarm
+        ended: list[int] = []
+        first.add_done_callback(lambda _: ended.append(4))
         rest = [6, 0, 1, 5, 2, 7, 3]
-        results = await asyncio.gather(
-            *(sb.evaluate(RULES, {}, env(n), owner="h", scope="w") for n in rest))
+        tasks = [asyncio.ensure_future(sb.evaluate(RULES, {}, env(n), owner="h", scope="w"))
+                 for n in rest]
+        for n, task in zip(rest, tasks, strict=True):
+            task.add_done_callback(lambda _, n=n: ended.append(n))
+        results = await asyncio.gather(*tasks)
         assert shape(await first) == EXPECTED[4]
         assert {n: shape(r) for n, r in zip(rest, results, strict=True)} == {
             n: EXPECTED[n] for n in rest}
-        assert sb.stats["grouped"] == len(rest)  # one frame after the first, not two at once
+        # none of the rest (fast rules) ended before the slow first: no frame beside it
+        assert ended[0] == 4
+        assert sb.stats["grouped"] == len(rest)  # in frames after the first, never alone
 
 
 async def test_two_owners_never_share_a_frame_even_for_one_scope() -> None:
