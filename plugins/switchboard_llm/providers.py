@@ -14,8 +14,6 @@ import logging
 import os
 from typing import Any
 
-import httpx
-
 from switchboard.plugin import LLMProvider
 
 log = logging.getLogger("switchboard.llm")
@@ -92,6 +90,8 @@ class OpenAIProvider:
 
     async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
                        timeout: float) -> str:
+        import httpx  # here, not at the top: every CLI command loads this plugin
+
         body = self.request_body(model, system, prompt, schema)
         headers = self._headers()
         try:
