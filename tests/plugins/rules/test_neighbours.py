@@ -218,8 +218,10 @@ async def test_slow_rules_at_32_connections_degrade_only_their_owner(
             await _until("the flood", lambda: answers.total() >= 64)
             during = answers.total()
             sent |= await quiet_deliveries(client, quiet, "during", 30)
-            still = answers.total()
-    assert still > during, "the flood went on while the quiet tenant delivered"
+            # its 32 requests stayed in flight meanwhile; they answer in bursts (a frame
+            # ends, or a group's slot_wait_ms runs out) up to ~1 s apart, so one gap may
+            # span all 30: the flood went on if it answers again, then or soon after
+            await _until("the flood to answer again", lambda: answers.total() > during)
     assert set(answers) == {"202"}, answers  # the noisy tenant's deliveries are never lost
 
     assert_routed_by_own_rules(module_dsn, quiet, sent)
