@@ -451,14 +451,10 @@ def decode_trial(data: bytes) -> tuple[str | None, int]:
 
 # -- the rule program's output (inside the evaluator) ----------------------------------------
 
-#: What the jq program the evaluator runs emits for each rule: a match, no match, an error
-#: (this prefix, then the message), and anything else that is not a string (never a verdict).
-JQ_MATCH = "m"
-JQ_NO_MATCH = "n"
-#: The first output was null (no match either; "why not" tells it from false).
-JQ_NULL = "z"
+#: What the jq program the evaluator runs emits for each rule: ``true`` (a match),
+#: ``false`` (no match), ``null`` (no match either; "why not" tells it from false), or an
+#: error: this prefix, then the message. Anything else is garbage (never a verdict).
 JQ_ERROR = "e"
-JQ_GARBAGE = "g"
 #: The longest verdict string the program emits (an error message is cut there).
 JQ_VERDICT_MAX = 600
 

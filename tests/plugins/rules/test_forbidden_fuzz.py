@@ -282,7 +282,11 @@ def check(expr: str, tally: Tally, started: float) -> None:
         fail(f"compiles alone but not inside the rule wrapper: {expr!r}")
         return
     answers = list(protected.input_text(json.dumps([0, ENVELOPE])))  # halt would give none
-    if len(answers) != 1 or not isinstance(answers[0], str) or leaked(answers[0], started):
+    # a verdict (true, false, null) or an error message: nothing else leaves the wrapper
+    answer = answers[0] if len(answers) == 1 else ...
+    verdict = answer is True or answer is False or answer is None
+    if not (verdict or isinstance(answer, str)) or (isinstance(answer, str)
+                                                     and leaked(answer, started)):
         fail(f"protected rule answered {answers!r}: {expr!r}")
 
 
