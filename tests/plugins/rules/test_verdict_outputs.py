@@ -23,8 +23,10 @@ CFG = wire.ChildConfig(memory_bytes=2**28, rule_ms=1000, compile_ms=5000, cache_
 ENVELOPE = {"kind": "push", "a": 1, "nope": None, "list": [1, 2]}
 
 
-def outputs(exprs: list[str], *, exact: bool = False, start: int = 0) -> list[Any]:
-    program = jq.compile(build_program(exprs, list(range(len(exprs))), exact=exact))
+def outputs(exprs: list[str], *, exact: bool = False, start: int = 0,
+            stop: int | None = None) -> list[Any]:
+    program = jq.compile(build_program(exprs, list(range(len(exprs))), exact=exact,
+                                       start=start, stop=stop))
     return list(program.input_text(json.dumps([start, ENVELOPE])))
 
 
@@ -36,8 +38,33 @@ def test_each_rule_gives_true_false_null_or_an_error_string(exact: bool) -> None
         True, False, None, None, False, True, False, True, True, True, "eboom", None]
 
 
-def test_a_resumed_program_skips_the_rules_before_its_start() -> None:
-    assert outputs([".a == 1", ".a == 2", ".nope"], start=1) == [False, None]
+def test_a_part_of_the_program_runs_only_its_rules_on_their_own_lines() -> None:
+    exprs = [".a == 1", ".a == 2", ".nope", "$__loc__.line", "error(\"x\")"]
+    whole = outputs(exprs)
+    assert whole == [True, False, None, True, "ex"]
+    assert outputs(exprs, start=1) == whole[1:]
+    assert outputs(exprs, start=1, stop=3) == whole[1:3]
+    assert outputs(exprs, start=4) == whole[4:]
+    assert outputs(exprs, start=5) == []
+    # each rule stands on the lines it has in the whole program, whatever is left out
+    loc = ["$__loc__.line"] * 4
+    lines = jq.compile(build_program(loc, [0, 1, 2, 3]).replace("if . then true else . end",
+                                                                  "."))
+    assert list(lines.input_text("[0, {}]")) == [2, 6, 10, 14]
+    for start in range(4):
+        part = jq.compile(build_program(loc, [0, 1, 2, 3], start=start).replace(
+            "if . then true else . end", "."))
+        assert list(part.input_text("[0, {}]")) == [2, 6, 10, 14][start:]
+
+
+def test_an_evaluator_goes_on_from_a_rule_with_the_rest_of_the_program() -> None:
+    rules = RuleSet([".a == 2", ".nope", ".a == 1", "error(\"x\")"], {}, CFG)
+    assert rules.program_for(0, 4) is rules.program  # every delivery's program
+    rest = rules.program_for(2, 4)
+    assert rest is not rules.program and rules.program_for(2, 4) is rest  # compiled once
+    assert list(rest.input_text(json.dumps([2, ENVELOPE]))) == [True, "ex"]
+    assert list(rules.program_for(1, 2).input_text(json.dumps([1, ENVELOPE]))) == [None]
+    assert rules.program_for(4, 4) is None
 
 
 def _rule_set(program: str, n: int) -> RuleSet:
