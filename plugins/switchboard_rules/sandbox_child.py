@@ -214,7 +214,7 @@ class RuleSet:
                     self.errors[i] = why
             good = [i for i in good if i not in self.errors]
         self.good = good
-        self.exprs, self.params = exprs, params
+        self.exprs, self.params, self.compile_s = exprs, params, cfg.compile_ms / 1000
         # proven safe by a trial under identical limits, so this cannot take the zygote down
         self.program = _compile(build_program(exprs, good), params) if good else None
         self._parts: dict[tuple[int, int], Any] = {}
@@ -237,8 +237,15 @@ class RuleSet:
         if found is None:
             if len(self._parts) >= 4:  # a few at most: each holds a compiled copy of libjq's
                 self._parts.clear()  # builtins, and the evaluator's growth retires it
-            found = self._parts[key] = _compile(
-                build_program(self.exprs, self.good, start=key[0], stop=key[1]), self.params)
+            # under the set's compile deadline, as its trials were (past it: SIGALRM ends
+            # this evaluator with no rule armed, a sandbox failure)
+            signal.setitimer(signal.ITIMER_REAL, self.compile_s)
+            try:
+                found = _compile(build_program(self.exprs, self.good, start=key[0],
+                                               stop=key[1]), self.params)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            self._parts[key] = found
         return found
 
     def error_lines(self) -> list[str]:
