@@ -14,7 +14,7 @@ Who says what to whom::
     server ◀─ request socket ─── evaluator or zygote      report lines, until Done or Exited
     zygote ◀─ progress page (shared memory) ─ evaluator   the rule armed right now
     zygote ◀─ pipe ────────────────────────── trial child  whether a program compiled, its size
-    evaluator ◀─ libjq output ─────────────── rule program  one verdict string per rule
+    evaluator ◀─ libjq output ─────────────── rule program  one verdict per rule (JQ_*)
 
 The control socket is SEQPACKET (one message per request, the request socket attached as
 SCM_RIGHTS); a request socket is a STREAM socket carrying length-prefixed frames towards the

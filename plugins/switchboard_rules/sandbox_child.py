@@ -113,6 +113,8 @@ def build_program(
             chunks.append(newline + ("," if present else "") + part)
             present = True
     body = "".join(chunks) if present else "empty"
+    # $__s (the start) is no longer read by the wrapper; it stays bound so a rule that
+    # names it compiles, and reads, as it did
     return f"{PRELUDE}.[0] as $__s | .[1] as $__e | ({body})"
 
 
