@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from switchboard.plugin import Fault, MatchResult
 
-from .protocol import BUDGET_LIMIT
+from .protocol import BUDGET_LIMIT, SWEEP
 
 
 @dataclass
@@ -110,6 +110,12 @@ def judge(
 
     start, spent = 0, 0.0
     for att in attempts:
+        if (att.armed is not None and att.armed[1] == SWEEP and not att.done
+                and att.garbage is None):
+            # died in a sweep (its alarm or a crash) before answering: it named no rule and
+            # its time is not the event's; the next attempt goes rule by rule from its start
+            start = att.armed[0]
+            continue
         compile_errors.update(att.compile_errors)
         faults.extend(Fault(i, "error", ids[i], m) for i, m in att.errors)
         if att.matched is not None:

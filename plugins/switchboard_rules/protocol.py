@@ -182,12 +182,16 @@ class EvalHeader:
     (one envelope per line, each answered as in match mode, its own ``budget_ms``, in
     turn: each answer ends with its done line) or :data:`MODE_VERDICTS` (one envelope per
     line, every rule's verdict; ``only`` stops each envelope after that rule).
+
+    ``sweep`` (match and many modes, from rule 0): each envelope's rules run in one go
+    under one alarm of ``rule_ms`` (see :data:`SWEEP`), rather than one by one.
     """
 
     start: int
     budget_ms: float
     mode: str = MODE_MATCH
     only: int | None = None
+    sweep: bool = False
 
 
 def encode_envelope(envelope: dict[str, Any]) -> bytes:
@@ -229,6 +233,8 @@ def _header_line(header: EvalHeader) -> bytes:
         doc["mode"] = header.mode
     if header.only is not None:
         doc["only"] = header.only
+    if header.sweep:
+        doc["sweep"] = True
     return json.dumps(doc).encode() + b"\n"
 
 
@@ -245,7 +251,7 @@ def decode_eval(data: bytes) -> tuple[EvalHeader, bytes]:
     doc = json.loads(head)
     only = doc.get("only")
     return EvalHeader(int(doc["start"]), float(doc["budget_ms"]), str(doc.get("mode", "")),
-                      None if only is None else int(only)), envelope
+                      None if only is None else int(only), doc.get("sweep") is True), envelope
 
 
 # -- report lines ----------------------------------------------------------------------------
@@ -253,6 +259,11 @@ def decode_eval(data: bytes) -> tuple[EvalHeader, bytes]:
 #: How an armed rule is limited: by its own ``rule_ms``, or by what is left of the budget.
 RULE_LIMIT = "t"
 BUDGET_LIMIT = "b"
+#: Or armed for a sweep: every rule from this one on, together within one ``rule_ms``. A
+#: sweep that finishes in time kept each of its rules within its limit; one that does
+#: not (its alarm, or a crash) has named no rule, so the server runs the envelope again
+#: rule by rule, which names it, and has that rule set go rule by rule from then on.
+SWEEP = "s"
 
 # Report lines are made and read per rule, on every evaluation's path: plain (unfrozen)
 # dataclasses, which are quicker to build, and still equal only to their own kind.
@@ -278,7 +289,7 @@ class CompileError:
 @dataclass
 class Armed:
     index: int
-    how: str  #: RULE_LIMIT or BUDGET_LIMIT
+    how: str  #: RULE_LIMIT, BUDGET_LIMIT or SWEEP
 
     def encode(self) -> str:
         return f"a {self.index} {self.how}\n"
@@ -360,7 +371,7 @@ def decode(line: str) -> Report:
     kind, _, rest = line.partition(" ")
     if kind == "a":
         index, _, how = rest.partition(" ")
-        if how not in (RULE_LIMIT, BUDGET_LIMIT):
+        if how not in (RULE_LIMIT, BUDGET_LIMIT, SWEEP):
             raise ValueError(line)
         return Armed(int(index), how)
     if kind == "r":
@@ -407,7 +418,7 @@ def progress_page() -> mmap.mmap:
 
 
 #: How the evaluator arms rule I on the page: ``pack_progress(page, 0, I, how, b"0")``
-#: (``how`` is RULE_LIMIT or BUDGET_LIMIT as bytes). The struct's own method: no wrapper
+#: (``how`` is RULE_LIMIT, BUDGET_LIMIT or SWEEP as bytes). The struct's own method: no wrapper
 #: call, no Armed object, on the per-rule hot path.
 pack_progress = _PROGRESS.pack_into
 
@@ -453,7 +464,9 @@ def decode_trial(data: bytes) -> tuple[str | None, int]:
 
 #: What the jq program the evaluator runs emits for each rule: ``true`` (a match),
 #: ``false`` (no match), ``null`` (no match either; "why not" tells it from false), or an
-#: error: this prefix, then the message. Anything else is garbage (never a verdict).
+#: error: this prefix, then the message. Anything else is garbage (never a verdict). A
+#: sweep's program emits only a matching rule's index, and ``[index, error]`` for a rule
+#: that raised.
 JQ_ERROR = "e"
 #: The longest verdict string the program emits (an error message is cut there).
 JQ_VERDICT_MAX = 600

@@ -135,6 +135,11 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
             att.garbage = message
 
 
+def _swept_out(att: Attempt) -> bool:
+    """Whether ``att`` is a sweep that ended without an answer (its alarm, or a crash)."""
+    return att.armed is not None and att.armed[1] == wire.SWEEP and not att.done
+
+
 def _began(att: Attempt) -> bool:
     """Whether an evaluator had begun on the envelope ``att`` is for (said anything of it)."""
     return bool(att.done or att.armed is not None or att.errors or att.items
@@ -213,6 +218,8 @@ class Sandbox:
         self._touched: dict[str, float] = {}
         self._refills: dict[str, asyncio.Task[None]] = {}
         self._specs: dict[tuple[str, tuple[str, ...], str], tuple[bytes, str]] = {}
+        #: rule sets whose sweep ran out of time or crashed: they go rule by rule
+        self._by_rule: OrderedDict[str, None] = OrderedDict()
         #: since the sandbox was created: evaluator processes started, and attempts served by a
         #: warm evaluator or by one started for them (figures for tests and benchmarks)
         self.stats = {"spawned": 0, "warm": 0, "fresh": 0, "grouped": 0}
@@ -617,10 +624,24 @@ class Sandbox:
                 self._give_back(ev, count)
                 return atts
             self._discard(ev)
+            if any(_swept_out(a) for a in atts):
+                self._go_by_rule(key)
             if _began(att) or att.garbage == HARD_DEADLINE or (fresh and att.status is not None):
                 return atts
             # never began: a warm one that had exited meanwhile, or a broken new one
         return atts
+
+    def _go_by_rule(self, key: str) -> None:
+        """From now on, ``key``'s deliveries go rule by rule (its sweep ran out or crashed).
+
+        A rule set that ran out once would likely run out again, costing each delivery a
+        sweep's time before its rules run one by one. Remembered for as many rule sets as
+        the zygote cache holds: one forgotten sweeps once more.
+        """
+        self._by_rule[key] = None
+        self._by_rule.move_to_end(key)
+        while len(self._by_rule) > self.limits.cache_size:
+            self._by_rule.popitem(last=False)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -737,12 +758,19 @@ class Sandbox:
         deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
         deadline += allowance
         tried = list(attempts)
+        # a sweep that ran out costs the event nothing: the deadline moves on by its time
+        deadline += sum(a.ran_s for a in tried if _swept_out(a))
         while True:
             step = judge(ids, tried, rule_ms=self.limits.rule_ms, event_ms=self.limits.event_ms)
             if isinstance(step, MatchResult):
                 return step
-            body = wire.frame(wire.encode_eval(wire.EvalHeader(step.start, step.budget_ms), env))
-            tried.append(await self._attempt(key, spec, body, deadline))
+            sweep = not tried and key not in self._by_rule
+            header = wire.EvalHeader(step.start, step.budget_ms, sweep=sweep)
+            body = wire.frame(wire.encode_eval(header, env))
+            att = await self._attempt(key, spec, body, deadline)
+            tried.append(att)
+            if _swept_out(att):
+                deadline += att.ran_s
 
     async def _evaluate_many(
         self, ids: list[str | None], key: str, spec: bytes, envs: list[bytes]
@@ -753,7 +781,8 @@ class Sandbox:
         alone from the rule after the culprit, as :meth:`_evaluate` would; those after it
         in the frame, never begun, are evaluated alone from the start.
         """
-        header = wire.EvalHeader(0, self.limits.event_ms, wire.MODE_MANY)
+        header = wire.EvalHeader(0, self.limits.event_ms, wire.MODE_MANY,
+                                 sweep=key not in self._by_rule)
         atts = await self._frame(key, spec, envs, header, len(envs))
         self.stats["grouped"] += len(envs)
         out = []

@@ -64,7 +64,7 @@ def _prctl(option: int, arg: int) -> None:
 
 def build_program(
     exprs: list[str], indices: list[int], *, exact: bool = False, start: int = 0,
-    stop: int | None = None,
+    stop: int | None = None, sweep: bool = False,
 ) -> str:
     """One program over ``[start, envelope]`` streaming one verdict per rule.
 
@@ -91,6 +91,12 @@ def build_program(
     whole program. The whole program never tests where to start, rule by rule: that test
     took 17 us of jq's time for 32 rules, on every delivery, for what only a resumption
     needs.
+
+    ``sweep`` builds the program a sweep runs (:func:`evaluate_match`): every rule under one
+    alarm, emitting only what decides something. A truthy first output becomes the rule's
+    index (the number), a falsy one or none nothing at all, an error ``[index, "e" +
+    message]``; so a delivery that matches nothing costs one output, not one per rule (and
+    none of the per-rule Python between them). Each rule keeps its lines.
     """
     error = json.dumps(wire.JQ_ERROR)
     cut = wire.JQ_VERDICT_MAX - len(wire.JQ_ERROR)
@@ -98,14 +104,20 @@ def build_program(
     chunks = []
     present = False
     for k, i in enumerate(indices):
+        if sweep:
+            verdict = f"if . then {i} else empty end"
         # newlines (twice: a comment's backslash continuation eats one) keep a trailing
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
         if not exact and single_output(exprs[i]):
             body = f"(($__e | (\n{exprs[i]}\n\n)) | ({verdict}))"
+        elif sweep:  # no output is no match: nothing to emit after the label
+            body = (f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
+                    f"(({verdict}), break $__l)))")
         else:
             body = (f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
                     f"(({verdict}), break $__l)), false)")
-        part = f"(try {body} catch ({error} + (tostring | .[:{cut}])))"
+        message = f"({error} + (tostring | .[:{cut}]))"
+        part = f"(try {body} catch {f'[{i}, {message}]' if sweep else message})"
         newline = "\n" if k else ""
         if i < start or (stop is not None and i >= stop):
             chunks.append(newline + "\n" * part.count("\n"))
@@ -192,7 +204,8 @@ class RuleSet:
         limit = cfg.ruleset_bytes
 
         def attempt(indices: list[int]) -> tuple[str | None, int]:
-            return trial(build_program(exprs, indices), params, deadline - time.monotonic())
+            return trial(build_program(exprs, indices, sweep=True), params,
+                         deadline - time.monotonic())
 
         self.errors: dict[int, str] = {}
         for i, expr in enumerate(exprs):
@@ -216,22 +229,24 @@ class RuleSet:
                     self.errors[i] = why
             good = [i for i in good if i not in self.errors]
         self.good = good
+        self.good_set = frozenset(good)
         self.exprs, self.params, self.compile_s = exprs, params, cfg.compile_ms / 1000
-        # proven safe by a trial under identical limits, so this cannot take the zygote down
-        self.program = _compile(build_program(exprs, good), params) if good else None
+        # proven safe by a trial under identical limits, so this cannot take the zygote down.
+        # The sweep's program: every delivery's (the rule-by-rule one is made on demand)
+        self.program = (_compile(build_program(exprs, good, sweep=True), params)
+                        if good else None)
         self._parts: dict[tuple[int, int], Any] = {}
 
     def program_for(self, start: int, stop: int) -> Any:
-        """The program over the good rules in ``[start, stop)`` (None when there are none).
+        """The rule-by-rule program over the good rules in ``[start, stop)`` (None: none).
 
-        The whole program when it runs just those; else (an evaluation going on after a
-        fault, or one rule alone) the same rules without the others, compiled here once
-        per range and evaluator: a part of a program a trial proved, so within its limits.
+        What an evaluation runs when it does not sweep: going on after a fault, one rule
+        alone, every rule's verdict (history), a rule set whose sweep ran out of time. It
+        is compiled here once per range and evaluator, from the same rules as the sweep's
+        program a trial proved (the same wrapper, but for what it emits), so within the
+        same limits; and under the set's compile deadline, as the trials were.
         """
-        good = self.good
-        if good and start <= good[0] and stop > good[-1]:
-            return self.program  # every delivery's case
-        todo = [i for i in good if start <= i < stop]
+        todo = [i for i in self.good if start <= i < stop]
         if not todo:
             return None
         key = (todo[0], todo[-1] + 1)
@@ -289,6 +304,8 @@ def evaluate_match(  # pragma: no cover - child
 ) -> int | None:
     """:func:`evaluate_one` for one envelope in match mode: its answer ends with ``d``."""
     start = header.start
+    if header.sweep and start == 0:
+        return sweep_match(fd, header, env, rules, cfg, progress)
     todo = [i for i in rules.good if i >= start]
     # before the budget's clock starts: going on after a fault compiles the rest first
     program = rules.program_for(start, len(rules.exprs)) if todo else None
@@ -340,6 +357,52 @@ def evaluate_match(  # pragma: no cover - child
     setitimer(timer, 0)
     wire.finish_progress(progress)
     _send(fd, head + end)
+    return code or None
+
+
+def sweep_match(  # pragma: no cover - child
+    fd: int, header: wire.EvalHeader, env: bytes, rules: RuleSet, cfg: wire.ChildConfig,
+    progress: mmap.mmap,
+) -> int | None:
+    """:func:`evaluate_match` as a sweep: every rule in one go, under one alarm.
+
+    The alarm is one rule's limit (with the parse allowance, and never past the budget):
+    a sweep that ends within it kept every rule within its own, and one that does not
+    dies armed for a sweep (:data:`.protocol.SWEEP`, no rule named), and the server goes
+    rule by rule instead. jq emits only what decides (:func:`build_program`): nothing for
+    a delivery that matches no rule, so its rules cost one output and two alarms.
+    """
+    head = "".join(rules.error_lines())
+    program = rules.program
+    if program is None:
+        _send(fd, head + "d\n")
+        return None
+    good = rules.good_set
+    parse = len(env) * cfg.parse_s_per_byte
+    limit = min(cfg.rule_ms, header.budget_ms) / 1000 + parse
+    error_v = wire.JQ_ERROR
+    end, code = "d\n", 0
+    lines = []
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    # arm, then name it: an alarm in between still finds the sweep armed
+    wire.pack_progress(progress, 0, rules.good[0], wire.SWEEP.encode(), b"0")
+    try:
+        for out in program.input_text((b"[0,%s]" % env).decode("utf-8")):
+            if type(out) is int and out in good:  # the first match: nothing after it runs
+                end = wire.Matched(out).encode() + end
+                break
+            if (type(out) is list and len(out) == 2 and type(out[0]) is int
+                    and out[0] in good and type(out[1]) is str
+                    and out[1].startswith(error_v)):
+                lines.append(wire.RuleError(out[0], out[1][len(error_v):]).encode())
+                continue
+            end, code = wire.Garbage("unexpected output from the rules").encode(), 3
+            break
+    except Exception as exc:  # noqa: BLE001 - e.g. the envelope did not parse
+        end, code = wire.Garbage(str(exc)[:300]).encode(), 3
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    wire.finish_progress(progress)
+    _send(fd, head + "".join(lines) + end)
     return code or None
 
 

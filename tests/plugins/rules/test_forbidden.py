@@ -140,7 +140,10 @@ def test_trial_and_zygote_compile_the_prelude(monkeypatch: pytest.MonkeyPatch) -
     rules = RuleSet(["env | length == 0", ".a == 1"], {}, cfg)
     assert trials and all(p.startswith(PRELUDE) for p in trials)
     assert rules.program is not None
+    # the sweep's program (every delivery's) and the rule-by-rule one both shadow env
     out = list(rules.program.input_text(json.dumps([0, ENVELOPE])))
+    assert out == [[0, "eenv/0 is forbidden in routing rules"], 1]
+    out = list(rules.program_for(0, 2).input_text(json.dumps([0, ENVELOPE])))
     assert out == ["eenv/0 is forbidden in routing rules", True]
 
 

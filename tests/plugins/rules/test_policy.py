@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from switchboard_rules.policy import BUSY, Attempt, Resume, judge
-from switchboard_rules.protocol import BUDGET_LIMIT, RULE_LIMIT
+from switchboard_rules.protocol import BUDGET_LIMIT, RULE_LIMIT, SWEEP
 
 from switchboard.plugin import Fault, MatchResult
 
@@ -106,6 +106,23 @@ TABLE: list[tuple[str, list[str | None], list[Attempt], Any]] = [
                               "(memory cap, crash or abort)"),))),
     ("a match wins over a garbage line that came after it",
      IDS, [att(matched=0, garbage="late")], MatchResult(0)),
+    ("a sweep that ran out names no rule and costs the event nothing: go rule by rule",
+     IDS, [att(0.05, armed=(0, SWEEP), status=ALARM)], Resume(0, 250)),
+    ("a sweep that crashed: the same (the rule by rule attempt names the culprit)",
+     IDS, [att(0.01, armed=(0, SWEEP), status=-signal.SIGKILL)], Resume(0, 250)),
+    ("a sweep begins at the first rule that compiled",
+     IDS, [att(0.05, compile_errors={0: "bad"}, armed=(1, SWEEP), status=ALARM)],
+     Resume(1, 250)),
+    ("after a sweep that ran out, the rule by rule attempt decides",
+     IDS, [att(0.05, armed=(0, SWEEP), status=ALARM), timed_out(1, 0.05), att(matched=2)],
+     MatchResult(2, (Fault(1, "timeout", "b", "rule exceeded 50 ms"),))),
+    ("... with the whole budget: only its own attempts spend it",
+     IDS, [att(0.05, armed=(0, SWEEP), status=ALARM), timed_out(0, 0.1), timed_out(1, 0.1)],
+     Resume(2, pytest.approx(50))),
+    ("a sweep past the server's hard deadline is the sandbox's failure",
+     IDS, [att(armed=(0, SWEEP), garbage="sandbox missed its hard deadline")],
+     MatchResult(None, (Fault(-1, "sandbox_failure",
+                              detail="sandbox missed its hard deadline"),))),
 ]  # fmt: skip
 
 

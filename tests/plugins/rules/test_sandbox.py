@@ -270,3 +270,54 @@ async def test_verdicts_mode_judges_every_rule_and_survives_a_timeout() -> None:
     assert wire.decode("v 3 mnz-") == wire.Verdicts(3, "mnz-")
     with pytest.raises(ValueError):
         wire.decode("v 3 mq")
+
+
+def _loop_for(seconds: float) -> str:
+    """A rule that counts for about ``seconds`` here (measured now, with this libjq)."""
+    import time
+
+    import jq
+
+    n = 200_000
+    began = time.perf_counter()
+    jq.compile(f"last(range({n})) < 0").input_value(None).first()
+    per = (time.perf_counter() - began) / n
+    return f"last(range({int(seconds / per)})) < 0"  # false: no match
+
+
+async def test_rules_that_each_keep_their_limit_but_not_together_lose_nothing() -> None:
+    """A sweep runs every rule under one rule's alarm; when that runs out, nothing is lost.
+
+    Four rules of ~0.3 rule_ms each (1.2 rule_ms together) and a match: the sweep's alarm
+    ends its evaluator, the server goes rule by rule with the whole budget, each rule keeps
+    its limit, and the answer is the match with no fault, exactly as before sweeps. The
+    rule set goes rule by rule from then on: no evaluator dies for its later deliveries.
+    """
+    slow = _loop_for(0.3 * 0.4)
+    rules = [(f"s{i}", slow) for i in range(4)] + [("t", "true")]
+    async with sandbox(rule_ms=400, event_ms=4000) as sb:
+        assert await sb.compile([e for _, e in rules], {}) == []
+        spawned = sb.stats["spawned"]
+        assert await sb.evaluate(rules, {}, ENV) == MatchResult(4)
+        assert sb.stats["spawned"] - spawned >= 1  # the sweep's evaluator died: replaced
+        await asyncio.sleep(0.5)  # the replacement warms up
+        spawned = sb.stats["spawned"]
+        for _ in range(3):
+            assert await sb.evaluate(rules, {}, ENV) == MatchResult(4)
+        assert sb.stats["spawned"] == spawned  # rule by rule now: every evaluator lived
+        # a fast rule set of the same owner still sweeps (one evaluator, no deaths)
+        fast = [("a", ".kind == \"x\""), ("b", ".payload.number == 7")]
+        assert await sb.evaluate(fast, {}, ENV) == MatchResult(1)
+        key = sb._spec("", [e for _, e in fast], {})[1]
+        assert key not in sb._by_rule and len(sb._by_rule) == 1
+
+
+async def test_a_crash_in_a_sweep_still_names_its_rule_with_a_match_after_it() -> None:
+    crash = ".source * 3e7 | length > 0"
+    async with sandbox() as sb:
+        for _ in range(2):  # the first sweeps (and dies), the second goes rule by rule
+            result = await sb.evaluate([("e", 'error("boom")'), ("crash", crash),
+                                        ("t", "true")], {}, ENV)
+            assert result.rule_index == 2
+            assert causes(result) == [(0, "error"), (1, "sandbox_failure")]
+        assert len(sb._by_rule) == 1

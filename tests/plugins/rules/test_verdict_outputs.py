@@ -1,8 +1,10 @@
-"""What the rule program may emit (true, false, null, an error) and what the evaluator refuses.
+"""What the rule programs may emit and what the evaluator refuses; a sweep against rule by rule.
 
-The program (``build_program``) maps each rule's first output to ``true`` or to that falsy
-output itself; the evaluator's loops are the only check that nothing else passes for a
-verdict, so they are tested here on programs that emit something else.
+The rule-by-rule program (``build_program``) maps each rule's first output to ``true`` or to
+that falsy output itself (or an error string); the sweep's program emits only a matching
+rule's index and ``[index, error]``. The evaluator's loops are the only check that nothing
+else passes for a verdict, so they are tested here on programs that emit something else;
+and a sweep must answer exactly what going rule by rule answers.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ ENVELOPE = {"kind": "push", "a": 1, "nope": None, "list": [1, 2]}
 
 
 def outputs(exprs: list[str], *, exact: bool = False, start: int = 0,
-            stop: int | None = None) -> list[Any]:
+            stop: int | None = None, sweep: bool = False) -> list[Any]:
     program = jq.compile(build_program(exprs, list(range(len(exprs))), exact=exact,
-                                       start=start, stop=stop))
+                                       start=start, stop=stop, sweep=sweep))
     return list(program.input_text(json.dumps([start, ENVELOPE])))
 
 
@@ -36,6 +38,16 @@ def test_each_rule_gives_true_false_null_or_an_error_string(exact: bool) -> None
              "(.list[] | . > 1)", '"a string"', "{}", "0", 'error("boom")', "null, true"]
     assert outputs(exprs, exact=exact) == [
         True, False, None, None, False, True, False, True, True, True, "eboom", None]
+    # the sweep's program: only the matches (their index) and the errors
+    assert outputs(exprs, exact=exact, sweep=True) == [0, 5, 7, 8, 9, [10, "eboom"]]
+
+
+def test_a_sweep_keeps_each_rule_on_its_lines() -> None:
+    loc = ["$__loc__.line"] * 4
+    program = build_program(loc, [0, 1, 2, 3], sweep=True)
+    for i in range(4):
+        program = program.replace(f"if . then {i} else empty end", ".")
+    assert list(jq.compile(program).input_text("[0, {}]")) == [2, 6, 10, 14]
 
 
 def test_a_part_of_the_program_runs_only_its_rules_on_their_own_lines() -> None:
@@ -59,7 +71,11 @@ def test_a_part_of_the_program_runs_only_its_rules_on_their_own_lines() -> None:
 
 def test_an_evaluator_goes_on_from_a_rule_with_the_rest_of_the_program() -> None:
     rules = RuleSet([".a == 2", ".nope", ".a == 1", "error(\"x\")"], {}, CFG)
-    assert rules.program_for(0, 4) is rules.program  # every delivery's program
+    assert rules.program is not None  # every delivery's: the sweep's
+    assert list(rules.program.input_text(json.dumps([0, ENVELOPE]))) == [2, [3, "ex"]]
+    whole = rules.program_for(0, 4)  # rule by rule, made on demand, once
+    assert whole is not rules.program and rules.program_for(0, 4) is whole
+    assert list(whole.input_text(json.dumps([0, ENVELOPE]))) == [False, None, True, "ex"]
     rest = rules.program_for(2, 4)
     assert rest is not rules.program and rules.program_for(2, 4) is rest  # compiled once
     assert list(rest.input_text(json.dumps([2, ENVELOPE]))) == [True, "ex"]
@@ -67,21 +83,26 @@ def test_an_evaluator_goes_on_from_a_rule_with_the_rest_of_the_program() -> None
     assert rules.program_for(4, 4) is None
 
 
-def _rule_set(program: str, n: int) -> RuleSet:
+def _rule_set(program: str, n: int, sweep: bool) -> RuleSet:
     rules = RuleSet([".a == 1"] * n, {}, CFG)
-    rules.program = jq.compile(program)  # what no wrapped rule can emit
+    if sweep:
+        rules.program = jq.compile(program)  # what no wrapped rule can emit
+    else:
+        rules._parts[(0, n)] = jq.compile(program)
     return rules
 
 
-def _run(mode: str, program: str, n: int = 2) -> tuple[int | None, list[Any]]:
-    """Evaluate ENVELOPE with ``program`` in place of the rule set's; the exit code and lines."""
+def _run(mode: str, program: str, n: int = 2, *, sweep: bool = False,
+         rules: RuleSet | None = None, envelope: Any = ENVELOPE) -> tuple[int | None, list[Any]]:
+    """Evaluate ``envelope`` with ``program`` in place of the rule set's (or with ``rules``);
+    the exit code and lines."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     page = wire.progress_page()
     try:
-        header = wire.EvalHeader(0, 1000.0, mode)
-        data = wire.encode_eval(header, wire.encode_envelope(ENVELOPE))
-        code = sandbox_child.evaluate_one(theirs.fileno(), data, _rule_set(program, n), CFG,
-                                          page)
+        header = wire.EvalHeader(0, 1000.0, mode, sweep=sweep)
+        data = wire.encode_eval(header, wire.encode_envelope(envelope))
+        code = sandbox_child.evaluate_one(theirs.fileno(), data,
+                                          rules or _rule_set(program, n, sweep), CFG, page)
         theirs.close()
         received = b""
         while chunk := mine.recv(65536):
@@ -113,3 +134,45 @@ def test_the_same_evaluator_answers_true_false_null_and_errors(mode: str) -> Non
         assert lines[-2:] == [wire.Matched(3), wire.DONE]
     else:
         assert lines[-2:] == [wire.Verdicts(0, "nzem"), wire.DONE]
+
+
+@pytest.mark.parametrize("output", ['"m"', "true", "false", "null", "{}", "[true]", "7", "-1",
+                                    "1.5", '[0, "x"]', '[0, 1]', '[9, "eboom"]', '[0, "e", 1]'])
+def test_a_sweep_refuses_any_other_output_as_garbage(output: str) -> None:
+    # an index the rule set does not have, an error that is not one: never a verdict
+    code, lines = _run(wire.MODE_MATCH, f'[0, "eok"], {output}', sweep=True)
+    assert code == 3
+    assert lines[-1] == wire.Garbage("unexpected output from the rules")
+    assert not any(isinstance(line, wire.Matched | wire.Done) for line in lines)
+
+
+def test_a_sweep_answers_errors_then_the_first_match() -> None:
+    code, lines = _run(wire.MODE_MATCH, '[0, "eboom"], 1, 0', n=3, sweep=True)
+    assert code is None
+    assert lines == [wire.RuleError(0, "boom"), wire.Matched(1), wire.DONE]
+    code, lines = _run(wire.MODE_MATCH, "empty", n=3, sweep=True)
+    assert (code, lines) == (None, [wire.DONE])
+
+
+RULE_SETS = [
+    [".a == 2", ".nope", ".a == 1", 'error("x")'],
+    ['error("first")', ".missing.deeper", "empty", ".list[]", "true"],
+    [".kind == \"push\" and .a == 1", "true"],
+    ["(.list[] | . > 1)", "null, true", '.a | error("boom")', "false"],
+    ['.list | map(. * 2) | add == 6', '.kind | test("^pu")', "."],
+    [".a == 1 | not", "[.list[] | select(. > 5)] | length > 0", "{} | has(\"x\")"],
+    ["$__loc__.line == 7", ".a as $x | $x == 1"],
+    ["env | length > 0", "input_filename == null"],  # shadowed (an error) and allowed
+    ['"unbalanced (', ".a == 1"],  # a compile error, then a match
+]
+ENVELOPES = [ENVELOPE, {"kind": "pull", "a": 2, "list": [3, 4, 9]}, {"a": None}, {}]
+
+
+@pytest.mark.parametrize("exprs", RULE_SETS)
+def test_a_sweep_answers_what_going_rule_by_rule_answers(exprs: list[str]) -> None:
+    rules = RuleSet(exprs, {}, CFG)
+    for envelope in ENVELOPES:
+        swept = _run(wire.MODE_MATCH, "", rules=rules, envelope=envelope, sweep=True)
+        by_rule = _run(wire.MODE_MATCH, "", rules=rules, envelope=envelope)
+        assert swept == by_rule, (exprs, envelope)
+        assert swept[0] is None and swept[1][-1] == wire.DONE
