@@ -3,7 +3,9 @@
 The sandbox (:mod:`.sandbox`) runs evaluators and folds each one's report lines
 (:mod:`.protocol`) into an :class:`Attempt`; :func:`judge` alone decides what those attempts
 mean. A rule that times out costs its evaluator, so an evaluation may take several
-attempts: each resumes after the rule that timed out, with what is left of the budget.
+attempts: each resumes after the rule that timed out, with what is left of the budget. A
+first attempt that swept every rule under one alarm and did not finish (``SWEEP``) is no
+fault and spends nothing: the next attempt goes rule by rule from its start.
 
 Faults, by cause: ``compile_error`` (a rule that does not compile is skipped), ``error`` (a
 rule raised: skipped), ``timeout`` (a rule ran past ``rule_ms``: skipped, the next attempt

@@ -7,7 +7,8 @@ Process tree (one process group, the fork server is a child subreaper)::
     └── zygote    RLIMIT_AS, compiles its rule set once (after proving it safe, and small
                   enough, in forked trials under one deadline)
         └── evaluator, started ahead of need and reused for many evaluations: SIGALRM
-            hard stop per rule (the default action: the process dies), one line per rule
+            hard stop (the default action: the process dies) for a sweep of all the rules,
+            or per rule when going rule by rule; one answer per envelope
 
 Every message these processes exchange with the server, and with each other, is defined
 in :mod:`.protocol`. The server starts this module without importing its package (see
@@ -246,10 +247,14 @@ class RuleSet:
         program a trial proved (the same wrapper, but for what it emits), so within the
         same limits; and under the set's compile deadline, as the trials were.
         """
-        todo = [i for i in self.good if start <= i < stop]
-        if not todo:
-            return None
-        key = (todo[0], todo[-1] + 1)
+        good = self.good
+        if good and start <= good[0] and stop > good[-1]:
+            key = (good[0], good[-1] + 1)  # all of them: every history envelope's case
+        else:
+            todo = [i for i in good if start <= i < stop]
+            if not todo:
+                return None
+            key = (todo[0], todo[-1] + 1)
         found = self._parts.get(key)
         if found is None:
             if len(self._parts) >= 4:  # a few at most: each holds a compiled copy of libjq's
