@@ -777,9 +777,10 @@ class Sandbox:
     ) -> list[MatchResult]:
         """Several envelopes of one rule set in one frame; each one's budget is its own.
 
-        An envelope whose evaluator died (a rule timed out, crashed or hit the cap) goes on
-        alone from the rule after the culprit, as :meth:`_evaluate` would; those after it
-        in the frame, never begun, are evaluated alone from the start.
+        Each envelope is swept (unless its rule set goes rule by rule). An envelope whose
+        evaluator died goes on alone, as :meth:`_evaluate` would: rule by rule from the
+        start after a sweep, from the rule after the culprit after a rule's timeout or
+        crash; those after it in the frame, never begun, are evaluated alone from the start.
         """
         header = wire.EvalHeader(0, self.limits.event_ms, wire.MODE_MANY,
                                  sweep=key not in self._by_rule)
