@@ -66,6 +66,12 @@ class Resume:
 BUSY = MatchResult(None, (Fault(-1, "sandbox_busy"),))
 
 
+def swept_out(att: Attempt) -> bool:
+    """Whether ``att`` is a sweep that died before answering (its alarm, or a crash)."""
+    return (att.armed is not None and att.armed[1] == SWEEP and not att.done
+            and att.garbage is None)
+
+
 def describe(status: int | None) -> str:
     """Why an evaluator that gave no answer ended, for a ``sandbox_failure``'s detail."""
     if status is None:
@@ -112,10 +118,10 @@ def judge(
 
     start, spent = 0, 0.0
     for att in attempts:
-        if (att.armed is not None and att.armed[1] == SWEEP and not att.done
-                and att.garbage is None):
+        if swept_out(att):
             # died in a sweep (its alarm or a crash) before answering: it named no rule and
             # its time is not the event's; the next attempt goes rule by rule from its start
+            assert att.armed is not None
             start = att.armed[0]
             continue
         compile_errors.update(att.compile_errors)

@@ -27,7 +27,7 @@ from switchboard.plugin import MatchResult, RuleVerdict, StoreUnavailable
 
 from . import protocol as wire
 from . import sandbox_metrics
-from .policy import BUSY, Attempt, describe, judge
+from .policy import BUSY, Attempt, describe, judge, swept_out
 
 __all__ = ["Attempt", "Limits", "Sandbox", "SandboxUnavailable", "parse_line"]
 
@@ -133,11 +133,6 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
             att.status = status
         case wire.Garbage(message):
             att.garbage = message
-
-
-def _swept_out(att: Attempt) -> bool:
-    """Whether ``att`` is a sweep that ended without an answer (its alarm, or a crash)."""
-    return att.armed is not None and att.armed[1] == wire.SWEEP and not att.done
 
 
 def _began(att: Attempt) -> bool:
@@ -624,7 +619,7 @@ class Sandbox:
                 self._give_back(ev, count)
                 return atts
             self._discard(ev)
-            if any(_swept_out(a) for a in atts):
+            if any(swept_out(a) for a in atts):
                 self._go_by_rule(key)
             if _began(att) or att.garbage == HARD_DEADLINE or (fresh and att.status is not None):
                 return atts
@@ -755,11 +750,9 @@ class Sandbox:
         """One envelope once its slots are held, going on from ``attempts`` made already."""
         loop = asyncio.get_running_loop()
         allowance = len(env) * PARSE_S_PER_BYTE
-        deadline = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
-        deadline += allowance
+        base = loop.time() + (self.limits.event_ms + self.limits.kill_grace_ms) / 1000
+        base += allowance
         tried = list(attempts)
-        # a sweep that ran out costs the event nothing: the deadline moves on by its time
-        deadline += sum(a.ran_s for a in tried if _swept_out(a))
         while True:
             step = judge(ids, tried, rule_ms=self.limits.rule_ms, event_ms=self.limits.event_ms)
             if isinstance(step, MatchResult):
@@ -767,10 +760,9 @@ class Sandbox:
             sweep = not tried and key not in self._by_rule
             header = wire.EvalHeader(step.start, step.budget_ms, sweep=sweep)
             body = wire.frame(wire.encode_eval(header, env))
-            att = await self._attempt(key, spec, body, deadline)
-            tried.append(att)
-            if _swept_out(att):
-                deadline += att.ran_s
+            # a sweep that ran out costs the event nothing: the deadline moves on by its time
+            deadline = base + sum(a.ran_s for a in tried if swept_out(a))
+            tried.append(await self._attempt(key, spec, body, deadline))
 
     async def _evaluate_many(
         self, ids: list[str | None], key: str, spec: bytes, envs: list[bytes]

@@ -111,12 +111,9 @@ def build_program(
         # comment from swallowing the wrapper; brackets are checked balanced beforehand
         if not exact and single_output(exprs[i]):
             body = f"(($__e | (\n{exprs[i]}\n\n)) | ({verdict}))"
-        elif sweep:  # no output is no match: nothing to emit after the label
+        else:  # no output: false, or in a sweep nothing (no match)
             body = (f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
-                    f"(({verdict}), break $__l)))")
-        else:
-            body = (f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
-                    f"(({verdict}), break $__l)), false)")
+                    f"(({verdict}), break $__l)){'' if sweep else ', false'})")
         message = f"({error} + (tostring | .[:{cut}]))"
         part = f"(try {body} catch {f'[{i}, {message}]' if sweep else message})"
         newline = "\n" if k else ""
