@@ -27,8 +27,11 @@ def requirements(setup_cfg: Path) -> list[str]:
     cfg.read(setup_cfg, encoding="utf-8")
     text = cfg.get("options", "install_requires")
     text += "\n" + cfg.get("options.extras_require", "test", fallback="")
-    return [line.strip() for line in text.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def constraints(reqs: list[str]) -> tuple[list[str], list[str]]:
@@ -38,8 +41,11 @@ def constraints(reqs: list[str]) -> tuple[list[str], list[str]]:
         m = _REQ.match(req)
         if m is None:
             raise SystemExit(f"lowest_constraints: cannot read requirement {req!r}")
-        floor = [s.strip()[2:].strip() for s in m["spec"].split(",")
-                 if s.strip().startswith((">=", "=="))]
+        floor = [
+            s.strip()[2:].strip()
+            for s in m["spec"].split(",")
+            if s.strip().startswith((">=", "=="))
+        ]
         if not floor:
             unpinned.append(req)
             continue
@@ -52,14 +58,19 @@ def main(argv: list[str]) -> int:
     if not 1 <= len(argv) <= 2:
         print(__doc__, file=sys.stderr)
         return 2
-    setup_cfg = Path(argv[1]) if len(argv) == 2 else Path(__file__).resolve().parents[1] / "setup.cfg"
+    setup_cfg = (
+        Path(argv[1]) if len(argv) == 2 else Path(__file__).resolve().parents[1] / "setup.cfg"
+    )
     pins, unpinned = constraints(requirements(setup_cfg))
     Path(argv[0]).write_text(
         f"# The lowest versions {setup_cfg.name} declares (.ci/lowest_constraints.py).\n"
-        + "".join(p + "\n" for p in pins), encoding="utf-8")
+        + "".join(p + "\n" for p in pins),
+        encoding="utf-8",
+    )
     for req in unpinned:
-        print(f"lowest_constraints: {req!r} declares no floor; the resolver picks it",
-              file=sys.stderr)
+        print(
+            f"lowest_constraints: {req!r} declares no floor; the resolver picks it", file=sys.stderr
+        )
     return 0
 
 

@@ -29,5 +29,6 @@ async def healthz(request: object) -> object:
 
 if __name__ == "__main__":
     port, workers = int(sys.argv[1]), int(sys.argv[2])
-    app.run(host="127.0.0.1", port=port, workers=workers, single_process=workers == 1,
-            access_log=False)
+    app.run(
+        host="127.0.0.1", port=port, workers=workers, single_process=workers == 1, access_log=False
+    )

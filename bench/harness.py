@@ -79,19 +79,25 @@ class Served:
             self.proc.kill()
 
 
-def serve(dsn: str, data_dir: Path, workers: int | None = 1,
-          config: Path | None = None) -> Served:
+def serve(dsn: str, data_dir: Path, workers: int | None = 1, config: Path | None = None) -> Served:
     """``switchboard serve`` on a free port; ``workers=None``: serve's own default (auto)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
-    env.update(SWITCHBOARD_DATABASE_URL=dsn, SWITCHBOARD_DATA_DIR=str(data_dir),
-               SWITCHBOARD_BASE_URL=f"http://127.0.0.1:{port}",
-               SWITCHBOARD_SECRET_KEY="bench-secret-key-0123456789")
+    env.update(
+        SWITCHBOARD_DATABASE_URL=dsn,
+        SWITCHBOARD_DATA_DIR=str(data_dir),
+        SWITCHBOARD_BASE_URL=f"http://127.0.0.1:{port}",
+        SWITCHBOARD_SECRET_KEY="bench-secret-key-0123456789",
+    )
     if config is not None:
         env["SWITCHBOARD_CONFIG"] = str(config)
     flags = ["--workers", str(workers)] if workers is not None else []
-    proc = subprocess.Popen([SWITCHBOARD, "serve", "--port", str(port), *flags],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [SWITCHBOARD, "serve", "--port", str(port), *flags],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base)
@@ -119,12 +125,24 @@ def cli(env: dict[str, str], *args: str) -> Any:
     return json.loads(out.stdout)
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
-                    path: str, delivery_id: str, headers: str, body: bytes) -> tuple[bytes, bytes]:
+async def _exchange(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    host: str,
+    path: str,
+    delivery_id: str,
+    headers: str,
+    body: bytes,
+) -> tuple[bytes, bytes]:
     """One keep-alive POST of ``body``: the status line and the reply's body."""
-    writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                  f"X-Delivery-Id: {delivery_id}\r\n{headers}"
-                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+    writer.write(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"X-Delivery-Id: {delivery_id}\r\n{headers}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        + body
+    )
     status = await reader.readline()
     length = 0
     while (line := await reader.readline()) not in (b"\r\n", b""):
@@ -133,8 +151,14 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     return status, await reader.readexactly(length)
 
 
-async def _client(host: str, port: int, path: str, bodies: asyncio.Queue[bytes],
-                  latencies: list[float], headers: str) -> None:
+async def _client(
+    host: str,
+    port: int,
+    path: str,
+    bodies: asyncio.Queue[bytes],
+    latencies: list[float],
+    headers: str,
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while True:
@@ -143,8 +167,9 @@ async def _client(host: str, port: int, path: str, bodies: asyncio.Queue[bytes],
             except asyncio.QueueEmpty:
                 return
             start = time.perf_counter()
-            status, _ = await _exchange(reader, writer, host, path, str(uuid.uuid4()), headers,
-                                        body)
+            status, _ = await _exchange(
+                reader, writer, host, path, str(uuid.uuid4()), headers, body
+            )
             latencies.append(time.perf_counter() - start)
             if b" 202 " not in status:
                 raise RuntimeError(f"unexpected status {status!r}")
@@ -152,8 +177,9 @@ async def _client(host: str, port: int, path: str, bodies: asyncio.Queue[bytes],
         writer.close()
 
 
-async def load(url: str, body: bytes, concurrency: int, total: int,
-               headers: str = "") -> tuple[float, list[float]]:
+async def load(
+    url: str, body: bytes, concurrency: int, total: int, headers: str = ""
+) -> tuple[float, list[float]]:
     """POST ``total`` unique deliveries over ``concurrency`` keep-alive connections."""
     parts = urlsplit(url)
     queue: asyncio.Queue[bytes] = asyncio.Queue()
@@ -161,11 +187,19 @@ async def load(url: str, body: bytes, concurrency: int, total: int,
         queue.put_nowait(body)
     latencies: list[float] = []
     start = time.perf_counter()
-    await asyncio.gather(*[
-        _client(parts.hostname or "127.0.0.1", parts.port or 80, parts.path, queue, latencies,
-                headers)
-        for _ in range(concurrency)
-    ])
+    await asyncio.gather(
+        *[
+            _client(
+                parts.hostname or "127.0.0.1",
+                parts.port or 80,
+                parts.path,
+                queue,
+                latencies,
+                headers,
+            )
+            for _ in range(concurrency)
+        ]
+    )
     return time.perf_counter() - start, latencies
 
 
@@ -185,10 +219,13 @@ def summary(elapsed: float, lat: list[float]) -> dict[str, float]:
 
 # 32 realistic rules, none of which matches a bench body: every delivery evaluates them all.
 RULES = [
-    {"id": f"r{i}", "name": f"repo {i}",
-     "expr": f'.kind == "pull_request" and .payload.repository.full_name == "org/repo-{i}"'
-             f' and (.headers["x-github-event"] // "") != "ping"',
-     "action": {"queue": "inbox"}}
+    {
+        "id": f"r{i}",
+        "name": f"repo {i}",
+        "expr": f'.kind == "pull_request" and .payload.repository.full_name == "org/repo-{i}"'
+        f' and (.headers["x-github-event"] // "") != "ping"',
+        "action": {"queue": "inbox"},
+    }
     for i in range(32)
 ]
 
@@ -220,8 +257,7 @@ class PgbenchResult:
     failed: int
 
 
-def pgbench(dsn: str, script: str, clients: int, seconds: float,
-            threads: int = 2) -> PgbenchResult:
+def pgbench(dsn: str, script: str, clients: int, seconds: float, threads: int = 2) -> PgbenchResult:
     """Run the custom ``script`` (no vacuum, prepared statements) against ``dsn`` for
     ``seconds`` at ``clients`` connections; the tps without the initial connection time.
 
@@ -231,9 +267,25 @@ def pgbench(dsn: str, script: str, clients: int, seconds: float,
         fh.write(script)
     try:
         out = subprocess.run(
-            [pgbench_binary(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(threads),
-             "-T", str(max(1, round(seconds))), "-f", fh.name, dsn],
-            capture_output=True, text=True, check=False)
+            [
+                pgbench_binary(),
+                "-n",
+                "-M",
+                "prepared",
+                "-c",
+                str(clients),
+                "-j",
+                str(threads),
+                "-T",
+                str(max(1, round(seconds))),
+                "-f",
+                fh.name,
+                dsn,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     finally:
         os.unlink(fh.name)
     tps = re.search(r"^tps = ([0-9.]+)", out.stdout, re.M)
@@ -242,8 +294,12 @@ def pgbench(dsn: str, script: str, clients: int, seconds: float,
     latency = re.search(r"^latency average = ([0-9.]+) ms", out.stdout, re.M)
     done = re.search(r"^number of transactions actually processed: (\d+)", out.stdout, re.M)
     failed = re.search(r"^number of failed transactions: (\d+)", out.stdout, re.M)
-    return PgbenchResult(float(tps.group(1)), float(latency.group(1)) if latency else None,
-                         int(done.group(1)) if done else 0, int(failed.group(1)) if failed else 0)
+    return PgbenchResult(
+        float(tps.group(1)),
+        float(latency.group(1)) if latency else None,
+        int(done.group(1)) if done else 0,
+        int(failed.group(1)) if failed else 0,
+    )
 
 
 # -- /metrics: batch sizes -------------------------------------------------------------------
@@ -252,8 +308,9 @@ def pgbench(dsn: str, script: str, clients: int, seconds: float,
 Histogram = dict[str, tuple[dict[float, float], float, float]]
 
 
-def scrape_histogram(base_url: str, family: str = "switchboard_store_batch_size",
-                     label: str = "step") -> Histogram:
+def scrape_histogram(
+    base_url: str, family: str = "switchboard_store_batch_size", label: str = "step"
+) -> Histogram:
     """One histogram family from ``base_url``'s /metrics, by the value of ``label``."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -281,13 +338,13 @@ def histogram_diff(before: Histogram, after: Histogram) -> Histogram:
     diff: Histogram = {}
     for key, (buckets, count, total) in after.items():
         b0, c0, t0 = before.get(key, ({}, 0.0, 0.0))
-        diff[key] = ({le: n - b0.get(le, 0.0) for le, n in buckets.items()},
-                     count - c0, total - t0)
+        diff[key] = ({le: n - b0.get(le, 0.0) for le, n in buckets.items()}, count - c0, total - t0)
     return diff
 
 
-def histogram_percentiles(buckets: dict[float, float], count: float,
-                          ps: tuple[float, ...] = (50, 90, 99, 100)) -> list[float]:
+def histogram_percentiles(
+    buckets: dict[float, float], count: float, ps: tuple[float, ...] = (50, 90, 99, 100)
+) -> list[float]:
     """For each p, the upper bound of the bucket holding the p-th percentile (100: the
     max's bucket); nan without observations."""
     out = []
@@ -296,8 +353,9 @@ def histogram_percentiles(buckets: dict[float, float], count: float,
             out.append(float("nan"))
             continue
         rank = p / 100 * count
-        out.append(next((le for le, n in sorted(buckets.items()) if n >= rank - 1e-9),
-                        float("inf")))
+        out.append(
+            next((le for le, n in sorted(buckets.items()) if n >= rank - 1e-9), float("inf"))
+        )
     return out
 
 
@@ -311,16 +369,23 @@ def batch_line(diff: Histogram, step: str) -> str:
     def le(v: float) -> str:
         return "≤" + (f"{v:g}" if v != float("inf") else "inf")
 
-    return (f"{step}: {count:.0f} batches, mean {total / count:.1f},"
-            f" p50 {le(p50)} p90 {le(p90)} p99 {le(p99)} max {le(top)}")
+    return (
+        f"{step}: {count:.0f} batches, mean {total / count:.1f},"
+        f" p50 {le(p50)} p90 {le(p90)} p99 {le(p99)} max {le(top)}"
+    )
 
 
 # -- delivery-id load: redeliveries on purpose ---------------------------------------------
 
 
-async def _id_client(host: str, port: int, path: str, ids: asyncio.Queue[str],
-                     body: Callable[[str], bytes],
-                     answers: list[tuple[str, int, dict[str, Any], float]]) -> None:
+async def _id_client(
+    host: str,
+    port: int,
+    path: str,
+    ids: asyncio.Queue[str],
+    body: Callable[[str], bytes],
+    answers: list[tuple[str, int, dict[str, Any], float]],
+) -> None:
     import json
 
     reader, writer = await asyncio.open_connection(host, port)
@@ -332,16 +397,21 @@ async def _id_client(host: str, port: int, path: str, ids: asyncio.Queue[str],
                 return
             start = time.perf_counter()
             status, reply = await _exchange(reader, writer, host, path, did, "", body(did))
-            answers.append((did, int(status.split()[1]), json.loads(reply or b"{}"),
-                            time.perf_counter() - start))
+            answers.append(
+                (
+                    did,
+                    int(status.split()[1]),
+                    json.loads(reply or b"{}"),
+                    time.perf_counter() - start,
+                )
+            )
     finally:
         writer.close()
 
 
-async def load_ids(url: str, ids: list[str], concurrency: int,
-                   body: Callable[[str], bytes]) -> tuple[float,
-                                                          list[tuple[str, int, dict[str, Any],
-                                                                     float]]]:
+async def load_ids(
+    url: str, ids: list[str], concurrency: int, body: Callable[[str], bytes]
+) -> tuple[float, list[tuple[str, int, dict[str, Any], float]]]:
     """POST one delivery per entry of ``ids`` (its ``X-Delivery-Id``; an id listed twice is
     a redelivery) over ``concurrency`` keep-alive connections, in list order; each answer
     as (id, status, JSON body, seconds)."""
@@ -351,9 +421,12 @@ async def load_ids(url: str, ids: list[str], concurrency: int,
         queue.put_nowait(did)
     answers: list[tuple[str, int, dict[str, Any], float]] = []
     start = time.perf_counter()
-    await asyncio.gather(*[
-        _id_client(parts.hostname or "127.0.0.1", parts.port or 80, parts.path, queue, body,
-                   answers)
-        for _ in range(concurrency)
-    ])
+    await asyncio.gather(
+        *[
+            _id_client(
+                parts.hostname or "127.0.0.1", parts.port or 80, parts.path, queue, body, answers
+            )
+            for _ in range(concurrency)
+        ]
+    )
     return time.perf_counter() - start, answers

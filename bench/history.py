@@ -30,12 +30,16 @@ from harness import RULES, database, tree_cpu  # noqa: E402
 
 
 def body(n: int) -> bytes:
-    return json.dumps({
-        "action": "opened", "number": n,
-        "repository": {"full_name": "org/app", "private": False},
-        "pull_request": {f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]}
-                         for i in range(55)},
-    }).encode()
+    return json.dumps(
+        {
+            "action": "opened",
+            "number": n,
+            "repository": {"full_name": "org/app", "private": False},
+            "pull_request": {
+                f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]} for i in range(55)
+            },
+        }
+    ).encode()
 
 
 def _cpu(rt: Any) -> tuple[float, float]:
@@ -62,29 +66,46 @@ async def main(events: int, repeat: int) -> None:
 
     with database() as dsn, tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
         config = Path(tmp) / "sb.toml"
-        config.write_text(f"[plugins.rules]\nhistory_max_events = {events}\n"
-                          "history_deadline_s = 600\n")
-        env = {"SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_DATA_DIR": tmp,
-               "SWITCHBOARD_SECRET_KEY": "bench-secret-key-0123456789",
-               "SWITCHBOARD_CONFIG": str(config)}
+        config.write_text(
+            f"[plugins.rules]\nhistory_max_events = {events}\nhistory_deadline_s = 600\n"
+        )
+        env = {
+            "SWITCHBOARD_DATABASE_URL": dsn,
+            "SWITCHBOARD_DATA_DIR": tmp,
+            "SWITCHBOARD_SECRET_KEY": "bench-secret-key-0123456789",
+            "SWITCHBOARD_CONFIG": str(config),
+        }
         rt = Runtime(load_config(env=env))
         await rt.open_store()
         try:
             await identity.add_human(rt, "bench")
             made = await identity.vend_endpoint(
-                rt, owner="bench", name="owner", queues=["inbox"], webhook_queues=["inbox"],
-                source_types=["generic"], webhook_max=1)
+                rt,
+                owner="bench",
+                name="owner",
+                queues=["inbox"],
+                webhook_queues=["inbox"],
+                source_types=["generic"],
+                webhook_max=1,
+            )
             owner = await rt.store.get_endpoint(made["endpoint_id"])
             hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
             wid, token = hook["webhook_id"], hook["ingest_url"].rsplit("/", 1)[1]
             began = time.monotonic()
             for n in range(events):
-                headers = Headers({"X-Delivery-Id": f"d{n}", "X-GitHub-Event": "pull_request",
-                                   "Content-Type": "application/json"})
+                headers = Headers(
+                    {
+                        "X-Delivery-Id": f"d{n}",
+                        "X-GitHub-Event": "pull_request",
+                        "Content-Type": "application/json",
+                    }
+                )
                 reply = await ingest(rt, token, headers, body(n), "application/json")
                 assert reply.status == 202, reply.body
-            print(f"stored {events} deliveries of {len(body(0))} bytes in"
-                  f" {time.monotonic() - began:.1f} s")
+            print(
+                f"stored {events} deliveries of {len(body(0))} bytes in"
+                f" {time.monotonic() - began:.1f} s"
+            )
             await rules.set_rules(rt, None, wid, RULES)
 
             # one live routing, the sandbox warm: the cost a delivery pays today
@@ -99,8 +120,10 @@ async def main(events: int, repeat: int) -> None:
             for e in envs:
                 await route(rt.stages, resolved, saved, e, grant, runtime=rt)
             live_ms = (time.monotonic() - began) / len(envs) * 1000
-            print(f"live routing, one delivery at a time: {live_ms:.2f} ms a delivery"
-                  f" ({1000 / live_ms:.0f}/s)")
+            print(
+                f"live routing, one delivery at a time: {live_ms:.2f} ms a delivery"
+                f" ({1000 / live_ms:.0f}/s)"
+            )
 
             changed = json.loads(json.dumps(RULES))
             changed[5]["expr"] = changed[5]["expr"].replace("repo-5", "repo-five")
@@ -116,8 +139,10 @@ async def main(events: int, repeat: int) -> None:
 
             gc.callbacks.append(on_gc)
             rss = peak_mib()
-            for label, candidate in (("diff, one rule changed", changed),
-                                     ("diff, identical candidate", RULES)):
+            for label, candidate in (
+                ("diff, one rule changed", changed),
+                ("diff, identical candidate", RULES),
+            ):
                 for _ in range(repeat):
                     cpu = _cpu(rt)
                     gc_s[0] = 0.0
@@ -128,24 +153,32 @@ async def main(events: int, repeat: int) -> None:
                     took = time.monotonic() - began
                     rate = doc["evaluated"] / took
                     own, sandbox = (b - a for a, b in zip(cpu, _cpu(rt), strict=True))
-                    print(f"  CPU per event: server {own / doc['evaluated'] * 1e6:.0f} us,"
-                          f" sandbox {sandbox / doc['evaluated'] * 1e6:.0f} us;"
-                          f" server GC {gc_s[0] * 1000:.0f} ms; evaluators"
-                          + ", ".join(f" {k} {v - stats0[k]}" for k, v in sb.stats.items()))
-                    print(f"{label}: {doc['evaluated']} events in {took:.2f} s ="
-                          f" {rate:,.0f} events/s; a history event costs"
-                          f" {1000 / rate / live_ms:.3f}x a live routing"
-                          f" ({live_ms * rate / 1000:.1f} history events per live delivery);"
-                          f" changed {doc['changed']}")
+                    print(
+                        f"  CPU per event: server {own / doc['evaluated'] * 1e6:.0f} us,"
+                        f" sandbox {sandbox / doc['evaluated'] * 1e6:.0f} us;"
+                        f" server GC {gc_s[0] * 1000:.0f} ms; evaluators"
+                        + ", ".join(f" {k} {v - stats0[k]}" for k, v in sb.stats.items())
+                    )
+                    print(
+                        f"{label}: {doc['evaluated']} events in {took:.2f} s ="
+                        f" {rate:,.0f} events/s; a history event costs"
+                        f" {1000 / rate / live_ms:.3f}x a live routing"
+                        f" ({live_ms * rate / 1000:.1f} history events per live delivery);"
+                        f" changed {doc['changed']}"
+                    )
             for _ in range(repeat):
                 began = time.monotonic()
                 doc = await history.lint_rules(rt, None, wid, last=events)
                 took = time.monotonic() - began
-                print(f"lint: {doc['evaluated']} events in {took:.2f} s ="
-                      f" {doc['evaluated'] / took:,.0f} events/s,"
-                      f" {len(doc['findings'])} findings")
-            print(f"peak RSS of this process: {rss:.0f} MiB before the timed runs,"
-                  f" {peak_mib():.0f} MiB after")
+                print(
+                    f"lint: {doc['evaluated']} events in {took:.2f} s ="
+                    f" {doc['evaluated'] / took:,.0f} events/s,"
+                    f" {len(doc['findings'])} findings"
+                )
+            print(
+                f"peak RSS of this process: {rss:.0f} MiB before the timed runs,"
+                f" {peak_mib():.0f} MiB after"
+            )
         finally:
             await rt.shutdown()
 

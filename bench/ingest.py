@@ -49,14 +49,16 @@ TRACE = {"stage": "default", "cause": "no_match_default", "action": {"queue": "i
 BODY = json.dumps({"action": "opened", "number": 7, "title": "bench", "text": "x" * 512}).encode()
 
 
-async def ceiling(dsn: str, webhook_id: str, endpoint_id: str, concurrency: int,
-                  total: int) -> tuple[float, list[float]]:
+async def ceiling(
+    dsn: str, webhook_id: str, endpoint_id: str, concurrency: int, total: int
+) -> tuple[float, list[float]]:
     """The same event + todo transaction, straight through psycopg."""
     latencies: list[float] = []
     remaining = total
     trace = TRACE
-    async with AsyncConnectionPool(dsn, min_size=concurrency, max_size=concurrency,
-                                   kwargs={"autocommit": True}) as pool:
+    async with AsyncConnectionPool(
+        dsn, min_size=concurrency, max_size=concurrency, kwargs={"autocommit": True}
+    ) as pool:
 
         async def worker() -> None:
             nonlocal remaining
@@ -72,8 +74,15 @@ async def ceiling(dsn: str, webhook_id: str, endpoint_id: str, concurrency: int,
                         " VALUES ('generic', NULL, %s, %s, %s, 'application/json', %s, false,"
                         " 'token', %s, %s, 'routed') ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING"
                         " RETURNING id",
-                        (ext, Jsonb({"content-type": "application/json"}), BODY, len(BODY),
-                         webhook_id, Jsonb(trace)))
+                        (
+                            ext,
+                            Jsonb({"content-type": "application/json"}),
+                            BODY,
+                            len(BODY),
+                            webhook_id,
+                            Jsonb(trace),
+                        ),
+                    )
                     row = await cur.fetchone()
                     assert row is not None
                     await conn.execute(
@@ -81,8 +90,14 @@ async def ceiling(dsn: str, webhook_id: str, endpoint_id: str, concurrency: int,
                         " event_id, routing_trace) VALUES (%s, 'inbox', %s, 'bench', %s, %s, %s)"
                         " ON CONFLICT (endpoint_id, idempotency_key)"
                         " WHERE state IN ('pending', 'claimed') DO NOTHING RETURNING id",
-                        (endpoint_id, ext, Jsonb({"payload": json.loads(BODY)}), row[0],
-                         Jsonb(trace)))
+                        (
+                            endpoint_id,
+                            ext,
+                            Jsonb({"payload": json.loads(BODY)}),
+                            row[0],
+                            Jsonb(trace),
+                        ),
+                    )
                 latencies.append(time.perf_counter() - start)
 
         start = time.perf_counter()
@@ -96,6 +111,7 @@ def pgbench_script(webhook_id: str, endpoint_id: str) -> str:
     Literals only (no pgbench variables), so the JSON's colons are never read as one; the
     external id is unique per transaction through gen_random_uuid().
     """
+
     def lit(value: str) -> str:
         return "'" + value.replace("'", "''") + "'"
 
@@ -142,54 +158,99 @@ def _sizes(workers: int | None) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=3000, help="deliveries per level")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="Sanic workers (default: serve's own, one per usable CPU)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="Sanic workers (default: serve's own, one per usable CPU)",
+    )
     ap.add_argument("--levels", default="1,8,32")
     ap.add_argument("--pgbench-clients", type=int, default=32)
     ap.add_argument("--pgbench-seconds", type=float, default=5.0)
-    ap.add_argument("--floor", action="store_true",
-                    help="also measure a bare Sanic app that does nothing (bare_sanic.py)")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure a bare Sanic app that does nothing (bare_sanic.py)",
+    )
     args = ap.parse_args()
     sizes = _sizes(args.workers)
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         srv = serve(dsn, Path(tmp), workers=args.workers)
         try:
             cli(srv.env, "human", "add", "bench")
-            ep = cli(srv.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
-                     "--queues", "inbox", "--webhook-queues", "inbox",
-                     "--source-types", "generic", "--webhook-max", "1")
-            hook = cli(srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
-                       "--source", "generic", "--target-queue", "inbox")
+            ep = cli(
+                srv.env,
+                "endpoint",
+                "vend",
+                "--owner",
+                "bench",
+                "--name",
+                "b",
+                "--queues",
+                "inbox",
+                "--webhook-queues",
+                "inbox",
+                "--source-types",
+                "generic",
+                "--webhook-max",
+                "1",
+            )
+            hook = cli(
+                srv.env,
+                "webhook",
+                "create",
+                "--endpoint",
+                ep["endpoint_id"],
+                "--source",
+                "generic",
+                "--target-queue",
+                "inbox",
+            )
             _run(load(hook["ingest_url"], BODY, 8, 300))  # warm up
-            bench = pgbench(dsn, pgbench_script(hook["webhook_id"], ep["endpoint_id"]),
-                            args.pgbench_clients, args.pgbench_seconds)
-            print(f"ingest benchmark: {args.total} deliveries per level, body {len(BODY)} B,"
-                  f" {sizes.workers} Sanic worker(s)"
-                  f" ({'auto' if args.workers is None else 'set'}), pool"
-                  f" {sizes.pool_min}-{sizes.pool_max} per worker, no rules")
-            print(f"pgbench ceiling: {bench.tps:.0f} tps at {args.pgbench_clients} clients"
-                  f" (latency {bench.latency_ms or 0:.2f} ms, {bench.transactions}"
-                  f" transactions in {args.pgbench_seconds:g} s, {bench.failed} failed;"
-                  " event + todo as one prepared statement)")
-            print(f"{'clients':>7} | {'receiver/s':>10} {'p50 ms':>7} {'p99 ms':>7} |"
-                  f" {'psycopg/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'/pgbench':>8}"
-                  f" {'/psycopg':>8}")
+            bench = pgbench(
+                dsn,
+                pgbench_script(hook["webhook_id"], ep["endpoint_id"]),
+                args.pgbench_clients,
+                args.pgbench_seconds,
+            )
+            print(
+                f"ingest benchmark: {args.total} deliveries per level, body {len(BODY)} B,"
+                f" {sizes.workers} Sanic worker(s)"
+                f" ({'auto' if args.workers is None else 'set'}), pool"
+                f" {sizes.pool_min}-{sizes.pool_max} per worker, no rules"
+            )
+            print(
+                f"pgbench ceiling: {bench.tps:.0f} tps at {args.pgbench_clients} clients"
+                f" (latency {bench.latency_ms or 0:.2f} ms, {bench.transactions}"
+                f" transactions in {args.pgbench_seconds:g} s, {bench.failed} failed;"
+                " event + todo as one prepared statement)"
+            )
+            print(
+                f"{'clients':>7} | {'receiver/s':>10} {'p50 ms':>7} {'p99 ms':>7} |"
+                f" {'psycopg/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'/pgbench':>8}"
+                f" {'/psycopg':>8}"
+            )
             for level in [int(x) for x in args.levels.split(",")]:
                 before = scrape_histogram(srv.base_url)
                 r = summary(*_run(load(hook["ingest_url"], BODY, level, args.total)))
                 batches = histogram_diff(before, scrape_histogram(srv.base_url))
-                c = summary(*_run(ceiling(dsn, hook["webhook_id"], ep["endpoint_id"],
-                                                 level, args.total)))
-                print(f"{level:>7} | {r['per_s']:>10.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} |"
-                      f" {c['per_s']:>9.0f} {c['p50_ms']:>7.2f} {c['p99_ms']:>7.2f} |"
-                      f" {r['per_s'] / bench.tps:>8.0%} {r['per_s'] / c['per_s']:>8.0%}")
+                c = summary(
+                    *_run(ceiling(dsn, hook["webhook_id"], ep["endpoint_id"], level, args.total))
+                )
+                print(
+                    f"{level:>7} | {r['per_s']:>10.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} |"
+                    f" {c['per_s']:>9.0f} {c['p50_ms']:>7.2f} {c['p99_ms']:>7.2f} |"
+                    f" {r['per_s'] / bench.tps:>8.0%} {r['per_s'] / c['per_s']:>8.0%}"
+                )
                 for step in ("write", "resolve"):
                     print(f"{'':>7}   batch sizes, {batch_line(batches, step)}")
             if args.floor:
                 per_s = floor(sizes.workers, args.pgbench_clients, args.total)
-                print(f"HTTP floor (bare_sanic.py, {sizes.workers} worker(s), a fixed 202, no"
-                      f" work) at {args.pgbench_clients} clients: {per_s:.0f}/s, "
-                      f"{per_s / bench.tps:.0%} of pgbench")
+                print(
+                    f"HTTP floor (bare_sanic.py, {sizes.workers} worker(s), a fixed 202, no"
+                    f" work) at {args.pgbench_clients} clients: {per_s:.0f}/s, "
+                    f"{per_s / bench.tps:.0%} of pgbench"
+                )
         finally:
             srv.stop()
 
@@ -197,9 +258,11 @@ def main() -> None:
 def floor(workers: int, clients: int, total: int) -> float:
     """Deliveries/s a Sanic app answering a fixed 202 reaches with the same client."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_sanic.py")),
-                             str(port), str(workers)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("bare_sanic.py")), str(port), str(workers)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_healthy(f"http://127.0.0.1:{port}")
         url = f"http://127.0.0.1:{port}/hooks/bare"

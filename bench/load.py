@@ -48,8 +48,9 @@ def plan(total: int, dups: float, seed: int = 13) -> list[str]:
     return order
 
 
-def check(answers: list[tuple[str, int, dict[str, Any], float]], targets: list[str]
-          ) -> dict[str, int]:
+def check(
+    answers: list[tuple[str, int, dict[str, Any], float]], targets: list[str]
+) -> dict[str, int]:
     """What the answers say: errors, and ids whose answers disagree with one delivery."""
     by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
     errors = 0
@@ -63,8 +64,11 @@ def check(answers: list[tuple[str, int, dict[str, Any], float]], targets: list[s
         made = [d for d in docs if d["created"]]
         ok = len(made) == 1 and [t["endpoint_id"] for t in made[0]["todos"]] == targets
         ids = sorted(t["id"] for t in made[0]["todos"]) if made else []
-        ok = ok and all(sorted(t["id"] for t in d["todos"]) == ids and d["created"] == 0
-                        for d in docs if d is not made[0])
+        ok = ok and all(
+            sorted(t["id"] for t in d["todos"]) == ids and d["created"] == 0
+            for d in docs
+            if d is not made[0]
+        )
         wrong += not ok
     return {"non_202": errors, "wrong_answers": wrong}
 
@@ -74,24 +78,58 @@ def main() -> None:
     ap.add_argument("--total", type=int, default=10_000, help="distinct deliveries")
     ap.add_argument("--dups", type=float, default=0.10, help="share sent twice")
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--workers", type=int, default=2,
-                    help="Sanic workers (default 2: one per core on the reference machine)")
-    ap.add_argument("--batch-max", type=int, default=None,
-                    help="[ingest] batch_max (default: the server's, 256)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="Sanic workers (default 2: one per core on the reference machine)",
+    )
+    ap.add_argument(
+        "--batch-max",
+        type=int,
+        default=None,
+        help="[ingest] batch_max (default: the server's, 256)",
+    )
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
-        config.write_text(f"[ingest]\nbatch_max = {args.batch_max}\n"
-                          if args.batch_max is not None else "")
+        config.write_text(
+            f"[ingest]\nbatch_max = {args.batch_max}\n" if args.batch_max is not None else ""
+        )
         srv = serve(dsn, Path(tmp), workers=args.workers, config=config)
         try:
             cli(srv.env, "human", "add", "bench")
-            eps = [cli(srv.env, "endpoint", "vend", "--owner", "bench", "--name", name,
-                       "--queues", "inbox", "--webhook-queues", "inbox",
-                       "--source-types", "generic", "--webhook-max", "1")["endpoint_id"]
-                   for name in ("a", "b")]
-            hook = cli(srv.env, "webhook", "create", "--endpoint", eps[0],
-                       "--source", "generic", "--target-queue", "inbox")
+            eps = [
+                cli(
+                    srv.env,
+                    "endpoint",
+                    "vend",
+                    "--owner",
+                    "bench",
+                    "--name",
+                    name,
+                    "--queues",
+                    "inbox",
+                    "--webhook-queues",
+                    "inbox",
+                    "--source-types",
+                    "generic",
+                    "--webhook-max",
+                    "1",
+                )["endpoint_id"]
+                for name in ("a", "b")
+            ]
+            hook = cli(
+                srv.env,
+                "webhook",
+                "create",
+                "--endpoint",
+                eps[0],
+                "--source",
+                "generic",
+                "--target-queue",
+                "inbox",
+            )
             cli(srv.env, "webhook", "route", "add", hook["webhook_id"], eps[1])
             ids = plan(args.total, args.dups)
             elapsed, answers = asyncio.run(load_ids(hook["ingest_url"], ids, args.clients, body))
@@ -101,19 +139,28 @@ def main() -> None:
         with psycopg.connect(dsn) as conn:
             events, distinct = conn.execute(
                 "SELECT count(*), count(DISTINCT external_id) FROM events WHERE webhook_id = %s",
-                (hook["webhook_id"],)).fetchone() or (0, 0)
+                (hook["webhook_id"],),
+            ).fetchone() or (0, 0)
             todos, keys = conn.execute(
                 "SELECT count(*), count(DISTINCT (endpoint_id, idempotency_key)) FROM todos"
-                " WHERE endpoint_id = ANY(%s::uuid[])", (eps,)).fetchone() or (0, 0)
+                " WHERE endpoint_id = ANY(%s::uuid[])",
+                (eps,),
+            ).fetchone() or (0, 0)
     lat = [a[3] for a in answers]
-    print(f"load: {args.total} deliveries + {len(ids) - args.total} duplicates, {args.clients}"
-          f" clients, {args.workers} worker(s), batch_max {args.batch_max or 'default'},"
-          " 2 targets")
-    print(f"  {len(answers) / elapsed:.0f} deliveries/s, p50 {pct(lat, 50) * 1000:.1f} ms,"
-          f" p99 {pct(lat, 99) * 1000:.1f} ms ({elapsed:.1f} s)")
-    print(f"  lost: {args.total - distinct} events, {2 * args.total - keys} todos;"
-          f" duplicated: {events - distinct} events, {todos - keys} todos;"
-          f" answers: {check(answers, eps)}")
+    print(
+        f"load: {args.total} deliveries + {len(ids) - args.total} duplicates, {args.clients}"
+        f" clients, {args.workers} worker(s), batch_max {args.batch_max or 'default'},"
+        " 2 targets"
+    )
+    print(
+        f"  {len(answers) / elapsed:.0f} deliveries/s, p50 {pct(lat, 50) * 1000:.1f} ms,"
+        f" p99 {pct(lat, 99) * 1000:.1f} ms ({elapsed:.1f} s)"
+    )
+    print(
+        f"  lost: {args.total - distinct} events, {2 * args.total - keys} todos;"
+        f" duplicated: {events - distinct} events, {todos - keys} todos;"
+        f" answers: {check(answers, eps)}"
+    )
     # Histogram bucket bounds; "no batches" from a server without group commit.
     print(f"  {batch_line(batches, 'write')} for {len(answers)} deliveries")
 

@@ -21,10 +21,17 @@ TRACE = {"stage": "rule", "cause": "rule_match", "rule_id": "r1", "action": {"qu
 
 
 def one() -> None:
-    d = Observation(started=time.monotonic(), source="github",
-                    webhook_id="4b1f5e3a-1111-2222-3333-444455556666", status=202,
-                    kind="issues", event_id="9c1f5e3a-1111-2222-3333-444455556666",
-                    disposition="routed", trace=TRACE, todos_created=1)
+    d = Observation(
+        started=time.monotonic(),
+        source="github",
+        webhook_id="4b1f5e3a-1111-2222-3333-444455556666",
+        status=202,
+        kind="issues",
+        event_id="9c1f5e3a-1111-2222-3333-444455556666",
+        disposition="routed",
+        trace=TRACE,
+        todos_created=1,
+    )
     observe_delivery(d, time.monotonic())
 
 
@@ -52,8 +59,10 @@ def main() -> None:
     for name, formatter in (("json", logsetup.JsonFormatter()), ("text", logsetup.TextFormatter())):
         handler.setFormatter(formatter)
         cost = per_call(n)
-        print(f"metrics + {name} line at info:  {cost:6.1f} us a delivery "
-              f"({cost / quiet:.1f}x metrics only)")
+        print(
+            f"metrics + {name} line at info:  {cost:6.1f} us a delivery "
+            f"({cost / quiet:.1f}x metrics only)"
+        )
 
 
 if __name__ == "__main__":

@@ -25,12 +25,16 @@ import psutil
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import RULES, cli, database, load, serve, summary  # noqa: E402
 
-BODY = json.dumps({
-    "action": "opened", "number": 42,
-    "repository": {"full_name": "org/app", "private": False},
-    "pull_request": {f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]}
-                     for i in range(55)},
-}).encode()
+BODY = json.dumps(
+    {
+        "action": "opened",
+        "number": 42,
+        "repository": {"full_name": "org/app", "private": False},
+        "pull_request": {
+            f"field_{i}": {"value": "x" * 40, "n": i, "tags": ["a", "b"]} for i in range(55)
+        },
+    }
+).encode()
 
 
 def tree_cpu(pid: int) -> tuple[float, float]:
@@ -81,12 +85,20 @@ def busy_count(dsn: str, webhook_id: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT count(*) FROM events WHERE webhook_id = %s"
-            " AND routing_trace::text LIKE '%%sandbox_busy%%'", (webhook_id,)).fetchone()
+            " AND routing_trace::text LIKE '%%sandbox_busy%%'",
+            (webhook_id,),
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
-def measure(srv: Any, dsn: str, hooks: list[tuple[str, dict[str, Any]]], clients: int,
-            total: int, rounds: int) -> dict[str, dict[str, float]]:
+def measure(
+    srv: Any,
+    dsn: str,
+    hooks: list[tuple[str, dict[str, Any]]],
+    clients: int,
+    total: int,
+    rounds: int,
+) -> dict[str, dict[str, float]]:
     """Each webhook's figures over ``total`` deliveries, sent in ``rounds`` alternating turns.
 
     Alternating (plain, routed, plain, routed, ...) spreads whatever the machine does
@@ -119,45 +131,87 @@ def measure(srv: Any, dsn: str, hooks: list[tuple[str, dict[str, Any]]], clients
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=5,
-                    help="alternating turns per row (plain, routed, plain, ...)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="alternating turns per row (plain, routed, plain, ...)",
+    )
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         srv = serve(dsn, Path(tmp))
         try:
             cli(srv.env, "human", "add", "bench")
-            ep = cli(srv.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
-                     "--queues", "inbox", "--webhook-queues", "inbox",
-                     "--source-types", "generic", "--webhook-max", "2")
-            hooks = [cli(srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
-                         "--source", "generic", "--target-queue", "inbox") for _ in range(2)]
+            ep = cli(
+                srv.env,
+                "endpoint",
+                "vend",
+                "--owner",
+                "bench",
+                "--name",
+                "b",
+                "--queues",
+                "inbox",
+                "--webhook-queues",
+                "inbox",
+                "--source-types",
+                "generic",
+                "--webhook-max",
+                "2",
+            )
+            hooks = [
+                cli(
+                    srv.env,
+                    "webhook",
+                    "create",
+                    "--endpoint",
+                    ep["endpoint_id"],
+                    "--source",
+                    "generic",
+                    "--target-queue",
+                    "inbox",
+                )
+                for _ in range(2)
+            ]
             asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"]))
             gh = "X-GitHub-Event: pull_request\r\n"
             for hook in hooks:  # warm up: the fork server, the zygote, the pool
                 asyncio.run(load(hook["ingest_url"], BODY, 4, 100, gh))
-            print(f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
-                  f" alternating turns, body {len(BODY)} B, 1 Sanic worker")
-            print(f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"
-                  f" {'CPU ms':>7} {'of it sandbox':>13} {'busy':>5}")
+            print(
+                f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
+                f" alternating turns, body {len(BODY)} B, 1 Sanic worker"
+            )
+            print(
+                f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"
+                f" {'CPU ms':>7} {'of it sandbox':>13} {'busy':>5}"
+            )
             rows = {}
             named = [("no rules", hooks[0]), ("32 rules", hooks[1])]
             for clients in (1, 8, 32):
                 measured = measure(srv, dsn, named, clients, args.total, args.rounds)
                 for name, _ in named:
                     s = rows[(name, clients)] = measured[name]
-                    print(f"{name:>10} {clients:>7} | {s['per_s']:>7.0f} {s['p50_ms']:>7.2f}"
-                          f" {s['p99_ms']:>7.2f} {s['cpu_ms']:>7.2f} {s['sandbox_ms']:>13.2f}"
-                          f" {s['busy']:>5.0f}")
+                    print(
+                        f"{name:>10} {clients:>7} | {s['per_s']:>7.0f} {s['p50_ms']:>7.2f}"
+                        f" {s['p99_ms']:>7.2f} {s['cpu_ms']:>7.2f} {s['sandbox_ms']:>13.2f}"
+                        f" {s['busy']:>5.0f}"
+                    )
             base, ruled = rows[("no rules", 1)], rows[("32 rules", 1)]
-            print(f"added at 1 client: p50 {ruled['p50_ms'] - base['p50_ms']:+.2f} ms,"
-                  f" CPU {ruled['cpu_ms'] - base['cpu_ms']:+.2f} ms per delivery")
-            print(f"ratio routed/plain at 1 client: p50 {ruled['p50_ms'] / base['p50_ms']:.2f}"
-                  f" (target <= 1.3), CPU {ruled['cpu_ms'] / base['cpu_ms']:.2f}"
-                  " (target <= 1.5)")
+            print(
+                f"added at 1 client: p50 {ruled['p50_ms'] - base['p50_ms']:+.2f} ms,"
+                f" CPU {ruled['cpu_ms'] - base['cpu_ms']:+.2f} ms per delivery"
+            )
+            print(
+                f"ratio routed/plain at 1 client: p50 {ruled['p50_ms'] / base['p50_ms']:.2f}"
+                f" (target <= 1.3), CPU {ruled['cpu_ms'] / base['cpu_ms']:.2f}"
+                " (target <= 1.5)"
+            )
             for clients in (8, 32):
                 r = rows[("32 rules", clients)]["per_s"] / rows[("no rules", clients)]["per_s"]
-                print(f"ratio routed/plain deliveries/s at {clients} clients: {r:.2f}"
-                      f" (target >= 0.8); sandbox_busy {rows[('32 rules', clients)]['busy']:.0f}")
+                print(
+                    f"ratio routed/plain deliveries/s at {clients} clients: {r:.2f}"
+                    f" (target >= 0.8); sandbox_busy {rows[('32 rules', clients)]['busy']:.0f}"
+                )
             print(f"sandbox tree memory (PSS): {tree_pss_mib(srv.proc.pid):.1f} MiB")
         finally:
             srv.stop()

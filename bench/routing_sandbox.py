@@ -97,24 +97,34 @@ def evaluator_loop(n: int = 2000) -> None:
 
     exprs = [e for _, e in rules()]
     limits = Limits.from_config(DEFAULTS)
-    cfg = wire.ChildConfig(memory_bytes=limits.memory_bytes, rule_ms=limits.rule_ms,
-                           compile_ms=limits.compile_ms, cache_size=limits.cache_size,
-                           parse_s_per_byte=0.25e-3 / 1024)
+    cfg = wire.ChildConfig(
+        memory_bytes=limits.memory_bytes,
+        rule_ms=limits.rule_ms,
+        compile_ms=limits.compile_ms,
+        cache_size=limits.cache_size,
+        parse_s_per_byte=0.25e-3 / 1024,
+    )
     rule_set = sandbox_child.RuleSet(exprs, {}, cfg)
     env = _encoded(envelope(), rule_set_reads(tuple(exprs)))
     fd = os.open(os.devnull, os.O_WRONLY)
     page = mmap.mmap(-1, 4096)
     try:
-        for label, sweep in (("rule by rule", False), ("sweep", True), ("rule by rule", False),
-                             ("sweep", True)):
+        for label, sweep in (
+            ("rule by rule", False),
+            ("sweep", True),
+            ("rule by rule", False),
+            ("sweep", True),
+        ):
             header = wire.EvalHeader(0, limits.event_ms, sweep=sweep)
             sandbox_child.evaluate_match(fd, header, env, rule_set, cfg, page)
             began = time.process_time()
             for _ in range(n):
                 sandbox_child.evaluate_match(fd, header, env, rule_set, cfg, page)
             took = (time.process_time() - began) / n * 1e6
-            print(f"evaluator loop, {label:12s} {took:6.1f} us CPU per envelope"
-                  f" ({len(env)} bytes: what the rules read)")
+            print(
+                f"evaluator loop, {label:12s} {took:6.1f} us CPU per envelope"
+                f" ({len(env)} bytes: what the rules read)"
+            )
     finally:
         os.close(fd)
         page.close()
@@ -153,8 +163,10 @@ async def hostile(sb: Sandbox, n: int) -> None:
     took = time.perf_counter() - started
     rss1, pss1 = me.memory_info().rss / 2**20, tree_pss()
     print(f"{n} hostile deliveries in {took:.1f} s, faults {causes}")
-    print(f"  server RSS {rss0:.1f} -> {rss1:.1f} MiB ({rss1 - rss0:+.1f}),"
-          f" sandbox tree PSS {pss0:.1f} -> {pss1:.1f} MiB ({pss1 - pss0:+.1f})")
+    print(
+        f"  server RSS {rss0:.1f} -> {rss1:.1f} MiB ({rss1 - rss0:+.1f}),"
+        f" sandbox tree PSS {pss0:.1f} -> {pss1:.1f} MiB ({pss1 - pss0:+.1f})"
+    )
 
 
 async def main() -> None:

@@ -156,6 +156,8 @@ def app_from_environment() -> Sanic[Any, Any]:
     """
     from . import logsetup
 
-    logsetup.configure(logsetup.level_number(os.environ.get(logsetup.LEVEL_ENV), logging.INFO),
-                       logsetup.resolve_format(os.environ.get(logsetup.FORMAT_ENV)))
+    logsetup.configure(
+        logsetup.level_number(os.environ.get(logsetup.LEVEL_ENV), logging.INFO),
+        logsetup.resolve_format(os.environ.get(logsetup.FORMAT_ENV)),
+    )
     return create_app(Runtime(load_config()))

@@ -23,8 +23,13 @@ DEFAULTS: dict[str, Any] = {
     "secret_key": None,
     "disabled_plugins": [],
     # "auto": workers from the usable CPUs, pool sizes from the workers (server_sizes)
-    "server": {"workers": "auto", "pool_min_size": "auto", "pool_max_size": "auto",
-               "access_log": False, "database_timeout_ms": 2000},
+    "server": {
+        "workers": "auto",
+        "pool_min_size": "auto",
+        "pool_max_size": "auto",
+        "access_log": False,
+        "database_timeout_ms": 2000,
+    },
     "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24, "batch_max": 256},
     "routing": {"stages": ["rules", "llm"]},
     "todos": {
@@ -179,8 +184,9 @@ def load_config(
     data_dir_from = "the per-user default"
     if isinstance(file_doc.get("data_dir"), str) and path is not None:
         # Relative to the file, not to wherever a command happens to run.
-        file_doc["data_dir"] = str(Path(path).expanduser().resolve().parent
-                                   / Path(file_doc["data_dir"]).expanduser())
+        file_doc["data_dir"] = str(
+            Path(path).expanduser().resolve().parent / Path(file_doc["data_dir"]).expanduser()
+        )
         data_dir_from = f"data_dir in {path}"
     for var, key in ENV_KEYS.items():
         if env.get(var):
@@ -221,8 +227,9 @@ class ServerSizes:
     auto: tuple[str, ...]  # which of workers, pool_min_size, pool_max_size were "auto"
 
 
-def server_sizes(config: Config, workers: int | None = None,
-                 env: Mapping[str, str] | None = None) -> ServerSizes:
+def server_sizes(
+    config: Config, workers: int | None = None, env: Mapping[str, str] | None = None
+) -> ServerSizes:
     """The worker count (``workers``, else what ``serve`` exported, else ``[server] workers``)
     and the pool sizes that follow from it.
 
@@ -235,8 +242,11 @@ def server_sizes(config: Config, workers: int | None = None,
     """
     env = os.environ if env is None else env
     server = config.section("server")
-    auto = tuple(k for k in ("workers", "pool_min_size", "pool_max_size")
-                 if server.get(k, "auto") == "auto" and not (k == "workers" and workers))
+    auto = tuple(
+        k
+        for k in ("workers", "pool_min_size", "pool_max_size")
+        if server.get(k, "auto") == "auto" and not (k == "workers" and workers)
+    )
     if workers is None and env.get(WORKERS_ENV, "").isdigit():
         workers = int(env[WORKERS_ENV])
     if workers is None:
@@ -244,7 +254,10 @@ def server_sizes(config: Config, workers: int | None = None,
     workers = max(1, workers)
     fixed_min = None if "pool_min_size" in auto else int(server["pool_min_size"])
     fixed_max = None if "pool_max_size" in auto else int(server["pool_max_size"])
-    pool_max = fixed_max if fixed_max is not None else max(
-        fixed_min or 0, min(20, max(3, POOL_BUDGET // workers)))
+    pool_max = (
+        fixed_max
+        if fixed_max is not None
+        else max(fixed_min or 0, min(20, max(3, POOL_BUDGET // workers)))
+    )
     pool_min = fixed_min if fixed_min is not None else min(2, pool_max)
     return ServerSizes(workers, pool_min, pool_max, auto)

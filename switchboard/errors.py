@@ -1,15 +1,15 @@
 """The one exception tree, and its single mapping to HTTP statuses and MCP error codes.
 
-    SwitchboardError
-    ├── ConfigError            invalid configuration (start-up stops)
-    ├── PluginError            a plugin broke the contract (duplicate name, bad hook)
-    ├── StoreUnavailable       the database cannot be reached          → 503 / unavailable
-    └── ServiceError           a request the service refuses, with a code
-        ├── InvalidArgument    invalid_argument (and rule-validation codes) → 400
-        ├── NotFound           not_found, rule_not_found               → 404
-        ├── Forbidden          forbidden, forbidden_source_type        → 403
-        ├── Conflict           conflict                                → 409
-        └── CeilingExceeded    ceiling_exceeded                        → 403
+SwitchboardError
+├── ConfigError            invalid configuration (start-up stops)
+├── PluginError            a plugin broke the contract (duplicate name, bad hook)
+├── StoreUnavailable       the database cannot be reached          → 503 / unavailable
+└── ServiceError           a request the service refuses, with a code
+    ├── InvalidArgument    invalid_argument (and rule-validation codes) → 400
+    ├── NotFound           not_found, rule_not_found               → 404
+    ├── Forbidden          forbidden, forbidden_source_type        → 403
+    ├── Conflict           conflict                                → 409
+    └── CeilingExceeded    ceiling_exceeded                        → 403
 """
 
 from __future__ import annotations

@@ -46,12 +46,24 @@ _LOCATION: dict[str, Any] = {
     "minProperties": 1,
     "maxProperties": 1,
     "properties": {
-        "header": {"type": "string", "minLength": 1, "maxLength": 128,
-                   "description": "a request header's value"},
-        "pointer": {"type": "string", "pattern": "^(/[^/]*)*$", "maxLength": 256,
-                    "description": "a JSON pointer (RFC 6901) into the body"},
-        "entry": {"type": "string", "minLength": 1, "maxLength": 32,
-                  "description": "the entry of the signature header that starts with this"},
+        "header": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "description": "a request header's value",
+        },
+        "pointer": {
+            "type": "string",
+            "pattern": "^(/[^/]*)*$",
+            "maxLength": 256,
+            "description": "a JSON pointer (RFC 6901) into the body",
+        },
+        "entry": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 32,
+            "description": "the entry of the signature header that starts with this",
+        },
     },
 }
 
@@ -63,32 +75,56 @@ SCHEME_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["signature_header"],
     "properties": {
-        "mode": {"enum": ["hmac", "token"], "default": "hmac",
-                 "description": "hmac: a keyed SHA-256 of the signed content; token: the "
-                                "header equals the secret"},
+        "mode": {
+            "enum": ["hmac", "token"],
+            "default": "hmac",
+            "description": "hmac: a keyed SHA-256 of the signed content; token: the "
+            "header equals the secret",
+        },
         "signature_header": {"type": "string", "minLength": 1, "maxLength": 128},
-        "signature_separator": {"type": "string", "minLength": 1, "maxLength": 4,
-                                "description": "the header holds several entries"},
-        "signature_prefix": {"type": "string", "maxLength": 32,
-                             "description": "an entry is a signature when it starts with "
-                                            "this (removed before comparing)"},
+        "signature_separator": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 4,
+            "description": "the header holds several entries",
+        },
+        "signature_prefix": {
+            "type": "string",
+            "maxLength": 32,
+            "description": "an entry is a signature when it starts with "
+            "this (removed before comparing)",
+        },
         "encoding": {"enum": ["hex", "base64"], "default": "hex"},
-        "signed": {"type": "string", "minLength": 6, "maxLength": 128,
-                   "pattern": "^([^{}]|\\{id\\}|\\{t\\}|\\{body\\})*\\{body\\}([^{}]|\\{id\\}|"
-                              "\\{t\\}|\\{body\\})*$",
-                   "default": "{body}",
-                   "description": "what is signed: literal text and {id}, {t}, {body}"},
-        "secret_encoding": {"enum": ["raw", "base64", "whsec_base64"], "default": "raw",
-                            "description": "raw: the secret's bytes are the key; base64: "
-                                           "its decoding; whsec_base64: the decoding of what "
-                                           "follows whsec_ (Standard Webhooks)"},
+        "signed": {
+            "type": "string",
+            "minLength": 6,
+            "maxLength": 128,
+            "pattern": "^([^{}]|\\{id\\}|\\{t\\}|\\{body\\})*\\{body\\}([^{}]|\\{id\\}|"
+            "\\{t\\}|\\{body\\})*$",
+            "default": "{body}",
+            "description": "what is signed: literal text and {id}, {t}, {body}",
+        },
+        "secret_encoding": {
+            "enum": ["raw", "base64", "whsec_base64"],
+            "default": "raw",
+            "description": "raw: the secret's bytes are the key; base64: "
+            "its decoding; whsec_base64: the decoding of what "
+            "follows whsec_ (Standard Webhooks)",
+        },
         "timestamp": {**_LOCATION, "description": "where the signed Unix time is"},
-        "tolerance_seconds": {"type": "integer", "minimum": 1, "maximum": 86400,
-                              "default": 300},
-        "delivery_id": {"type": "array", "items": _LOCATION, "maxItems": 4,
-                        "description": "where the producer's delivery id is (first found)"},
-        "kind": {"type": "array", "items": _LOCATION, "maxItems": 4,
-                 "description": "where the event kind is (first found)"},
+        "tolerance_seconds": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 300},
+        "delivery_id": {
+            "type": "array",
+            "items": _LOCATION,
+            "maxItems": 4,
+            "description": "where the producer's delivery id is (first found)",
+        },
+        "kind": {
+            "type": "array",
+            "items": _LOCATION,
+            "maxItems": 4,
+            "description": "where the event kind is (first found)",
+        },
     },
 }
 
@@ -124,16 +160,18 @@ class Scheme:
             err = errors[0]
             where = "/".join(str(p) for p in err.absolute_path) or "(root)"
             raise SchemeError(f"source_config: {where}: {err.message}")
-        uses = [loc for loc in (doc.get("timestamp"), *doc.get("delivery_id", ()),
-                                *doc.get("kind", ())) if loc and "entry" in loc]
+        uses = [
+            loc
+            for loc in (doc.get("timestamp"), *doc.get("delivery_id", ()), *doc.get("kind", ()))
+            if loc and "entry" in loc
+        ]
         if uses and not doc.get("signature_separator"):
             raise SchemeError("source_config: an 'entry' location needs signature_separator")
         if "{t}" in doc.get("signed", "") and not doc.get("timestamp"):
             raise SchemeError("source_config: signed: {t} needs a timestamp location")
         if "{id}" in doc.get("signed", "") and not doc.get("delivery_id"):
             raise SchemeError("source_config: signed: {id} needs a delivery_id location")
-        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in doc.items()}
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()}
         return cls(**fields)
 
 
@@ -182,8 +220,9 @@ class _Read:
         if "header" in loc:
             value: Any = self.headers.get(loc["header"])
         elif "entry" in loc:
-            value = next((e[len(loc["entry"]):] for e in self.entries
-                          if e.startswith(loc["entry"])), None)
+            value = next(
+                (e[len(loc["entry"]) :] for e in self.entries if e.startswith(loc["entry"])), None
+            )
         else:
             value = _pointer(self.doc(), loc["pointer"])
         if isinstance(value, bool) or value is None:
@@ -208,7 +247,7 @@ class _Read:
 
     def signatures(self) -> list[str]:
         prefix = self.scheme.signature_prefix
-        return [e[len(prefix):] for e in self.entries if e and e.startswith(prefix)]
+        return [e[len(prefix) :] for e in self.entries if e and e.startswith(prefix)]
 
 
 def secret_key(secret: bytes, encoding: str) -> bytes:
@@ -220,8 +259,9 @@ def secret_key(secret: bytes, encoding: str) -> bytes:
         text = text.removeprefix("whsec_")
     text = text.strip()
     try:  # standard or URL-safe alphabet, padded or not
-        return base64.b64decode(text.replace("-", "+").replace("_", "/") + "=" * (-len(text) % 4),
-                                validate=True)
+        return base64.b64decode(
+            text.replace("-", "+").replace("_", "/") + "=" * (-len(text) % 4), validate=True
+        )
     except binascii.Error as exc:
         raise ValueError("the signing secret is not base64") from exc
 
@@ -315,11 +355,15 @@ class HmacSource:
                 return refuse("missing or malformed signature timestamp")
             skew = now - int(stamp)
             if skew > scheme.tolerance_seconds:
-                return refuse(f"stale signature timestamp ({int(skew)} s old, tolerance "
-                              f"{scheme.tolerance_seconds} s)")
+                return refuse(
+                    f"stale signature timestamp ({int(skew)} s old, tolerance "
+                    f"{scheme.tolerance_seconds} s)"
+                )
             if -skew > scheme.tolerance_seconds:
-                return refuse(f"signature timestamp in the future ({int(-skew)} s ahead, "
-                              f"tolerance {scheme.tolerance_seconds} s)")
+                return refuse(
+                    f"signature timestamp in the future ({int(-skew)} s ahead, "
+                    f"tolerance {scheme.tolerance_seconds} s)"
+                )
         given = read.signatures()
         if not given:
             return refuse(f"no signature in {scheme.signature_header}")
@@ -332,16 +376,22 @@ class HmacSource:
             key = secret_key(secret, scheme.secret_encoding)
         except ValueError as exc:
             return refuse(str(exc))
-        expected = _mac(scheme, key, signed_content(scheme.signed, delivery.body, delivery_id,
-                                                    stamp))
-        if not any(hmac.compare_digest(expected.encode(), g.encode("utf-8", "replace"))
-                   for g in given):
+        expected = _mac(
+            scheme, key, signed_content(scheme.signed, delivery.body, delivery_id, stamp)
+        )
+        if not any(
+            hmac.compare_digest(expected.encode(), g.encode("utf-8", "replace")) for g in given
+        ):
             return refuse("signature mismatch")
         return self._verified(read)
 
     def _verified(self, read: _Read) -> Verification:
-        return Verification(ok=True, verified=True, delivery_id=read.delivery_id(),
-                            kind=read.first(read.scheme.kind))
+        return Verification(
+            ok=True,
+            verified=True,
+            delivery_id=read.delivery_id(),
+            kind=read.first(read.scheme.kind),
+        )
 
     def identify(self, headers: Headers, body: bytes) -> Identity:
         """The delivery id and kind a verified delivery would report (a preset's scheme only)."""
@@ -366,8 +416,9 @@ class HmacSource:
         body's business. Unsigned when ``secret`` is empty.
         """
         if self.scheme is None and not config:
-            raise SchemeError(f"the {self.name} source signs with a webhook's own scheme: "
-                              "give it as config")
+            raise SchemeError(
+                f"the {self.name} source signs with a webhook's own scheme: give it as config"
+            )
         scheme = self.scheme or Scheme.from_json(dict(config or {}))
         headers = {"Content-Type": "application/json"}
         ident = delivery_id or str(uuid.uuid4())
@@ -393,7 +444,9 @@ class HmacSource:
         read = _Read(scheme, Headers(headers), body)
         sig_id = read.first(scheme.delivery_id) or ident
         key = secret_key(secret, scheme.secret_encoding)
-        entries.append(scheme.signature_prefix
-                       + _mac(scheme, key, signed_content(scheme.signed, body, sig_id, stamp)))
+        entries.append(
+            scheme.signature_prefix
+            + _mac(scheme, key, signed_content(scheme.signed, body, sig_id, stamp))
+        )
         headers[scheme.signature_header] = (scheme.signature_separator or "").join(entries)
         return headers

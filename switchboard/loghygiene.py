@@ -67,7 +67,11 @@ class HygieneFilter(logging.Filter):
             return None
         frames = traceback.extract_tb(tb) if tb is not None else []
         last = frames[-1] if frames else None
-        key = (exc_type.__qualname__, last.filename if last else "", last.lineno or 0 if last else 0)
+        key = (
+            exc_type.__qualname__,
+            last.filename if last else "",
+            last.lineno or 0 if last else 0,
+        )
         now = time.monotonic()
         with self._lock:
             first, repeats = self._seen.get(key, (-self.every_s - 1, 0))
@@ -85,8 +89,10 @@ class HygieneFilter(logging.Filter):
         repeats = self._suppressed(record)
         if repeats is not None:
             exc = record.exc_info[1] if record.exc_info else None
-            message += (f" [{type(exc).__name__}: {exc}; traceback shown once per"
-                        f" {self.every_s:g} s, repeat {repeats}]")
+            message += (
+                f" [{type(exc).__name__}: {exc}; traceback shown once per"
+                f" {self.every_s:g} s, repeat {repeats}]"
+            )
             record.exc_info = None
             record.exc_text = None
         elif record.exc_info and not record.exc_text:
@@ -122,8 +128,9 @@ def install(level: int | None = None) -> None:
     root = logging.getLogger()
     if not root.handlers:
         # Without a handler Python falls back to ``logging.lastResort``, which no filter sees.
-        logging.basicConfig(level=level or logging.WARNING,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=level or logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     for handler in root.handlers:
         if not any(isinstance(f, HygieneFilter) for f in handler.filters):
             handler.addFilter(HygieneFilter())

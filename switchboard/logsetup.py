@@ -107,8 +107,12 @@ def configure(level: int, fmt: str) -> None:
     """
     root = logging.getLogger()
     formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter()
-    streams = [h for h in root.handlers if type(h) is logging.StreamHandler
-               and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)]
+    streams = [
+        h
+        for h in root.handlers
+        if type(h) is logging.StreamHandler
+        and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)
+    ]
     if not streams:
         handler = logging.StreamHandler(sys.stderr)
         root.addHandler(handler)
@@ -118,6 +122,7 @@ def configure(level: int, fmt: str) -> None:
         handler.setLevel(logging.NOTSET)
     root.setLevel(level)
     for name in CHATTY:
-        logging.getLogger(name).setLevel(logging.NOTSET if level <= logging.DEBUG
-                                         else max(level, logging.WARNING))
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if level <= logging.DEBUG else max(level, logging.WARNING)
+        )
     loghygiene.install(level)

@@ -16,39 +16,75 @@ from prometheus_client.registry import Collector
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: Latency buckets in seconds: a delivery is milliseconds; a slow LLM stage is seconds.
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                   10.0, 30.0)
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 DELIVERIES = Counter(
-    "switchboard_deliveries", "Deliveries received, by source, HTTP status and (for 401) "
-    "verification reason", ["source", "status", "reason"])
+    "switchboard_deliveries",
+    "Deliveries received, by source, HTTP status and (for 401) verification reason",
+    ["source", "status", "reason"],
+)
 WEBHOOK_DELIVERIES = Counter(
-    "switchboard_webhook_deliveries", "Deliveries received per webhook (only with "
-    "[metrics] per_webhook = true)", ["webhook_id", "status"])
+    "switchboard_webhook_deliveries",
+    "Deliveries received per webhook (only with [metrics] per_webhook = true)",
+    ["webhook_id", "status"],
+)
 OUTCOMES = Counter(
-    "switchboard_routing_outcomes", "Routed deliveries by the deciding stage, its cause, the "
-    "disposition and the first fault that degraded it", ["stage", "cause", "disposition",
-                                                         "fault"])
+    "switchboard_routing_outcomes",
+    "Routed deliveries by the deciding stage, its cause, the "
+    "disposition and the first fault that degraded it",
+    ["stage", "cause", "disposition", "fault"],
+)
 WEBHOOK_OUTCOMES = Counter(
-    "switchboard_webhook_routing_outcomes", "Routing outcomes per webhook (only with "
-    "[metrics] per_webhook = true)", ["webhook_id", "stage", "cause"])
+    "switchboard_webhook_routing_outcomes",
+    "Routing outcomes per webhook (only with [metrics] per_webhook = true)",
+    ["webhook_id", "stage", "cause"],
+)
 RULE_FAULTS = Counter(
-    "switchboard_rule_faults", "Rule and sandbox faults reported by routing, by cause", ["cause"])
+    "switchboard_rule_faults", "Rule and sandbox faults reported by routing, by cause", ["cause"]
+)
 TODOS_CREATED = Counter("switchboard_todos_created", "Todos created by deliveries")
 INGEST_LATENCY = Histogram(
-    "switchboard_ingest_latency_seconds", "Time from a delivery's arrival to its reply "
-    "(verify, route, record)", ["status"], buckets=LATENCY_BUCKETS)
+    "switchboard_ingest_latency_seconds",
+    "Time from a delivery's arrival to its reply (verify, route, record)",
+    ["status"],
+    buckets=LATENCY_BUCKETS,
+)
 #: Batch sizes: one delivery alone up to a full batch of ``[ingest] batch_max``.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 STORE_BATCH = Histogram(
-    "switchboard_store_batch_size", "Deliveries handled together by one database round, by "
-    "step (resolve: token lookups; write: delivery transactions)", ["step"],
-    buckets=BATCH_BUCKETS)
+    "switchboard_store_batch_size",
+    "Deliveries handled together by one database round, by "
+    "step (resolve: token lookups; write: delivery transactions)",
+    ["step"],
+    buckets=BATCH_BUCKETS,
+)
 SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by sink", ["sink"])
 
 #: Every value the ``reason`` label of a 401 takes (``none`` for every other status).
-REASONS = ("missing_header", "stale_timestamp", "mismatch", "no_signature", "malformed",
-           "misconfigured", "other")
+REASONS = (
+    "missing_header",
+    "stale_timestamp",
+    "mismatch",
+    "no_signature",
+    "malformed",
+    "misconfigured",
+    "other",
+)
 
 # A source's refusal text is free-form (a third party's plugin writes its own), so it is
 # never a label: it is sorted into one of REASONS by what the built-in refusals say.
@@ -86,8 +122,11 @@ def todo_family(rows: Iterable[Mapping[str, Any]], max_queues: int) -> GaugeMetr
     Queue names are owner-chosen: the ``max_queues`` busiest keep their name, the rest are
     summed under ``queue="other"`` so a tenant cannot grow the series without bound.
     """
-    family = GaugeMetricFamily("switchboard_todos", "Open and dead todos by queue and state "
-                               "(read from the database at scrape)", labels=["queue", "state"])
+    family = GaugeMetricFamily(
+        "switchboard_todos",
+        "Open and dead todos by queue and state (read from the database at scrape)",
+        labels=["queue", "state"],
+    )
     rows = list(rows)
     totals: dict[str, int] = {}
     for row in rows:

@@ -46,8 +46,7 @@ def clean_json(value: Any) -> Any:
     if isinstance(value, list):
         return [clean_json(v) for v in value]
     if isinstance(value, dict):
-        return {clean_text(k) if isinstance(k, str) else k: clean_json(v)
-                for k, v in value.items()}
+        return {clean_text(k) if isinstance(k, str) else k: clean_json(v) for k, v in value.items()}
     return value
 
 

@@ -84,7 +84,8 @@ class Runtime:
             )
             await db.open()
             self._store = Store(
-                db, batch_max=int(self.config.section("ingest").get("batch_max", 256)))
+                db, batch_max=int(self.config.section("ingest").get("batch_max", 256))
+            )
         return self._store
 
     @property

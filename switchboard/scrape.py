@@ -29,8 +29,11 @@ PATH = "/metrics"
 def settings(config: Config) -> tuple[bool, str, int]:
     """``(enabled, addr, max_queues)`` of the ``[metrics]`` section."""
     section = config.section("metrics")
-    return (bool(section.get("enabled", True)), str(section.get("addr") or ""),
-            int(section.get("max_queues", metrics.DEFAULT_MAX_QUEUES)))
+    return (
+        bool(section.get("enabled", True)),
+        str(section.get("addr") or ""),
+        int(section.get("max_queues", metrics.DEFAULT_MAX_QUEUES)),
+    )
 
 
 def prepare_multiprocess() -> str:

@@ -55,8 +55,10 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         _SERVER_LINE[:] = [f"PostgreSQL {version} ({server.where()})"]
         expected = os.environ.get(EXPECT_MAJOR)
         if expected and num // 10000 != int(expected):
-            pytest.exit(f"{EXPECT_MAJOR}={expected}, but the session's server is "
-                        f"{_SERVER_LINE[0]}", returncode=3)
+            pytest.exit(
+                f"{EXPECT_MAJOR}={expected}, but the session's server is {_SERVER_LINE[0]}",
+                returncode=3,
+            )
         yield server
     finally:
         server.cleanup()
@@ -78,8 +80,9 @@ def template_db(pg_server: Any) -> Iterator[str]:
         from switchboard.plugins import build_registries, make_plugin_manager
 
         regs = build_registries(make_plugin_manager())
-        asyncio.run(migrate.apply(pg_server.get_uri(name),
-                                  migrate.collect(regs.migrations.directories)))
+        asyncio.run(
+            migrate.apply(pg_server.get_uri(name), migrate.collect(regs.migrations.directories))
+        )
         yield name
     finally:
         drop_database(pg_server.get_uri(), name)
@@ -133,8 +136,9 @@ async def _runtime(dsn: str, data_dir: Path, config: str | None = None) -> Async
 
 
 @pytest.fixture
-async def runtime(request: pytest.FixtureRequest, dsn: str,
-                  tmp_path: Path) -> AsyncIterator[Runtime]:
+async def runtime(
+    request: pytest.FixtureRequest, dsn: str, tmp_path: Path
+) -> AsyncIterator[Runtime]:
     """An in-process runtime on a fresh database (service-layer tests), configured by the
     test module's ``CONFIG`` (TOML text) when it has one."""
     async with _runtime(dsn, tmp_path / "data", getattr(request.module, "CONFIG", None)) as rt:
@@ -147,8 +151,13 @@ def _servers(tmp_path: Path) -> Iterator[Any]:
     (``Server.stop`` also checks its log for secrets)."""
     servers: list[Server] = []
 
-    def make(dsn: str | None, *extra: str, env_extra: dict[str, str] | None = None,
-             data_dir: Path | None = None, config: Path | None = None) -> Server:
+    def make(
+        dsn: str | None,
+        *extra: str,
+        env_extra: dict[str, str] | None = None,
+        data_dir: Path | None = None,
+        config: Path | None = None,
+    ) -> Server:
         env = make_env(dsn, data_dir or tmp_path / "data", **(env_extra or {}))
         port = free_port()
         env["SWITCHBOARD_BASE_URL"] = f"http://127.0.0.1:{port}"
@@ -185,8 +194,9 @@ def module_dsn(pg_server: Any, template_db: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def module_server_factory(module_dsn: str,
-                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def module_server_factory(
+    module_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     """``server_factory`` for servers a whole module shares, usually on ``module_dsn``.
 
     They are stopped when the module ends (logs checked for secrets, as ``Server.stop``

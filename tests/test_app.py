@@ -31,8 +31,12 @@ def _exchange(port: int, request: bytes, *, read_timeout: float = 10.0) -> bytes
     return b"".join(chunks)
 
 
-def _world(server_factory: Any, dsn: str, *extra: str, config: Path | None = None,
-           ) -> tuple[Any, World]:
+def _world(
+    server_factory: Any,
+    dsn: str,
+    *extra: str,
+    config: Path | None = None,
+) -> tuple[Any, World]:
     srv = server_factory(dsn, *extra, config=config)
     w = World(CLI(srv.env))
     w.human("alice")
@@ -48,20 +52,29 @@ def test_headers_over_the_limit_answer_431_and_bodies_413(server_factory: Any, d
     srv, w = _world(server_factory, dsn)
     hook = w.webhook("owner", "generic")
     big_header = b"X-Big: " + b"a" * 20_000
-    reply = _exchange(srv.port, b"POST " + _path(hook).encode() + b" HTTP/1.1\r\nHost: x\r\n"
-                      + big_header + b"\r\nContent-Length: 2\r\n\r\n{}")
+    reply = _exchange(
+        srv.port,
+        b"POST "
+        + _path(hook).encode()
+        + b" HTTP/1.1\r\nHost: x\r\n"
+        + big_header
+        + b"\r\nContent-Length: 2\r\n\r\n{}",
+    )
     assert reply.startswith(b"HTTP/1.1 431 "), reply[:200]
     resp = httpx.post(hook["ingest_url"], content=b"x" * (5 * 1024 * 1024 + 1), timeout=60)
     assert resp.status_code == 413 and resp.json() == {"error": "payload too large"}
 
 
 def test_expect_continue_with_an_oversized_length_gets_413_without_continue(
-    server_factory: Any, dsn: str,
+    server_factory: Any,
+    dsn: str,
 ) -> None:
     srv, w = _world(server_factory, dsn)
     hook = w.webhook("owner", "generic")
-    head = (b"POST " + _path(hook).encode() + b" HTTP/1.1\r\nHost: x\r\n"
-            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n")
+    head = (
+        b"POST " + _path(hook).encode() + b" HTTP/1.1\r\nHost: x\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+    )
     # The client sends no body: it waits for "100 Continue", which must never come.
     reply = _exchange(srv.port, head % (64 * 1024 * 1024), read_timeout=5)
     assert reply.startswith(b"HTTP/1.1 413 "), reply[:200]
@@ -77,7 +90,10 @@ def test_expect_continue_with_an_oversized_length_gets_413_without_continue(
 
 @pytest.mark.slow
 def test_database_down_answers_503_within_the_configured_bound_without_driver_text(
-    server_factory: Any, pg_server: Any, dsn: str, tmp_path: Path,
+    server_factory: Any,
+    pg_server: Any,
+    dsn: str,
+    tmp_path: Path,
 ) -> None:
     config = tmp_path / "switchboard.toml"
     config.write_text("[server]\ndatabase_timeout_ms = 300\n")
@@ -107,7 +123,8 @@ def test_database_down_answers_503_within_the_configured_bound_without_driver_te
 
 @pytest.mark.slow
 def test_sigterm_stops_new_requests_at_once_and_finishes_in_flight_ones(
-    server_factory: Any, dsn: str,
+    server_factory: Any,
+    dsn: str,
 ) -> None:
     srv, w = _world(server_factory, dsn)
     hook = w.webhook("owner", "generic")
@@ -179,8 +196,7 @@ async def test_a_worker_freezes_what_it_loaded_before_serving(dsn: str, tmp_path
 
     rt = Runtime(load_config(env=make_env(dsn, tmp_path / "data")))
     app = create_app(rt, name="freeze_test")
-    [start] = [fl.listener for fl in app._future_listeners
-               if fl.event == "before_server_start"]
+    [start] = [fl.listener for fl in app._future_listeners if fl.event == "before_server_start"]
     gc.unfreeze()
     try:
         await start(app)

@@ -217,9 +217,7 @@ async def test_lease_ttl_seconds_is_the_default_lease(dsn: str, tmp_path: Path) 
         assert 110 < expires.timestamp() - time.time() <= 121  # not the default 300
 
 
-def test_max_body_bytes_is_the_ingest_limit(
-    server_factory: Any, dsn: str, tmp_path: Path
-) -> None:
+def test_max_body_bytes_is_the_ingest_limit(server_factory: Any, dsn: str, tmp_path: Path) -> None:
     srv = server_factory(dsn, config=_toml(tmp_path, "[ingest]\nmax_body_bytes = 2048\n"))
     url = srv.base_url + "/webhooks/w/" + "0" * 48
     assert httpx.post(url, content=b"x" * 2049, timeout=30).status_code == 413
@@ -234,8 +232,10 @@ def test_access_log_writes_one_line_per_request(
     token = "f" * 48
     for srv in (quiet, loud):
         assert httpx.get(srv.base_url + "/healthz?probe=access", timeout=30).status_code == 200
-        assert httpx.post(srv.base_url + f"/webhooks/w/{token}", content=b"{}",
-                          timeout=30).status_code == 404
+        assert (
+            httpx.post(srv.base_url + f"/webhooks/w/{token}", content=b"{}", timeout=30).status_code
+            == 404
+        )
     deadline = time.monotonic() + 10
     while "/webhooks/w/" not in loud.log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)  # the line is written after the response
@@ -300,8 +300,12 @@ def test_sigterm_while_a_worker_starts_stops_serve(dsn: str, tmp_path: Path) -> 
     its own stop message forever at full CPU and never exited (serve patches that wait)."""
     port = free_port()
     site = _slow_second_plugin(tmp_path / "site")
-    env = make_env(dsn, tmp_path / "data", PYTHONPATH=str(site),
-                   SLOW_SECOND_MARK=str(tmp_path / "first-started"))
+    env = make_env(
+        dsn,
+        tmp_path / "data",
+        PYTHONPATH=str(site),
+        SLOW_SECOND_MARK=str(tmp_path / "first-started"),
+    )
     log = tmp_path / "serve.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen([*SWITCHBOARD, "serve", "--port", str(port), "--workers", "2"],
@@ -317,8 +321,11 @@ def test_sigterm_while_a_worker_starts_stops_serve(dsn: str, tmp_path: Path) -> 
                         break
                 except httpx.TransportError:
                     time.sleep(0.1)
-            workers = [c for c in psutil.Process(proc.pid).children()
-                       if "spawn_main" in " ".join(c.cmdline())]
+            workers = [
+                c
+                for c in psutil.Process(proc.pid).children()
+                if "spawn_main" in " ".join(c.cmdline())
+            ]
             assert len(workers) >= 2, workers
             proc.send_signal(signal.SIGTERM)
             try:
@@ -346,18 +353,25 @@ def test_sigterm_while_a_worker_starts_stops_serve(dsn: str, tmp_path: Path) -> 
     ],
 )
 def test_server_sizes_follow_the_cpus_unless_set(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str, cpus: int,
-        flag: int | None, expected: tuple[int, int, int]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    server: str,
+    cpus: int,
+    flag: int | None,
+    expected: tuple[int, int, int],
+) -> None:
     import switchboard.config as config
 
-    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(cpus)),
-                        raising=False)
-    sizes = config.server_sizes(load_config(_toml(tmp_path, "[server]\n" + server), env={}),
-                                flag, env={})
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    sizes = config.server_sizes(
+        load_config(_toml(tmp_path, "[server]\n" + server), env={}), flag, env={}
+    )
     assert (sizes.workers, sizes.pool_min, sizes.pool_max) == expected
     # A worker process learns the count serve chose from the environment.
-    again = config.server_sizes(load_config(_toml(tmp_path, "[server]\n" + server), env={}),
-                                env={config.WORKERS_ENV: str(sizes.workers)})
+    again = config.server_sizes(
+        load_config(_toml(tmp_path, "[server]\n" + server), env={}),
+        env={config.WORKERS_ENV: str(sizes.workers)},
+    )
     assert (again.workers, again.pool_max) == (sizes.workers, sizes.pool_max)
 
 
@@ -393,17 +407,27 @@ def test_serve_defaults_to_a_worker_per_usable_cpu(dsn: str, tmp_path: Path) -> 
     log = tmp_path / "serve.log"
     cpu = min(os.sched_getaffinity(0))
     with open(log, "ab") as out:
-        proc = subprocess.Popen([*SWITCHBOARD, "serve", "--port", str(port)], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        proc = subprocess.Popen(
+            [*SWITCHBOARD, "serve", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+        )
         try:
             _wait_healthy(proc, port, log)
-            assert not [c for c in psutil.Process(proc.pid).children()
-                        if "spawn_main" in " ".join(c.cmdline())]
+            assert not [
+                c
+                for c in psutil.Process(proc.pid).children()
+                if "spawn_main" in " ".join(c.cmdline())
+            ]
             text = log.read_text()
-            assert (f"serving on http://127.0.0.1:{port} (1 worker(s)): workers auto, 1 usable"
-                    " CPU(s); database pool 2-20 connections per worker (auto), at most 20"
-                    " in all") in text, text
+            assert (
+                f"serving on http://127.0.0.1:{port} (1 worker(s)): workers auto, 1 usable"
+                " CPU(s); database pool 2-20 connections per worker (auto), at most 20"
+                " in all"
+            ) in text, text
         finally:
             stop_process_group(proc)
     assert_log_has_no_secrets(log)

@@ -20,15 +20,20 @@ from switchboard.config import load_config
 def _env(home: Path, **extra: str) -> dict[str, str]:
     """A user whose per-user directories are under ``home`` (nothing of the real user's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
-    env.update(HOME=str(home), XDG_DATA_HOME=str(home / "share"),
-               SWITCHBOARD_SECRET_KEY="test-secret-key-0123456789", **extra)
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / "share"),
+        SWITCHBOARD_SECRET_KEY="test-secret-key-0123456789",
+        **extra,
+    )
     return env
 
 
 def _run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([*SWITCHBOARD, *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [*SWITCHBOARD, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_default_is_the_per_user_data_dir(tmp_path: Path) -> None:
@@ -38,9 +43,9 @@ def test_the_default_is_the_per_user_data_dir(tmp_path: Path) -> None:
     assert load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}).data_dir == tmp_path
 
 
-def test_a_relative_data_dir_is_relative_to_the_config_file(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def test_a_relative_data_dir_is_relative_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conf = tmp_path / "etc" / "switchboard.toml"
     conf.parent.mkdir()
     conf.write_text('data_dir = "state"\n')
@@ -53,21 +58,35 @@ def test_a_relative_data_dir_is_relative_to_the_config_file(tmp_path: Path,
     assert cfg.data_dir == tmp_path / "here" and cfg.data_dir_from == "SWITCHBOARD_DATA_DIR"
 
 
-@pytest.mark.parametrize("args", [
-    ("human", "list"), ("endpoint", "list"), ("todos", "list"), ("webhook", "list"),
-    ("endpoint", "vend", "--owner", "alice", "--name", "x"), ("mcp", "--token", "sbe_x"),
-])
-def test_read_and_client_commands_never_create_a_database(tmp_path: Path,
-                                                          args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("human", "list"),
+        ("endpoint", "list"),
+        ("todos", "list"),
+        ("webhook", "list"),
+        ("endpoint", "vend", "--owner", "alice", "--name", "x"),
+        ("mcp", "--token", "sbe_x"),
+    ],
+)
+def test_read_and_client_commands_never_create_a_database(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
     env = _env(tmp_path / "home")
     proc = _run(env, tmp_path / "elsewhere", *args)
     assert proc.returncode == 2 and proc.stdout == ""
     data = tmp_path / "home" / "share" / "switchboard"
     [line] = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert line.startswith(f"switchboard: error: no Switchboard database in {data} ")
-    for needle in ("the per-user default", str(data / "pg"), "`switchboard serve`",
-                   "`switchboard migrate`", "--config", "SWITCHBOARD_DATA_DIR",
-                   "SWITCHBOARD_DATABASE_URL"):
+    for needle in (
+        "the per-user default",
+        str(data / "pg"),
+        "`switchboard serve`",
+        "`switchboard migrate`",
+        "--config",
+        "SWITCHBOARD_DATA_DIR",
+        "SWITCHBOARD_DATABASE_URL",
+    ):
         assert needle in line, needle
     assert not data.exists() and not (tmp_path / "elsewhere" / ".switchboard").exists()
 
@@ -81,9 +100,24 @@ async def test_one_database_from_any_directory_stdio_mcp_included(tmp_path: Path
     made = _run(env, tmp_path / "a", "human", "add", "alice")
     assert made.returncode == 0, made.stderr
     assert f"initialized embedded PostgreSQL in {data / 'pg'}" in made.stderr
-    vend = _run(env, tmp_path / "b", "endpoint", "vend", "--owner", "alice", "--name", "me",
-                "--queues", "inbox", "--webhook-queues", "inbox", "--source-types", "generic",
-                "--webhook-max", "1")
+    vend = _run(
+        env,
+        tmp_path / "b",
+        "endpoint",
+        "vend",
+        "--owner",
+        "alice",
+        "--name",
+        "me",
+        "--queues",
+        "inbox",
+        "--webhook-queues",
+        "inbox",
+        "--source-types",
+        "generic",
+        "--webhook-max",
+        "1",
+    )
     assert vend.returncode == 0, vend.stderr
     token = json.loads(vend.stdout)["token"]
     remember_secrets({"token": token})
@@ -91,11 +125,17 @@ async def test_one_database_from_any_directory_stdio_mcp_included(tmp_path: Path
     # What a client does with the README's stdio entry, started in yet another directory.
     (tmp_path / "c").mkdir()
     server = StdioServerParameters(
-        command="switchboard", args=["mcp"], cwd=tmp_path / "c",
-        env={"PATH": str(Path(SWITCHBOARD[0]).parent) + os.pathsep + env["PATH"],
-             "HOME": env["HOME"], "XDG_DATA_HOME": env["XDG_DATA_HOME"],
-             "SWITCHBOARD_SECRET_KEY": env["SWITCHBOARD_SECRET_KEY"],
-             "SWITCHBOARD_MCP_TOKEN": token})
+        command="switchboard",
+        args=["mcp"],
+        cwd=tmp_path / "c",
+        env={
+            "PATH": str(Path(SWITCHBOARD[0]).parent) + os.pathsep + env["PATH"],
+            "HOME": env["HOME"],
+            "XDG_DATA_HOME": env["XDG_DATA_HOME"],
+            "SWITCHBOARD_SECRET_KEY": env["SWITCHBOARD_SECRET_KEY"],
+            "SWITCHBOARD_MCP_TOKEN": token,
+        },
+    )
     with open(tmp_path / "mcp.err", "w") as errlog:
         async with stdio_client(server, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:

@@ -35,13 +35,15 @@ def _lines(srv: Server, logger: str | None = None) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def server(module_server_factory: Any, module_dsn: str,
-           tmp_path_factory: pytest.TempPathFactory) -> Server:
+def server(
+    module_server_factory: Any, module_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Server:
     """Config says warning; the flag says info, and wins. Metrics on an address of their own."""
     METRICS["addr"] = f"127.0.0.1:{free_port()}"
     config = tmp_path_factory.mktemp("log-config") / "sb.toml"
-    config.write_text('[log]\nlevel = "warning"\nformat = "json"\n'
-                      f'[metrics]\naddr = "{METRICS["addr"]}"\n')
+    config.write_text(
+        f'[log]\nlevel = "warning"\nformat = "json"\n[metrics]\naddr = "{METRICS["addr"]}"\n'
+    )
     srv: Server = module_server_factory(module_dsn, "--log-level", "info", config=config)
     return srv
 
@@ -55,23 +57,40 @@ def test_a_line_per_delivery_without_secrets_or_payload(server: Server) -> None:
     secret = gh["signing_secret"]
     body = json.dumps({"action": "opened", "note": MARKER}).encode()
     delivery = str(uuid.uuid4())
-    data, headers = build_request("github", body, secret.encode(), "issues",
-                                  {"X-GitHub-Delivery": delivery}, stamp=False)
+    data, headers = build_request(
+        "github", body, secret.encode(), "issues", {"X-GitHub-Delivery": delivery}, stamp=False
+    )
     signature = headers["X-Hub-Signature-256"]
     assert httpx.post(gh["ingest_url"], content=data, headers=headers).status_code == 202
     forged = {**headers, "X-Hub-Signature-256": "sha256=" + "0" * 64}
     assert httpx.post(gh["ingest_url"], content=data, headers=forged).status_code == 401
     assert httpx.post(gen["ingest_url"] + "x", content=data).status_code == 404
-    assert httpx.post(gen["ingest_url"], content=data,
-                      headers={"X-Delivery-Id": "g-1"}).status_code == 202
+    assert (
+        httpx.post(gen["ingest_url"], content=data, headers={"X-Delivery-Id": "g-1"}).status_code
+        == 202
+    )
 
     lines = _lines(server, "switchboard.delivery")
     assert [d["status"] for d in lines] == [202, 401, 404, 202]
     ok, refused, unknown, token_trust = lines
     for doc in lines:
-        assert {"time", "level", "logger", "message", "webhook_id", "event_id", "source",
-                "kind", "status", "disposition", "stage", "cause", "faults", "latency_ms",
-                "todos_created"} <= set(doc)
+        assert {
+            "time",
+            "level",
+            "logger",
+            "message",
+            "webhook_id",
+            "event_id",
+            "source",
+            "kind",
+            "status",
+            "disposition",
+            "stage",
+            "cause",
+            "faults",
+            "latency_ms",
+            "todos_created",
+        } <= set(doc)
         assert doc["level"] == "info"
     assert ok["webhook_id"] == gh["webhook_id"] and ok["source"] == "github"
     assert ok["kind"] == "issues" and ok["disposition"] == "routed"
@@ -85,8 +104,15 @@ def test_a_line_per_delivery_without_secrets_or_payload(server: Server) -> None:
     assert token_trust["source"] == "generic" and token_trust["disposition"] == "routed"
 
     text = server.log.read_text()
-    for secret_text in (secret, signature, signature.split("=", 1)[1], MARKER, delivery,
-                        gh["ingest_url"].rsplit("/", 1)[1], gen["ingest_url"].rsplit("/", 1)[1]):
+    for secret_text in (
+        secret,
+        signature,
+        signature.split("=", 1)[1],
+        MARKER,
+        delivery,
+        gh["ingest_url"].rsplit("/", 1)[1],
+        gen["ingest_url"].rsplit("/", 1)[1],
+    ):
         assert secret_text not in text, secret_text
     assert not [d for d in lines if "/webhooks/w/" in json.dumps(d)]  # never the path
 
@@ -108,8 +134,9 @@ def test_start_up_lines(server: Server) -> None:
     assert httpx.get(server.base_url + "/metrics", timeout=10).status_code == 404
 
 
-def test_config_level_is_honoured_without_the_flag(server_factory: Any, dsn: str,
-                                                  tmp_path: Path) -> None:
+def test_config_level_is_honoured_without_the_flag(
+    server_factory: Any, dsn: str, tmp_path: Path
+) -> None:
     config = tmp_path / "quiet.toml"
     config.write_text('[log]\nlevel = "warning"\n')
     srv = server_factory(dsn, config=config)
@@ -132,13 +159,21 @@ def _record(msg: str, **values: Any) -> logging.LogRecord:
 
 def test_formatters_spell_the_fields_and_redact_them() -> None:
     token = "a" * 48
-    record = _record("delivery 401 unverified", status=401, verify_detail=f"got {token}",
-                     faults=["timeout", "error"], kind=None)
+    record = _record(
+        "delivery 401 unverified",
+        status=401,
+        verify_detail=f"got {token}",
+        faults=["timeout", "error"],
+        kind=None,
+    )
     doc = json.loads(JsonFormatter().format(record))
     assert doc["message"] == "delivery 401 unverified" and doc["status"] == 401
     assert doc["faults"] == ["timeout", "error"] and doc["kind"] is None
     assert token not in doc["verify_detail"] and "redacted" in doc["verify_detail"]
-    line = TextFormatter().format(_record("delivery 401 unverified", status=401,
-                                          verify_detail=f"got {token}", faults=["timeout"]))
+    line = TextFormatter().format(
+        _record(
+            "delivery 401 unverified", status=401, verify_detail=f"got {token}", faults=["timeout"]
+        )
+    )
     assert "switchboard.delivery: delivery 401 unverified status=401" in line
     assert "faults=timeout" in line and token not in line

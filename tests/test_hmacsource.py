@@ -41,8 +41,18 @@ def test_a_bad_scheme_is_refused_naming_the_field(doc: dict[str, Any], names: st
 def test_the_schema_is_the_documented_contract() -> None:
     assert SCHEME_SCHEMA["required"] == ["signature_header"]
     assert set(SCHEME_SCHEMA["properties"]) >= {
-        "mode", "signature_header", "signature_separator", "signature_prefix", "encoding",
-        "signed", "secret_encoding", "timestamp", "tolerance_seconds", "delivery_id", "kind"}
+        "mode",
+        "signature_header",
+        "signature_separator",
+        "signature_prefix",
+        "encoding",
+        "signed",
+        "secret_encoding",
+        "timestamp",
+        "tolerance_seconds",
+        "delivery_id",
+        "kind",
+    }
 
 
 def test_signed_content_is_literal_text_and_the_three_placeholders() -> None:
@@ -50,16 +60,26 @@ def test_signed_content_is_literal_text_and_the_three_placeholders() -> None:
     assert signed_content("{id}.{t}.{body}", b"B", "msg", "7") == b"msg.7.B"
 
 
-def _deliver(source: HmacSource, headers: dict[str, str], body: bytes,
-             config: dict[str, Any] | None = None, secret: bytes = SECRET,
-             now: float = NOW) -> Any:
+def _deliver(
+    source: HmacSource,
+    headers: dict[str, str],
+    body: bytes,
+    config: dict[str, Any] | None = None,
+    secret: bytes = SECRET,
+    now: float = NOW,
+) -> Any:
     return source.verify(Delivery(Headers(headers), body, config=config or {}), secret, now)
 
 
 SCHEME = {
-    "signature_header": "Sig", "signature_separator": ",", "signature_prefix": "v1=",
-    "encoding": "base64", "signed": "{id}:{t}:{body}", "timestamp": {"entry": "t="},
-    "tolerance_seconds": 60, "delivery_id": [{"header": "Id"}, {"pointer": "/meta/id"}],
+    "signature_header": "Sig",
+    "signature_separator": ",",
+    "signature_prefix": "v1=",
+    "encoding": "base64",
+    "signed": "{id}:{t}:{body}",
+    "timestamp": {"entry": "t="},
+    "tolerance_seconds": 60,
+    "delivery_id": [{"header": "Id"}, {"pointer": "/meta/id"}],
     "kind": [{"pointer": "/events/0/kind"}, {"header": "Kind"}],
 }
 
@@ -94,8 +114,11 @@ def test_a_per_webhook_scheme_reads_entries_pointers_and_headers() -> None:
 
 def test_a_body_that_is_not_json_only_lacks_what_pointers_would_find() -> None:
     src = HmacSource("hmac")
-    scheme = {"signature_header": "Sig", "delivery_id": [{"pointer": "/id"}],
-              "kind": [{"pointer": "/type"}]}
+    scheme = {
+        "signature_header": "Sig",
+        "delivery_id": [{"pointer": "/id"}],
+        "kind": [{"pointer": "/type"}],
+    }
     body = b"\xff\xfe not json"
     mac = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
     verdict = _deliver(src, {"Sig": mac}, body, scheme)
@@ -103,8 +126,9 @@ def test_a_body_that_is_not_json_only_lacks_what_pointers_would_find() -> None:
 
 
 def test_token_mode_compares_the_header_with_the_secret() -> None:
-    src = HmacSource("tok", {"mode": "token", "signature_header": "X-Token",
-                             "kind": [{"header": "X-Event"}]})
+    src = HmacSource(
+        "tok", {"mode": "token", "signature_header": "X-Token", "kind": [{"header": "X-Event"}]}
+    )
     ok = _deliver(src, {"X-Token": SECRET.decode(), "X-Event": "Push Hook"}, b"{}")
     assert ok.ok and ok.kind == "Push Hook"
     assert not _deliver(src, {"X-Token": SECRET.decode() + "x"}, b"{}").ok
@@ -112,11 +136,17 @@ def test_token_mode_compares_the_header_with_the_secret() -> None:
     assert src.sign(b"{}", SECRET, "Push Hook")["X-Token"] == SECRET.decode()
 
 
-@pytest.mark.parametrize("secret", [b"whsec_" + base64.b64encode(b"k" * 24),
-                                    b"whsec_" + base64.urlsafe_b64encode(b"\xfb" * 24).rstrip(b"=")])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        b"whsec_" + base64.b64encode(b"k" * 24),
+        b"whsec_" + base64.urlsafe_b64encode(b"\xfb" * 24).rstrip(b"="),
+    ],
+)
 def test_whsec_secrets_decode_in_either_alphabet(secret: bytes) -> None:
-    src = HmacSource("sw", {"signature_header": "S", "encoding": "base64",
-                            "secret_encoding": "whsec_base64"})
+    src = HmacSource(
+        "sw", {"signature_header": "S", "encoding": "base64", "secret_encoding": "whsec_base64"}
+    )
     headers = src.sign(b"body", secret, None)
     assert _deliver(src, headers, b"body", secret=secret).ok
     assert "base64" in _deliver(src, headers, b"body", secret=b"whsec_%%%%").detail
@@ -138,8 +168,9 @@ def test_sign_then_verify_round_trips_every_location_kind() -> None:
     (b"\xff\xfe\x00", None),
     (b'{"meta": {"id": "' + b"x" * 300 + b'"}}', None),  # an id too long to be a key
 ])  # fmt: skip
-def test_hostile_bodies_are_verified_or_refused_never_raised(body: bytes,
-                                                             body_id: str | None) -> None:
+def test_hostile_bodies_are_verified_or_refused_never_raised(
+    body: bytes, body_id: str | None
+) -> None:
     src = HmacSource("hmac")
     signed = src.sign(body, SECRET, None, now=NOW, config=SCHEME, delivery_id="h-1")
     unsigned = {"Sig": f"t={NOW},v1=AAAA"}
@@ -148,8 +179,11 @@ def test_hostile_bodies_are_verified_or_refused_never_raised(body: bytes,
     assert not _deliver(src, unsigned, body, SCHEME).ok
     ok = _deliver(src, signed, body, SCHEME)
     assert ok.ok and ok.delivery_id == "h-1" and ok.kind is None
-    plain = {"signature_header": "S", "delivery_id": [{"pointer": "/meta/id"}],
-             "kind": [{"pointer": "/events/0/kind"}]}
+    plain = {
+        "signature_header": "S",
+        "delivery_id": [{"pointer": "/meta/id"}],
+        "kind": [{"pointer": "/events/0/kind"}],
+    }
     mac = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
     verdict = _deliver(src, {"S": mac}, body, plain)
     assert verdict.ok and verdict.kind is None

@@ -27,7 +27,8 @@ from switchboard.config import load_config
 from switchboard.plugins import REGISTRATION_HOOKS, build_registries, make_plugin_manager
 
 SPECS: dict[str, Callable[..., Any]] = {
-    name: fn for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+    name: fn
+    for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
     if hasattr(fn, "switchboard_spec")
 }
 #: Names an annotation may use besides the contract's own (builtins, typing).
@@ -155,8 +156,9 @@ def test_each_registration_of_hello_is_in_the_registries(
 ) -> None:
     sink_path = tmp_path / "sink.jsonl"
     config_file = tmp_path / "sb.toml"
-    config_file.write_text('[routing]\nstages = ["hello", "rules"]\n\n'
-                           f'[plugins.hello]\nsink_path = "{sink_path}"\n')
+    config_file.write_text(
+        f'[routing]\nstages = ["hello", "rules"]\n\n[plugins.hello]\nsink_path = "{sink_path}"\n'
+    )
     rt = plugin.Runtime(load_config(config_file, env={}), pm=hello_pm)
     regs = rt.registries
 
@@ -188,8 +190,10 @@ def test_each_registration_of_hello_is_in_the_registries(
     tool = regs.mcp_tools.get("hello")
     assert isinstance(tool, plugin.MCPTool) and tool.verb == "hello"
     assert regs.commands.get("hello").needs_store is False
-    assert ("hello", Path(hello_pm.get_plugin("hello").__file__).with_name("migrations")) \
-        in regs.migrations.directories
+    assert (
+        "hello",
+        Path(hello_pm.get_plugin("hello").__file__).with_name("migrations"),
+    ) in regs.migrations.directories
 
 
 async def test_hello_tool_and_stage_work_from_the_contract(
@@ -208,8 +212,7 @@ async def test_hello_tool_and_stage_work_from_the_contract(
     assert "hello" not in [s.name for s in rt.stages]  # not in routing.stages: never runs
 
 
-def test_hello_routes_startup_and_shutdown(hello_pm: pluggy.PluginManager,
-                                           tmp_path: Path) -> None:
+def test_hello_routes_startup_and_shutdown(hello_pm: pluggy.PluginManager, tmp_path: Path) -> None:
     from sanic import Sanic
 
     rt = plugin.Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=hello_pm)

@@ -49,8 +49,11 @@ def scrape(url: str) -> Samples:
 def moved(before: Samples, after: Samples) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The samples whose value changed (counters and histogram counts; not latencies)."""
     keys = set(before) | set(after)
-    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys
-            if after.get(k, 0.0) != before.get(k, 0.0)}
+    return {
+        k: after.get(k, 0.0) - before.get(k, 0.0)
+        for k in keys
+        if after.get(k, 0.0) != before.get(k, 0.0)
+    }
 
 
 def series(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -60,22 +63,36 @@ def series(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 def _world(srv: Server) -> World:
     w = World(CLI(srv.env), prefix=f"m{next(_tenant)}-", direct=True)
     w.human("alice")
-    w.endpoint("alice", "owner", queues="inbox,metricsq", webhook_queues="inbox,metricsq",
-               sources="github,generic")
+    w.endpoint(
+        "alice",
+        "owner",
+        queues="inbox,metricsq",
+        webhook_queues="inbox,metricsq",
+        sources="github,generic",
+    )
     return w
 
 
 def _post_generic(hook: dict[str, Any], body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(hook["ingest_url"], content=json.dumps(body).encode(),
-                      headers={"Content-Type": "application/json",
-                               "X-Delivery-Id": str(uuid.uuid4())}, timeout=30)
+    return httpx.post(
+        hook["ingest_url"],
+        content=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Delivery-Id": str(uuid.uuid4())},
+        timeout=30,
+    )
 
 
-def _post_github(hook: dict[str, Any], secret: bytes, headers: dict[str, str] | None = None
-                 ) -> httpx.Response:
-    body, signed = build_request("github", b'{"action": "opened"}', secret, "issues",
-                                 {"X-GitHub-Delivery": str(uuid.uuid4()), **(headers or {})},
-                                 stamp=False)
+def _post_github(
+    hook: dict[str, Any], secret: bytes, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    body, signed = build_request(
+        "github",
+        b'{"action": "opened"}',
+        secret,
+        "issues",
+        {"X-GitHub-Delivery": str(uuid.uuid4()), **(headers or {})},
+        stamp=False,
+    )
     return httpx.post(hook["ingest_url"], content=body, headers=signed, timeout=30)
 
 
@@ -111,13 +128,18 @@ def test_todo_gauge_caps_queue_labels() -> None:
     rows.append({"queue": "q4", "state": "dead", "n": 1})
     family = todo_family(rows, max_queues=2)
     got = {tuple(s.labels.values()): s.value for s in family.samples}
-    assert got == {("q0", "pending"): 10, ("q1", "pending"): 9, ("other", "pending"): 8 + 7 + 6,
-                   ("other", "dead"): 1}
+    assert got == {
+        ("q0", "pending"): 10,
+        ("q1", "pending"): 9,
+        ("other", "pending"): 8 + 7 + 6,
+        ("other", "dead"): 1,
+    }
 
 
 @pytest.fixture(scope="module")
-def server(module_server_factory: Any, module_dsn: str,
-           tmp_path_factory: pytest.TempPathFactory) -> Server:
+def server(
+    module_server_factory: Any, module_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Server:
     """One single-process server (default metrics: on the serve address, no per-webhook)."""
     config = tmp_path_factory.mktemp("metrics-config") / "sb.toml"
     config.write_text("[ingest]\nmax_body_bytes = 2048\n[plugins.rules]\nmax_concurrency = 2\n")
@@ -134,10 +156,18 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
     secret = gh["signing_secret"].encode()
 
     async def set_rules(rt: Any) -> None:
-        await rules_svc.set_rules(rt, None, dropper["webhook_id"], [
-            {"id": "noise", "expr": '.payload.kind == "noise"', "action": {"drop": True}}])
-        await rules_svc.set_rules(rt, None, faulty["webhook_id"], [
-            {"id": "boom", "expr": 'error("boom")', "action": {"queue": "metricsq"}}])
+        await rules_svc.set_rules(
+            rt,
+            None,
+            dropper["webhook_id"],
+            [{"id": "noise", "expr": '.payload.kind == "noise"', "action": {"drop": True}}],
+        )
+        await rules_svc.set_rules(
+            rt,
+            None,
+            faulty["webhook_id"],
+            [{"id": "boom", "expr": 'error("boom")', "action": {"queue": "metricsq"}}],
+        )
 
     on_runtime(server.env, set_rules)
     url = server.base_url + "/metrics"
@@ -170,11 +200,13 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
         series(D, source="github", status="401", reason="missing_header"): 1,
         series(D, source="unknown", status="404", reason="none"): 1,
         series(D, source="unknown", status="413", reason="none"): 1,
-        series(OUT, stage="default", cause="no_match_default", disposition="routed",
-               fault="none"): 2,
+        series(
+            OUT, stage="default", cause="no_match_default", disposition="routed", fault="none"
+        ): 2,
         series(OUT, stage="rule", cause="drop", disposition="dropped", fault="none"): 1,
-        series(OUT, stage="default", cause="no_match_default", disposition="routed",
-               fault="error"): 1,
+        series(
+            OUT, stage="default", cause="no_match_default", disposition="routed", fault="error"
+        ): 1,
         series("switchboard_rule_faults_total", cause="error"): 1,
         series("switchboard_todos_created_total"): 3,
         series("switchboard_sandbox_evaluation_seconds_count"): 2,
@@ -195,10 +227,14 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
 
     # The todo gauge matches the database (open todos of every queue, by state).
     with psycopg.connect(module_dsn) as conn:
-        rows = conn.execute("SELECT queue, state, count(*) FROM todos WHERE state <> 'done'"
-                            " GROUP BY 1, 2").fetchall()
-    gauge = {(dict(k[1])["queue"], dict(k[1])["state"]): v for k, v in after.items()
-             if k[0] == "switchboard_todos"}
+        rows = conn.execute(
+            "SELECT queue, state, count(*) FROM todos WHERE state <> 'done' GROUP BY 1, 2"
+        ).fetchall()
+    gauge = {
+        (dict(k[1])["queue"], dict(k[1])["state"]): v
+        for k, v in after.items()
+        if k[0] == "switchboard_todos"
+    }
     assert gauge == {(q, s): float(n) for q, s, n in rows}
     assert gauge[("inbox", "pending")] >= 3
 
@@ -212,7 +248,9 @@ def test_metrics_disabled_is_404(server_factory: Any, dsn: str, tmp_path: Path) 
 
 
 def test_two_workers_sum_on_a_separate_address_with_per_webhook_series(
-    server_factory: Any, dsn: str, tmp_path: Path,
+    server_factory: Any,
+    dsn: str,
+    tmp_path: Path,
 ) -> None:
     metrics_port = free_port()
     config = tmp_path / "workers.toml"
@@ -228,21 +266,43 @@ def test_two_workers_sum_on_a_separate_address_with_per_webhook_series(
     for i in range(n):
         # A connection each (no keep-alive), so the kernel spreads them over both workers.
         with httpx.Client() as client:
-            resp = client.post(hook["ingest_url"], content=b'{"i": %d}' % i,
-                               headers={"Content-Type": "application/json",
-                                        "X-Delivery-Id": f"d-{i}"}, timeout=30)
+            resp = client.post(
+                hook["ingest_url"],
+                content=b'{"i": %d}' % i,
+                headers={"Content-Type": "application/json", "X-Delivery-Id": f"d-{i}"},
+                timeout=30,
+            )
         assert resp.status_code == 202
     after = scrape(url)
     delta = moved(before, after)
-    assert delta[series("switchboard_deliveries_total", source="generic", status="202",
-                        reason="none")] == n
-    assert delta[series("switchboard_webhook_deliveries_total", webhook_id=hook["webhook_id"],
-                        status="202")] == n
-    assert delta[series("switchboard_webhook_routing_outcomes_total",
-                        webhook_id=hook["webhook_id"], stage="default",
-                        cause="no_match_default")] == n
-    gauge = {dict(k[1])["queue"]: v for k, v in after.items()
-             if k[0] == "switchboard_todos" and dict(k[1])["state"] == "pending"}
+    assert (
+        delta[series("switchboard_deliveries_total", source="generic", status="202", reason="none")]
+        == n
+    )
+    assert (
+        delta[
+            series(
+                "switchboard_webhook_deliveries_total", webhook_id=hook["webhook_id"], status="202"
+            )
+        ]
+        == n
+    )
+    assert (
+        delta[
+            series(
+                "switchboard_webhook_routing_outcomes_total",
+                webhook_id=hook["webhook_id"],
+                stage="default",
+                cause="no_match_default",
+            )
+        ]
+        == n
+    )
+    gauge = {
+        dict(k[1])["queue"]: v
+        for k, v in after.items()
+        if k[0] == "switchboard_todos" and dict(k[1])["state"] == "pending"
+    }
     assert gauge["inbox"] == n
     # Both workers counted some (each writes its own file), and all of it goes at exit.
     directory = _multiproc_dir(srv)
@@ -250,8 +310,11 @@ def test_two_workers_sum_on_a_separate_address_with_per_webhook_series(
     srv.stop()
     assert not directory.exists()
     # The workers log in the format serve resolved (JSON: stderr is a file here).
-    lines = [json.loads(line) for line in srv.log.read_text().splitlines()
-             if line.startswith("{") and '"switchboard.delivery"' in line]
+    lines = [
+        json.loads(line)
+        for line in srv.log.read_text().splitlines()
+        if line.startswith("{") and '"switchboard.delivery"' in line
+    ]
     assert len(lines) == n and {d["webhook_id"] for d in lines} == {hook["webhook_id"]}
 
 
@@ -273,10 +336,12 @@ async def test_sandbox_counts_evaluations_and_waits_for_a_slot() -> None:
     def value(name: str, **labels: str) -> float:
         return REGISTRY.get_sample_value(name, labels) or 0.0
 
-    names = [("switchboard_sandbox_evaluation_seconds_count", {}),
-             ("switchboard_sandbox_slot_waits_total", {"outcome": "busy"}),
-             ("switchboard_sandbox_slot_waits_total", {"outcome": "acquired"}),
-             ("switchboard_sandbox_slot_wait_seconds_count", {})]
+    names = [
+        ("switchboard_sandbox_evaluation_seconds_count", {}),
+        ("switchboard_sandbox_slot_waits_total", {"outcome": "busy"}),
+        ("switchboard_sandbox_slot_waits_total", {"outcome": "acquired"}),
+        ("switchboard_sandbox_slot_wait_seconds_count", {}),
+    ]
     before = [value(n, **lb) for n, lb in names]
     slow = [("slow", "last(range(1e12)) > 0")]
     async with sandbox(max_concurrency=1, owner_concurrency=1, slot_wait_ms=20) as sb:
@@ -305,9 +370,7 @@ class _BrokenSinkPlugin:
         register.add(_BrokenSink())
 
 
-def test_a_failing_sink_is_counted_and_the_next_sink_still_runs(
-    dsn: str, tmp_path: Path
-) -> None:
+def test_a_failing_sink_is_counted_and_the_next_sink_still_runs(dsn: str, tmp_path: Path) -> None:
     from prometheus_client import REGISTRY
 
     cli = CLI(make_env(dsn, tmp_path / "data"))
@@ -327,13 +390,17 @@ def test_a_failing_sink_is_counted_and_the_next_sink_still_runs(
         assert [s.name for s in rt.registries.sinks][:1] == ["broken"], list(rt.registries.sinks)
         await rt.open_store(migrate=False)
         try:
-            before = [value("switchboard_sink_failures_total", sink="broken"),
-                      value("switchboard_doorbells_rung_total")]
+            before = [
+                value("switchboard_sink_failures_total", sink="broken"),
+                value("switchboard_doorbells_rung_total"),
+            ]
             reply = await ingest(rt, token, Headers({"X-Delivery-Id": "s-1"}), b"{}", None)
             assert reply.status == 202 and reply.body["created"] == 1, reply
             await drain_sinks()
-            return [value("switchboard_sink_failures_total", sink="broken") - before[0],
-                    value("switchboard_doorbells_rung_total") - before[1]]
+            return [
+                value("switchboard_sink_failures_total", sink="broken") - before[0],
+                value("switchboard_doorbells_rung_total") - before[1],
+            ]
         finally:
             await rt.shutdown()
 

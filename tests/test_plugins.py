@@ -62,8 +62,11 @@ def test_plugins_command_lists_hooks_as_json(cli: CLI) -> None:
     by = {p["name"]: p for p in out}
     assert "switchboard_register_sources" in by["cairn"]["hooks"]
     assert set(by["cairn"]) == {"name", "version", "distribution", "hooks", "provides"}
-    assert by["cairn"]["provides"] == {"sources": ["cairn"], "projections": ["artifact:cairn"],
-                                       "subjects": ["cairn-artifact"]}
+    assert by["cairn"]["provides"] == {
+        "sources": ["cairn"],
+        "projections": ["artifact:cairn"],
+        "subjects": ["cairn-artifact"],
+    }
     assert by["gitea"]["provides"]["subjects"] == ["gitea-issue"]
     assert by["rules"]["provides"]["stages"] == ["rules"]
     assert by["rules"]["provides"]["rule_packs"] == ["cairn-handoff", "lanes", "pool-review"]
@@ -93,15 +96,32 @@ def test_routing_stages_are_enabled_and_ordered_by_config(tmp_path: Path) -> Non
 
 def test_every_command_has_help(cli: CLI) -> None:
     top = cli.run("--help").stdout
-    commands = ["serve", "migrate", "plugins", "human", "friend", "endpoint", "webhook",
-                "send", "rules", "mcp"]
+    commands = [
+        "serve",
+        "migrate",
+        "plugins",
+        "human",
+        "friend",
+        "endpoint",
+        "webhook",
+        "send",
+        "rules",
+        "mcp",
+    ]
     # The script once (above); every command's parser through the same main, in process.
     fast = cli.fast()
     for name in commands:
         assert name in top, name
         assert fast.run(name, "--help").returncode == 0, name
-    for sub in (("webhook", "create"), ("webhook", "route", "add"), ("rules", "check"),
-                ("rules", "test"), ("endpoint", "vend"), ("human", "add"), ("friend", "add")):
+    for sub in (
+        ("webhook", "create"),
+        ("webhook", "route", "add"),
+        ("rules", "check"),
+        ("rules", "test"),
+        ("endpoint", "vend"),
+        ("human", "add"),
+        ("friend", "add"),
+    ):
         assert fast.run(*sub, "--help").returncode == 0, sub
 
 

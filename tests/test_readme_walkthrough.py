@@ -27,8 +27,9 @@ ARTIFACT = (ROOT / "tests" / "fixtures" / "cairn_artifact_created.json").read_by
 
 def readme_block(name: str) -> str:
     """The fenced block right after ``<!-- walkthrough:NAME ... -->`` in the README."""
-    found = re.search(r"<!-- walkthrough:" + re.escape(name) + r"\b[^>]*-->\n```\w*\n(.*?)```",
-                      README, re.S)
+    found = re.search(
+        r"<!-- walkthrough:" + re.escape(name) + r"\b[^>]*-->\n```\w*\n(.*?)```", README, re.S
+    )
     assert found, f"README has no walkthrough block {name}"
     return found.group(1)
 
@@ -48,10 +49,17 @@ class Tenant:
         self.srv = srv
         self.w = World(CLI(srv.env), prefix=prefix, direct=True)
         self.w.human("alice")
-        self.router = self.w.endpoint("alice", "router", queues="inbox", webhook_queues="inbox",
-                                      sources="cairn,github,generic", webhook_max=4)
-        self.pool = self.w.endpoint("alice", "pool-m", queues="handoff", webhook_queues="",
-                                    sources="", webhook_max=0)
+        self.router = self.w.endpoint(
+            "alice",
+            "router",
+            queues="inbox",
+            webhook_queues="inbox",
+            sources="cairn,github,generic",
+            webhook_max=4,
+        )
+        self.pool = self.w.endpoint(
+            "alice", "pool-m", queues="handoff", webhook_queues="", sources="", webhook_max=0
+        )
         self.pool_id = str(self.pool["endpoint_id"])
 
         async def create(rt: Any) -> dict[str, Any]:
@@ -71,8 +79,9 @@ class Tenant:
 
     def send(self) -> dict[str, Any]:
         """``switchboard send --source cairn --stamp`` of the fixture, as the README runs it."""
-        body, headers = build_request("cairn", ARTIFACT, self.hook["signing_secret"].encode(),
-                                      None, [], True)
+        body, headers = build_request(
+            "cairn", ARTIFACT, self.hook["signing_secret"].encode(), None, [], True
+        )
         resp = httpx.post(self.hook["ingest_url"], content=body, headers=headers, timeout=30)
         assert resp.status_code == 202, resp.text
         return dict(resp.json())
@@ -92,8 +101,9 @@ async def test_the_readme_rule_routes_the_handoff_to_the_pool(module_server: Ser
         assert stranded["webhook_id"] == t.wid
 
         [event] = (await me.call("list_webhook_events", webhook_id=t.wid))["events"]
-        dry = await me.call("test_webhook_rules", webhook_id=t.wid,
-                            event_id=event["event_id"], **config)
+        dry = await me.call(
+            "test_webhook_rules", webhook_id=t.wid, event_id=event["event_id"], **config
+        )
         assert dry["decision"] == {"drop": False, "queue": "handoff", "endpoints": [t.pool_id]}
         assert dry["trace"]["rule_id"] == "handoff-lane-m"
         saved = await me.call("set_webhook_rules", webhook_id=t.wid, **config)
@@ -105,8 +115,11 @@ async def test_the_readme_rule_routes_the_handoff_to_the_pool(module_server: Ser
     async with agent(t.url, t.pool["token"]) as pool:
         got = await pool.call("claim_next")
         assert got["todo"]["id"] == reply["todos"][0]["id"]
-        assert got["todo"]["payload"]["artifact"]["tags"] == ["handoff", "lane:m",
-                                                              "reply:cairn-comment"]
+        assert got["todo"]["payload"]["artifact"]["tags"] == [
+            "handoff",
+            "lane:m",
+            "reply:cairn-comment",
+        ]
 
 
 def test_the_readme_python_client_runs_as_printed(module_server: Server, tmp_path: Path) -> None:
@@ -114,10 +127,15 @@ def test_the_readme_python_client_runs_as_printed(module_server: Server, tmp_pat
     (tmp_path / "rules.json").write_text(json.dumps(rules_json(t.pool_id)))
     (tmp_path / "rules.py").write_text(readme_block("rules.py"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
-    env.update(SWITCHBOARD_MCP_URL=t.url, SWITCHBOARD_MCP_TOKEN=t.router["token"],
-               WEBHOOK_ID=t.wid)
-    proc = subprocess.run([sys.executable, "rules.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(SWITCHBOARD_MCP_URL=t.url, SWITCHBOARD_MCP_TOKEN=t.router["token"], WEBHOOK_ID=t.wid)
+    proc = subprocess.run(
+        [sys.executable, "rules.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith('dry run: {"drop": false, "queue": "handoff", "endpoints": ')

@@ -64,7 +64,7 @@ RAW_BODIES = [
     b"\x00\x01\x02\xff",
     b'{"raw": "\xff\xfe"}',
     b'{"rawnul": "a\x00b"}',
-    b"\xef\xbb\xbf{\"bom\": true}",
+    b'\xef\xbb\xbf{"bom": true}',
     b"[" * 3000 + b"]" * 3000,
     b'{"big": 1e400, "neg": -1e400, "int": 123456789012345678901234567890}',
     b'{"dup": 1, "dup": "\\u0000", "\\u0000": "\\ud800"}',
@@ -123,11 +123,19 @@ def _cases() -> Iterator[tuple[str, bytes, str | None]]:
         yield "github", raw, "issues"
 
 
-def raw_post(port: int, path: str, lines: list[tuple[bytes, bytes]], body: bytes,
-             ) -> tuple[int, bytes]:
+def raw_post(
+    port: int,
+    path: str,
+    lines: list[tuple[bytes, bytes]],
+    body: bytes,
+) -> tuple[int, bytes]:
     """POST over a plain socket, so any byte can be sent in a header; (status, body)."""
-    head = [b"POST " + path.encode() + b" HTTP/1.1", b"Host: 127.0.0.1",
-            b"Connection: close", b"Content-Length: %d" % len(body)]
+    head = [
+        b"POST " + path.encode() + b" HTTP/1.1",
+        b"Host: 127.0.0.1",
+        b"Connection: close",
+        b"Content-Length: %d" % len(body),
+    ]
     head += [name + b": " + value for name, value in lines]
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
@@ -140,8 +148,11 @@ def raw_post(port: int, path: str, lines: list[tuple[bytes, bytes]], body: bytes
 
 
 @pytest.fixture(scope="module")
-def stage(pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFactory,
-          ) -> Iterator[tuple[Server, World, dict[str, dict[str, Any]], str]]:
+def stage(
+    pg_server: Any,
+    template_db: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Server, World, dict[str, dict[str, Any]], str]]:
     """One server and one webhook per source for the whole corpus."""
     name = f"sb_bytes_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
@@ -163,15 +174,25 @@ def stage(pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFac
         drop_database(pg_server.get_uri(), name)
 
 
-def _deliver(srv: Server, hook: dict[str, Any], source: str, body: bytes, kind: str | None,
-             extra: list[tuple[bytes, bytes]]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+def _deliver(
+    srv: Server,
+    hook: dict[str, Any],
+    source: str,
+    body: bytes,
+    kind: str | None,
+    extra: list[tuple[bytes, bytes]],
+) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     secret = hook.get("signing_secret")
     signed = SOURCES[source].sign(body, secret.encode() if secret else None, kind)
     # A fresh delivery id per request (cairn's is its signed event_id: fixed per body).
     fresh = {"x-github-delivery", "x-gitea-delivery"}
-    lines = [(k.encode(), (uuid.uuid4().hex if k.lower() in fresh else v).encode(
-                  "utf-8", "surrogatepass"))
-             for k, v in signed.items()]
+    lines = [
+        (
+            k.encode(),
+            (uuid.uuid4().hex if k.lower() in fresh else v).encode("utf-8", "surrogatepass"),
+        )
+        for k, v in signed.items()
+    ]
     lines.append((b"X-Delivery-Id", uuid.uuid4().hex.encode()))
     lines += extra
     path = "/" + hook["ingest_url"].split("/", 3)[3]
@@ -209,7 +230,8 @@ def test_hostile_bytes_are_accepted_or_refused_and_stored_losslessly(
             row = conn.execute(
                 "SELECT e.body, e.raw_headers, e.headers, t.payload, t.title"
                 " FROM todos t JOIN events e ON e.id = t.event_id WHERE t.id = %s",
-                (todo_id,)).fetchone()
+                (todo_id,),
+            ).fetchone()
             assert row is not None
             stored_body, raw_headers, headers, payload, title = row
             assert bytes(stored_body) == body
@@ -233,7 +255,8 @@ def _numbers_as_floats(value: Any) -> Any:
 
 
 def test_the_dry_run_rebuilds_the_envelope_the_live_delivery_routed(
-    stage: tuple[Server, World, dict[str, dict[str, Any]], str], tmp_path: Path,
+    stage: tuple[Server, World, dict[str, dict[str, Any]], str],
+    tmp_path: Path,
 ) -> None:
     srv, world, hooks, dsn = stage
     delivered = []
@@ -250,7 +273,8 @@ def test_the_dry_run_rebuilds_the_envelope_the_live_delivery_routed(
         try:
             for webhook_id, todo in delivered:
                 row = await rt.store.db.fetchone(
-                    "SELECT event_id, payload FROM todos WHERE id = %s", (todo["id"],))
+                    "SELECT event_id, payload FROM todos WHERE id = %s", (todo["id"],)
+                )
                 assert row is not None
                 event = await rt.store.get_event(row["event_id"])
                 assert event is not None
@@ -258,12 +282,16 @@ def test_the_dry_run_rebuilds_the_envelope_the_live_delivery_routed(
                 envelope = result["envelope"]
                 assert envelope["headers"] == event["headers"]
                 live = {k: v for k, v in row["payload"].items() if k != "external_id"}
-                assert _numbers_as_floats({k: v for k, v in envelope.items()
-                                           if k != "headers"}) == _numbers_as_floats(live)
+                assert _numbers_as_floats(
+                    {k: v for k, v in envelope.items() if k != "headers"}
+                ) == _numbers_as_floats(live)
                 # A sample dry-run of the same bytes sees the same payload and projections.
-                sample = await test_rules(rt, None, webhook_id,
-                                          payload=bytes(event["body"]).decode(
-                                              "utf-8", "surrogateescape"))
+                sample = await test_rules(
+                    rt,
+                    None,
+                    webhook_id,
+                    payload=bytes(event["body"]).decode("utf-8", "surrogateescape"),
+                )
                 assert sample["envelope"]["payload"] == envelope["payload"]
         finally:
             await rt.shutdown()
@@ -285,7 +313,11 @@ def test_distinct_hostile_delivery_ids_stay_distinct(
         created.append(json.loads(reply)["created"])
     assert created == [1, 1, 1, 0, 0]
     with psycopg.connect(dsn) as conn:
-        ids = {r[0].split(":", 1)[1] for r in conn.execute(
-            "SELECT external_id FROM events WHERE webhook_id = %s AND external_id LIKE %s",
-            (hook["webhook_id"], "%:id-%"))}
+        ids = {
+            r[0].split(":", 1)[1]
+            for r in conn.execute(
+                "SELECT external_id FROM events WHERE webhook_id = %s AND external_id LIKE %s",
+                (hook["webhook_id"], "%:id-%"),
+            )
+        }
     assert ids == {"id-\\xff", "id-\\xfe", "id-\\x00"}

@@ -165,9 +165,7 @@ def test_source_without_identify_has_no_sample_kind() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def test_send_refuses_a_disabled_source(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_send_refuses_a_disabled_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "sb.toml"
     config.write_text('disabled_plugins = ["gitea"]\n')
     body_file = tmp_path / "body.json"

@@ -51,8 +51,7 @@ def test_the_readme_example_is_the_tested_plugin() -> None:
     section = readme.split("## Writing a plugin\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```\w*\n# (\S+)\n(.*?)```", section, flags=re.S)
     shown = {path for path, _ in blocks if (HELLO / path).is_file()}
-    assert {"pyproject.toml", "switchboard_hello/acme.py",
-            "switchboard_hello/__init__.py"} <= shown
+    assert {"pyproject.toml", "switchboard_hello/acme.py", "switchboard_hello/__init__.py"} <= shown
     for path, text in blocks:
         if path in shown:
             assert text in (HELLO / path).read_text(encoding="utf-8"), f"README: {path} differs"
@@ -61,14 +60,18 @@ def test_the_readme_example_is_the_tested_plugin() -> None:
 # -- discovery, config, migrations, disabling ----------------------------------------------
 
 
-def test_third_party_plugin_is_listed_and_its_hooks_run(hello_cli: CLI, dsn: str,
-                                                        tmp_path: Path) -> None:
+def test_third_party_plugin_is_listed_and_its_hooks_run(
+    hello_cli: CLI, dsn: str, tmp_path: Path
+) -> None:
     listed = {p["name"]: p for p in hello_cli.json("plugins")}
     hello = listed["hello"]
     assert hello["distribution"] == "switchboard-hello"
     assert hello["version"] == "1.2.3"
-    assert {"switchboard_register_commands", "switchboard_migrations",
-            "switchboard_register_sources"} <= set(hello["hooks"])
+    assert {
+        "switchboard_register_commands",
+        "switchboard_migrations",
+        "switchboard_register_sources",
+    } <= set(hello["hooks"])
 
     # The command was registered with the plugin's own section, defaults filled in.
     assert hello_cli.json("hello")["greeting"] == "hello"
@@ -106,22 +109,36 @@ def test_disabled_plugins_are_not_loaded(hello_cli: CLI, tmp_path: Path) -> None
 
 RULES: list[dict[str, Any]] = [
     {"id": "ping", "expr": '.kind == "ping"', "action": {"drop": True}},
-    {"id": "urgent", "name": "urgent tickets",
-     "expr": '.kind == "ticket.opened" and .acme.priority == "urgent"',
-     "action": {"queue": "triage"}},
+    {
+        "id": "urgent",
+        "name": "urgent tickets",
+        "expr": '.kind == "ticket.opened" and .acme.priority == "urgent"',
+        "action": {"queue": "triage"},
+    },
 ]
-URGENT = json.dumps({"type": "ticket.opened", "id": "T-1", "title": "Printer on fire",
-                     "priority": "urgent", "labels": ["office"]}).encode()
-LOW = json.dumps({"type": "ticket.opened", "id": "T-2", "title": "Low toner",
-                  "priority": "low"}).encode()
+URGENT = json.dumps(
+    {
+        "type": "ticket.opened",
+        "id": "T-1",
+        "title": "Printer on fire",
+        "priority": "urgent",
+        "labels": ["office"],
+    }
+).encode()
+LOW = json.dumps(
+    {"type": "ticket.opened", "id": "T-2", "title": "Low toner", "priority": "low"}
+).encode()
 PING = json.dumps({"type": "ping"}).encode()
 
 
 def acme_headers(secret: str, body: bytes, delivery: str) -> dict[str, str]:
     """What Acme sends, computed here independently of the plugin."""
     signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"Content-Type": "application/json", "X-Acme-Id": delivery,
-            "X-Acme-Signature": signature}
+    return {
+        "Content-Type": "application/json",
+        "X-Acme-Id": delivery,
+        "X-Acme-Signature": signature,
+    }
 
 
 def _rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -141,24 +158,34 @@ async def _sink_lines(path: Path, count: int) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def acme_world(hello_site: Path, server_factory: Any, dsn: str,
-               tmp_path: Path) -> tuple[Server, World, dict[str, Any], Path]:
+def acme_world(
+    hello_site: Path, server_factory: Any, dsn: str, tmp_path: Path
+) -> tuple[Server, World, dict[str, Any], Path]:
     """A server with hello installed, its sink on and its stage before ``rules``."""
     sink = tmp_path / "sink.jsonl"
     config = tmp_path / "sb.toml"
-    config.write_text(f'[routing]\nstages = ["hello", "rules"]\n\n'
-                      f'[plugins.hello]\nsink_path = {json.dumps(str(sink))}\n')
+    config.write_text(
+        f'[routing]\nstages = ["hello", "rules"]\n\n'
+        f"[plugins.hello]\nsink_path = {json.dumps(str(sink))}\n"
+    )
     srv = server_factory(dsn, config=config, env_extra=with_hello(hello_site))
     w = World(CLI(srv.env))
     w.human("alice")
-    w.endpoint("alice", "owner", queues="inbox,triage", webhook_queues="inbox,triage",
-               sources="acme,generic")
+    w.endpoint(
+        "alice",
+        "owner",
+        queues="inbox,triage",
+        webhook_queues="inbox,triage",
+        sources="acme,generic",
+    )
     hook = w.webhook("owner", "acme")
     return srv, w, hook, sink
 
 
 async def test_acme_source_live_dry_runs_send_and_sink(
-    acme_world: tuple[Server, World, dict[str, Any], Path], dsn: str, tmp_path: Path,
+    acme_world: tuple[Server, World, dict[str, Any], Path],
+    dsn: str,
+    tmp_path: Path,
 ) -> None:
     srv, w, hook, sink = acme_world
     owner = w.endpoints["owner"]
@@ -170,48 +197,68 @@ async def test_acme_source_live_dry_runs_send_and_sink(
         # The plugin's MCP tool, registered with its section's default greeting.
         assert (await me.call("hello"))["greeting"] == f"hello, {owner['endpoint_id']}"
         # The hello stage validates its own part of a config, on save as in dry runs.
-        refused = (await me.fails("set_webhook_rules", webhook_id=wid, rules=RULES,
-                                  params={"hello": 1})).text
+        refused = (
+            await me.fails("set_webhook_rules", webhook_id=wid, rules=RULES, params={"hello": 1})
+        ).text
         assert refused.startswith("invalid_params:") and "params.hello" in refused
         await me.call("set_webhook_rules", webhook_id=wid, rules=RULES)
 
         # (a) Live: a correctly signed delivery is routed by a rule on .acme ...
-        resp = httpx.post(hook["ingest_url"], content=URGENT,
-                          headers=acme_headers(secret, URGENT, "d-1"), timeout=30)
+        resp = httpx.post(
+            hook["ingest_url"],
+            content=URGENT,
+            headers=acme_headers(secret, URGENT, "d-1"),
+            timeout=30,
+        )
         assert resp.status_code == 202, resp.text
         live = resp.json()
         assert live["verified"] is True and live["trust_mode"] == "signed"
         assert [(t["endpoint_id"], t["queue"]) for t in live["todos"]] == [
-            (owner["endpoint_id"], "triage")]
+            (owner["endpoint_id"], "triage")
+        ]
         # ... and its todo is titled by the projection's title_key.
         claimed = (await me.call("claim_next", queue="triage"))["todo"]
         assert claimed["title"] == "Printer on fire"
         assert claimed["payload"]["acme"]["labels"] == ["office"]
         [(event_id, kind, trace, disposition)] = _rows(
-            dsn, "SELECT id::text, kind, routing_trace, disposition FROM events")
+            dsn, "SELECT id::text, kind, routing_trace, disposition FROM events"
+        )
         assert kind == "ticket.opened" and disposition == "routed"
         assert trace["rule_id"] == "urgent"
 
         # A bad or missing signature is a 401 and stores nothing.
         forged = acme_headers("not-the-secret", URGENT, "d-2")
-        assert httpx.post(hook["ingest_url"], content=URGENT, headers=forged,
-                          timeout=30).status_code == 401
-        unsigned = {k: v for k, v in acme_headers(secret, URGENT, "d-2").items()
-                    if k != "X-Acme-Signature"}
-        assert httpx.post(hook["ingest_url"], content=URGENT, headers=unsigned,
-                          timeout=30).status_code == 401
+        assert (
+            httpx.post(hook["ingest_url"], content=URGENT, headers=forged, timeout=30).status_code
+            == 401
+        )
+        unsigned = {
+            k: v for k, v in acme_headers(secret, URGENT, "d-2").items() if k != "X-Acme-Signature"
+        }
+        assert (
+            httpx.post(hook["ingest_url"], content=URGENT, headers=unsigned, timeout=30).status_code
+            == 401
+        )
         # A drop is stored, never handed to a sink.
-        dropped = httpx.post(hook["ingest_url"], content=PING,
-                             headers=acme_headers(secret, PING, "d-3"), timeout=30).json()
+        dropped = httpx.post(
+            hook["ingest_url"], content=PING, headers=acme_headers(secret, PING, "d-3"), timeout=30
+        ).json()
         assert dropped["dropped"] is True
         assert _rows(dsn, "SELECT count(*) FROM events") == [(2,)]
 
         # (c) MCP dry run over a sample: the same decision, kind and trace as live, and
         # verified as a correctly signed delivery shows.
-        sample = await me.call("test_webhook_rules", webhook_id=wid, payload=URGENT.decode(),
-                               headers=acme_headers(secret, URGENT, "sample"))
-        assert sample["decision"] == {"drop": False, "queue": "triage",
-                                      "endpoints": [owner["endpoint_id"]]}
+        sample = await me.call(
+            "test_webhook_rules",
+            webhook_id=wid,
+            payload=URGENT.decode(),
+            headers=acme_headers(secret, URGENT, "sample"),
+        )
+        assert sample["decision"] == {
+            "drop": False,
+            "queue": "triage",
+            "endpoints": [owner["endpoint_id"]],
+        }
         assert sample["trace"] == trace
         assert sample["envelope"]["kind"] == "ticket.opened"
         assert sample["envelope"]["verified"] is True
@@ -226,11 +273,28 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     headers_file = tmp_path / "headers.json"
     headers_file.write_text(json.dumps({"X-Acme-Id": "offline"}))
     grant_file = tmp_path / "grant.json"
-    grant_file.write_text(json.dumps({"target_queue": "inbox", "queues": ["inbox", "triage"],
-                                      "endpoints": [owner["endpoint_id"]]}))
-    offline = w.cli.json("rules", "test", str(rules_file), "--source", "acme",
-                         "--payload", URGENT.decode(), "--headers", str(headers_file),
-                         "--grant", str(grant_file))
+    grant_file.write_text(
+        json.dumps(
+            {
+                "target_queue": "inbox",
+                "queues": ["inbox", "triage"],
+                "endpoints": [owner["endpoint_id"]],
+            }
+        )
+    )
+    offline = w.cli.json(
+        "rules",
+        "test",
+        str(rules_file),
+        "--source",
+        "acme",
+        "--payload",
+        URGENT.decode(),
+        "--headers",
+        str(headers_file),
+        "--grant",
+        str(grant_file),
+    )
     assert offline["decision"] == sample["decision"]
     assert offline["trace"] == trace
     assert offline["envelope"]["kind"] == "ticket.opened"
@@ -245,18 +309,38 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     body_file.write_bytes(LOW)
     secret_file = tmp_path / "secret"
     secret_file.write_text(secret + "\n")
-    sent = w.cli.json("send", "--url", hook["ingest_url"], "--source", "acme",
-                      "--secret", f"@{secret_file}", str(body_file))
+    sent = w.cli.json(
+        "send",
+        "--url",
+        hook["ingest_url"],
+        "--source",
+        "acme",
+        "--secret",
+        f"@{secret_file}",
+        str(body_file),
+    )
     assert sent["status"] == 202 and sent["response"]["verified"] is True
     assert [t["queue"] for t in sent["response"]["todos"]] == ["inbox"]
-    wrong = w.cli.run("send", "--url", hook["ingest_url"], "--source", "acme",
-                      "--secret", "wrong-secret", str(body_file), check=False)
+    wrong = w.cli.run(
+        "send",
+        "--url",
+        hook["ingest_url"],
+        "--source",
+        "acme",
+        "--secret",
+        "wrong-secret",
+        str(body_file),
+        check=False,
+    )
     assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == 401
 
     # (e) The sink got each routed event (never the drop) with the documented keys.
     first, second = await _sink_lines(sink, 2)
     assert first == {
-        "id": event_id, "kind": "ticket.opened", "webhook_id": wid, "disposition": "routed",
+        "id": event_id,
+        "kind": "ticket.opened",
+        "webhook_id": wid,
+        "disposition": "routed",
         "todos": [live["todos"][0]["id"]],
         "keys": sorted(SinkEvent.__required_keys__ | SinkEvent.__optional_keys__),
     }

@@ -48,8 +48,12 @@ def build_artifact(source: str, kind: str | None, payload: Any) -> dict[str, Any
 
 
 ARTIFACT_PROJECTION = Projection(
-    name="artifact", sources=("cairn",), keys=ARTIFACT_KEYS, build=build_artifact,
-    title_key="title", actor_key="actor_id",
+    name="artifact",
+    sources=("cairn",),
+    keys=ARTIFACT_KEYS,
+    build=build_artifact,
+    title_key="title",
+    actor_key="actor_id",
 )
 
 

@@ -9,8 +9,12 @@ from typing import Any
 from markupsafe import Markup, escape
 
 #: The outcomes a chart stacks, bottom first, with their fill colours.
-OUTCOMES = (("routed", "#2f7d4f"), ("default", "#3b6ea8"), ("dropped", "#9a9a9a"),
-            ("faulted", "#c0392b"))
+OUTCOMES = (
+    ("routed", "#2f7d4f"),
+    ("default", "#3b6ea8"),
+    ("dropped", "#9a9a9a"),
+    ("faulted", "#c0392b"),
+)
 HOURS = 24
 
 
@@ -45,10 +49,12 @@ def svg(hours: list[dict[str, int]], *, width: int, height: int, label: str) -> 
     """A stacked bar chart; every number in it is ours, the label is escaped."""
     peak = max([sum(h.values()) for h in hours] + [1])
     bar = width / HOURS
-    parts = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}"'
-             f' height="{height}" xmlns="http://www.w3.org/2000/svg">',
-             f"<title>{escape(label)}</title>",
-             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f6f6f6"/>']
+    parts = [
+        f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}"'
+        f' height="{height}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(label)}</title>",
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f6f6f6"/>',
+    ]
     for i, hour in enumerate(hours):
         y = float(height)
         for name, colour in OUTCOMES:
@@ -57,8 +63,10 @@ def svg(hours: list[dict[str, int]], *, width: int, height: int, label: str) -> 
                 continue
             h = n / peak * (height - 2)
             y -= h
-            parts.append(f'<rect class="bar-{name}" x="{i * bar + 1:.1f}" y="{y:.1f}"'
-                         f' width="{max(bar - 2, 1):.1f}" height="{h:.1f}" fill="{colour}">'
-                         f"<title>{n} {name}, {HOURS - i} h ago</title></rect>")
+            parts.append(
+                f'<rect class="bar-{name}" x="{i * bar + 1:.1f}" y="{y:.1f}"'
+                f' width="{max(bar - 2, 1):.1f}" height="{h:.1f}" fill="{colour}">'
+                f"<title>{n} {name}, {HOURS - i} h ago</title></rect>"
+            )
     parts.append("</svg>")
     return Markup("".join(parts))

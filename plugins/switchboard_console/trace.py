@@ -7,7 +7,7 @@ from typing import Any
 CAUSES = {
     "no_match_default": "no rule matched, so the default action applied",
     "rule_not_granted": "the matching rule's queue is outside this webhook's grant, so the"
-                        " default action applied",
+    " default action applied",
     "default_not_granted": "the default action's queue is outside this webhook's grant",
     "llm_unknown_queue": "the LLM named a queue that does not exist",
     "llm_low_confidence": "the LLM's confidence was below the threshold",
@@ -58,11 +58,14 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
         lines.append("Decided by the default action.")
     elif stage == "llm":
         llm = trace.get("llm") or {}
-        lines.append(f"Decided by the LLM triage ({llm.get('provider', '?')}"
-                     f" {llm.get('model', '')}).".replace(" )", ")"))
+        lines.append(
+            f"Decided by the LLM triage ({llm.get('provider', '?')}"
+            f" {llm.get('model', '')}).".replace(" )", ")")
+        )
         if llm.get("reason"):
-            lines.append(f"The model's reason (confidence {llm.get('confidence')}):"
-                         f" {llm['reason']}")
+            lines.append(
+                f"The model's reason (confidence {llm.get('confidence')}): {llm['reason']}"
+            )
     else:
         lines.append(f"Decided by stage {stage!r}.")
     if trace.get("cause"):
@@ -70,15 +73,20 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
         lines.append("Why: " + CAUSES.get(cause, cause) + ".")
     for fault in trace.get("faults") or ():
         detail = f": {fault['detail']}" if fault.get("detail") else ""
-        lines.append(f"Fault in {_rule(fault)}: {fault.get('cause')}{detail}"
-                     " (treated as no match; later rules were still tried).")
+        lines.append(
+            f"Fault in {_rule(fault)}: {fault.get('cause')}{detail}"
+            " (treated as no match; later rules were still tried)."
+        )
     lines.append(f"The action {_action(trace.get('action'))}.")
     if trace.get("once"):
-        lines.append({"claimed": "This delivery claimed its subject (a once action).",
-                      "repeat": "Another delivery had already claimed this subject and queue:"
-                                " a repeat, no todo was made.",
-                      "no_subject": "The delivery is about no subject; routed like any other."
-                      }.get(str(trace["once"]), f"once: {trace['once']}"))
+        lines.append(
+            {
+                "claimed": "This delivery claimed its subject (a once action).",
+                "repeat": "Another delivery had already claimed this subject and queue:"
+                " a repeat, no todo was made.",
+                "no_subject": "The delivery is about no subject; routed like any other.",
+            }.get(str(trace["once"]), f"once: {trace['once']}")
+        )
     if disposition:
         lines.append(f"Disposition: {disposition}.")
     return lines

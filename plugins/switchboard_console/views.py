@@ -27,8 +27,10 @@ from .trace import explain, verdict_text
 HERE = Path(__file__).resolve().parent
 STATIC = {"console.css": "text/css; charset=utf-8"}
 #: No script at all, styles only from our own origin, no framing, forms post only to us.
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
-       " frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+    " frame-ancestors 'none'; base-uri 'none'"
+)
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
@@ -53,8 +55,10 @@ class Console:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.keys = session.Keys(rt)
-        self.env = Environment(loader=FileSystemLoader(HERE / "templates"),
-                               autoescape=select_autoescape(default=True, default_for_string=True))
+        self.env = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
         self.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
 
     # --- responses ----------------------------------------------------------------------
@@ -63,8 +67,9 @@ class Console:
         nonce = request.cookies.get(session.CSRF_COOKIE)
         return (nonce, False) if nonce else (session.new_nonce(), True)
 
-    def _finish(self, request: Request, resp: HTTPResponse, nonce: str | None = None,
-                fresh: bool = False) -> HTTPResponse:
+    def _finish(
+        self, request: Request, resp: HTTPResponse, nonce: str | None = None, fresh: bool = False
+    ) -> HTTPResponse:
         for k, v in SECURITY_HEADERS.items():
             resp.headers[k] = v
         if nonce is not None and fresh:
@@ -72,13 +77,21 @@ class Console:
         return resp
 
     def _cookie(self, request: Request, resp: HTTPResponse, name: str, value: str) -> None:
-        resp.add_cookie(name, value, path=session.PATH, httponly=True, samesite="Strict",
-                        secure=request.scheme == "https", max_age=session.MAX_AGE_S)
+        resp.add_cookie(
+            name,
+            value,
+            path=session.PATH,
+            httponly=True,
+            samesite="Strict",
+            secure=request.scheme == "https",
+            max_age=session.MAX_AGE_S,
+        )
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTTPResponse:
         nonce, fresh = self._nonce(request)
         body = self.env.get_template(name).render(
-            csrf=self.keys.csrf_token(nonce), signed_in=ctx.pop("signed_in", True), **ctx)
+            csrf=self.keys.csrf_token(nonce), signed_in=ctx.pop("signed_in", True), **ctx
+        )
         return self._finish(request, html(body, status=status), nonce, fresh)
 
     def go(self, request: Request, to: str) -> HTTPResponse:
@@ -91,9 +104,14 @@ class Console:
         return self.keys.csrf_ok(request.cookies.get(session.CSRF_COOKIE), _field(request, "csrf"))
 
     def refuse(self, request: Request) -> HTTPResponse:
-        return self.render(request, "error.html", 403, signed_in=False, title="Forbidden",
-                           message="The form's CSRF token is missing or wrong: reload the page"
-                                   " and try again.")
+        return self.render(
+            request,
+            "error.html",
+            403,
+            signed_in=False,
+            title="Forbidden",
+            message="The form's CSRF token is missing or wrong: reload the page and try again.",
+        )
 
     async def caller(self, request: Request) -> Row | None:
         """The live endpoint the session cookie names, else None."""
@@ -119,11 +137,17 @@ class Console:
             try:
                 return await fn(request, who, **kw)
             except NotFound:
-                return self.render(request, "error.html", 404, title="Not found",
-                                   message="There is nothing here that this endpoint can see.")
+                return self.render(
+                    request,
+                    "error.html",
+                    404,
+                    title="Not found",
+                    message="There is nothing here that this endpoint can see.",
+                )
             except InvalidArgument as exc:
-                return self.render(request, "error.html", 400, title="Bad request",
-                                   message=str(exc))
+                return self.render(
+                    request, "error.html", 400, title="Bad request", message=str(exc)
+                )
 
         return handler
 
@@ -141,8 +165,13 @@ class Console:
         try:
             row = await authenticate(self.rt, token.strip())
         except Forbidden:
-            return self.render(request, "signin.html", 401, signed_in=False,
-                               error="That token is not a live endpoint token.")
+            return self.render(
+                request,
+                "signin.html",
+                401,
+                signed_in=False,
+                error="That token is not a live endpoint token.",
+            )
         resp = self.go(request, "/console/webhooks")
         self._cookie(request, resp, session.COOKIE, self.keys.seal(str(row["id"])))
         # a fresh CSRF nonce for the new session
@@ -164,8 +193,14 @@ class Console:
         """Any other path under /console: the console's own 404, with its headers."""
         if not rest.strip("/"):  # "/console/" is the index
             return await self.index(request)
-        return self.render(request, "error.html", 404, signed_in=False, title="Not found",
-                           message="There is no such console page.")
+        return self.render(
+            request,
+            "error.html",
+            404,
+            signed_in=False,
+            title="Not found",
+            message="There is no such console page.",
+        )
 
     async def static(self, request: Request, name: str) -> HTTPResponse:
         if name not in STATIC:
@@ -196,55 +231,76 @@ class Console:
     async def _summary(self, who: Row, hook: Row, now: dt.datetime) -> Row:
         hours = charts.buckets(await self._recent(who, hook["webhook_id"], now), now)
         routes = await webhooks.list_routes(self.rt, who, hook["webhook_id"])
-        return {**hook, "routes": routes["routes"], "hours": hours,
-                "totals": charts.totals(hours)}
+        return {**hook, "routes": routes["routes"], "hours": hours, "totals": charts.totals(hours)}
 
     async def webhook_list(self, request: Request, who: Row) -> HTTPResponse:
         now = dt.datetime.now(dt.UTC)
         listed = await webhooks.list_webhooks(self.rt, who)
         hooks = [await self._summary(who, h, now) for h in listed["webhooks"]]
         for h in hooks:
-            h["chart"] = charts.svg(h["hours"], width=240, height=48,
-                                    label="deliveries per hour, last 24 h")
-        return self.render(request, "webhooks.html", who=who, hooks=hooks,
-                           outcomes=charts.OUTCOMES)
+            h["chart"] = charts.svg(
+                h["hours"], width=240, height=48, label="deliveries per hour, last 24 h"
+            )
+        return self.render(request, "webhooks.html", who=who, hooks=hooks, outcomes=charts.OUTCOMES)
 
     async def webhook(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
         now = dt.datetime.now(dt.UTC)
         hook = await webhooks.owned_webhook(self.rt, who, webhook_id)
         summary = await self._summary(who, webhooks.webhook_view(self.rt, hook), now)
-        summary["chart"] = charts.svg(summary["hours"], width=720, height=160,
-                                      label="deliveries per hour, last 24 h")
+        summary["chart"] = charts.svg(
+            summary["hours"], width=720, height=160, label="deliveries per hour, last 24 h"
+        )
         args = request.args
-        filters = {"disposition": args.get("disposition") or "", "kind": args.get("kind") or "",
-                   "verified": args.get("verified") or ""}
+        filters = {
+            "disposition": args.get("disposition") or "",
+            "kind": args.get("kind") or "",
+            "verified": args.get("verified") or "",
+        }
         if filters["verified"] not in ("", "yes", "no"):
             raise InvalidArgument("verified: must be yes or no")
         rows, next_cursor = await self._deliveries(who, hook["id"], filters, args.get("cursor"))
         more = None
         if next_cursor:
-            more = "?" + urlencode({**{k: v for k, v in filters.items() if v},
-                                    "cursor": next_cursor})
-        return self.render(request, "webhook.html", who=who, hook=summary, rows=rows,
-                           filters=filters, more=more, outcomes=charts.OUTCOMES,
-                           dispositions=events_svc.DISPOSITIONS, outcome=charts.outcome)
+            more = "?" + urlencode(
+                {**{k: v for k, v in filters.items() if v}, "cursor": next_cursor}
+            )
+        return self.render(
+            request,
+            "webhook.html",
+            who=who,
+            hook=summary,
+            rows=rows,
+            filters=filters,
+            more=more,
+            outcomes=charts.OUTCOMES,
+            dispositions=events_svc.DISPOSITIONS,
+            outcome=charts.outcome,
+        )
 
-    async def _deliveries(self, who: Row, webhook_id: str, filters: dict[str, str],
-                          cursor: str | None) -> tuple[list[Row], str | None]:
+    async def _deliveries(
+        self, who: Row, webhook_id: str, filters: dict[str, str], cursor: str | None
+    ) -> tuple[list[Row], str | None]:
         """One page of the webhook's deliveries, newest first, filtered; and the next cursor."""
         rows: list[Row] = []
         scanned = 0
         last: Row | None = None
         while True:
             got = await events_svc.list_events(
-                self.rt, who, webhook_id, disposition=filters["disposition"] or None,
-                limit=100, cursor=cursor)
+                self.rt,
+                who,
+                webhook_id,
+                disposition=filters["disposition"] or None,
+                limit=100,
+                cursor=cursor,
+            )
             for ev in got["events"]:
                 scanned += 1
                 if filters["kind"] and ev.get("kind") != filters["kind"]:
                     last = ev
                     continue
-                if filters["verified"] and bool(ev.get("verified")) != (filters["verified"] == "yes"):
+                if filters["verified"] and bool(ev.get("verified")) != (
+                    filters["verified"] == "yes"
+                ):
                     last = ev
                     continue
                 if len(rows) == PAGE:
@@ -269,14 +325,23 @@ class Console:
             if isinstance(exc, NotFound):
                 raise
             verdicts, why_error = [], str(exc)
-        return self.render(request, "delivery.html", who=who, event=event,
-                           story=explain(event.get("routing_trace"), event.get("disposition")),
-                           verdicts=verdicts, why_error=why_error)
+        return self.render(
+            request,
+            "delivery.html",
+            who=who,
+            event=event,
+            story=explain(event.get("routing_trace"), event.get("disposition")),
+            verdicts=verdicts,
+            why_error=why_error,
+        )
 
     async def rules_page(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
         saved = await rules.list_rules(self.rt, who, webhook_id)
-        candidate = json.dumps({k: saved.get(k) for k in ("rules", "default_action", "params")},
-                               indent=2, ensure_ascii=False)
+        candidate = json.dumps(
+            {k: saved.get(k) for k in ("rules", "default_action", "params")},
+            indent=2,
+            ensure_ascii=False,
+        )
         diff = error = None
         last = "200"
         status = 200
@@ -287,9 +352,18 @@ class Console:
                 diff = await self._dry_run(who, webhook_id, candidate, last)
             except InvalidArgument as exc:
                 error, status = str(exc), 400
-        return self.render(request, "rules.html", status, who=who, saved=saved,
-                           webhook_id=webhook_id, candidate=candidate, last=last, diff=diff,
-                           error=error)
+        return self.render(
+            request,
+            "rules.html",
+            status,
+            who=who,
+            saved=saved,
+            webhook_id=webhook_id,
+            candidate=candidate,
+            last=last,
+            diff=diff,
+            error=error,
+        )
 
     async def _dry_run(self, who: Row, webhook_id: str, text: str, last: str) -> Row:
         try:
@@ -303,8 +377,14 @@ class Console:
         if not last.isdigit() or not 1 <= int(last) <= 10000:
             raise InvalidArgument("last: must be a number from 1 to 10000")
         return await history.diff_rules(
-            self.rt, who, webhook_id, rules=doc.get("rules"),
-            default_action=doc.get("default_action"), params=doc.get("params"), last=int(last))
+            self.rt,
+            who,
+            webhook_id,
+            rules=doc.get("rules"),
+            default_action=doc.get("default_action"),
+            params=doc.get("params"),
+            last=int(last),
+        )
 
 
 def _field(request: Request, name: str) -> str | None:
@@ -315,8 +395,9 @@ def _field(request: Request, name: str) -> str | None:
 
 
 def _cursor(ev: Row) -> str:
-    return encode_cursor({"received_at": dt.datetime.fromisoformat(ev["received_at"]),
-                          "id": ev["event_id"]})
+    return encode_cursor(
+        {"received_at": dt.datetime.fromisoformat(ev["received_at"]), "id": ev["event_id"]}
+    )
 
 
 def add_routes(app: Any, rt: Runtime) -> None:
@@ -326,13 +407,26 @@ def add_routes(app: Any, rt: Runtime) -> None:
     app.add_route(c.signin, "/console/signin", methods=["POST"], name="console_signin")
     app.add_route(c.signout, "/console/signout", methods=["POST"], name="console_signout")
     app.add_route(c.static, "/console/static/<name:str>", methods=["GET"], name="console_static")
-    app.add_route(c.page(c.webhook_list), "/console/webhooks", methods=["GET"],
-                  name="console_webhooks")
-    app.add_route(c.page(c.webhook), "/console/webhooks/<webhook_id:str>", methods=["GET"],
-                  name="console_webhook")
-    app.add_route(c.page(c.rules_page), "/console/webhooks/<webhook_id:str>/rules",
-                  methods=["GET", "POST"], name="console_rules")
-    app.add_route(c.page(c.delivery), "/console/deliveries/<event_id:str>", methods=["GET"],
-                  name="console_delivery")
+    app.add_route(
+        c.page(c.webhook_list), "/console/webhooks", methods=["GET"], name="console_webhooks"
+    )
+    app.add_route(
+        c.page(c.webhook),
+        "/console/webhooks/<webhook_id:str>",
+        methods=["GET"],
+        name="console_webhook",
+    )
+    app.add_route(
+        c.page(c.rules_page),
+        "/console/webhooks/<webhook_id:str>/rules",
+        methods=["GET", "POST"],
+        name="console_rules",
+    )
+    app.add_route(
+        c.page(c.delivery),
+        "/console/deliveries/<event_id:str>",
+        methods=["GET"],
+        name="console_delivery",
+    )
     # Last and least specific: whatever else is under /console.
     app.add_route(c.unknown, "/console/<rest:path>", methods=["GET"], name="console_unknown")

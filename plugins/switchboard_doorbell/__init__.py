@@ -10,8 +10,11 @@ from switchboard.plugin import Runtime, SinkEvent, SinkRegistry, SinkTodo, hooki
 
 CHANNEL = "todo_ready"
 
-RUNG = Counter("switchboard_doorbells_rung", "Doorbells rung: one per endpoint and queue in a "
-               "NOTIFY (rings coalesced while one is in flight count once)")
+RUNG = Counter(
+    "switchboard_doorbells_rung",
+    "Doorbells rung: one per endpoint and queue in a "
+    "NOTIFY (rings coalesced while one is in flight count once)",
+)
 
 
 class Doorbell:

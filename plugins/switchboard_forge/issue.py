@@ -57,7 +57,10 @@ GITEA_EVENT_TYPE_HEADER = "x-gitea-event-type"
 
 
 def build_issue(
-    provider: str, kinds: frozenset[str], kind: str | None, payload: Any,
+    provider: str,
+    kinds: frozenset[str],
+    kind: str | None,
+    payload: Any,
     event_type: str | None = None,
 ) -> dict[str, Any] | None:
     """The ``.issue`` projection of a forge ``issues`` event, or None when it is not one.
@@ -107,16 +110,22 @@ def issue_projection(provider: str, kinds: frozenset[str]) -> Projection:
     itself does, falling back to the event.
     """
 
-    def build(source: str, kind: str | None, payload: Any,
-              headers: dict[str, str] | None = None) -> dict[str, Any] | None:
+    def build(
+        source: str, kind: str | None, payload: Any, headers: dict[str, str] | None = None
+    ) -> dict[str, Any] | None:
         # The provider is the forge that registered this projection, not whatever name the
         # caller passes, so ``.issue.key`` stays stable.
         detail = _str((headers or {}).get(GITEA_EVENT_TYPE_HEADER)) if provider == "gitea" else None
         return build_issue(provider, kinds, kind, payload, detail or None)
 
     return Projection(
-        name="issue", sources=(provider,), keys=ISSUE_KEYS, build=build, title_key="title",
-        actor_key="sender", headers=provider == "gitea",
+        name="issue",
+        sources=(provider,),
+        keys=ISSUE_KEYS,
+        build=build,
+        title_key="title",
+        actor_key="sender",
+        headers=provider == "gitea",
     )
 
 

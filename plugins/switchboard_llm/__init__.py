@@ -49,8 +49,9 @@ def switchboard_register_routing_stages(register: StageRegistry, config: dict[st
 
 
 @hookimpl
-def switchboard_register_llm_providers(register: LLMProviderRegistry,
-                                       config: dict[str, Any]) -> None:
+def switchboard_register_llm_providers(
+    register: LLMProviderRegistry, config: dict[str, Any]
+) -> None:
     """One provider per ``[[plugins.llm.providers]]`` entry (``static`` or ``openai``)."""
     for spec in config["providers"]:
         register.add(build_provider(spec))

@@ -19,8 +19,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     get.add_argument("--endpoint", required=True, metavar="ID")
     put = sub.add_parser("set", help="validate and save an endpoint's llm_triage document")
     put.add_argument("--endpoint", required=True, metavar="ID")
-    put.add_argument("--file", required=True, metavar="FILE",
-                     help="the llm_triage JSON document ('-' reads stdin)")
+    put.add_argument(
+        "--file",
+        required=True,
+        metavar="FILE",
+        help="the llm_triage JSON document ('-' reads stdin)",
+    )
     clear = sub.add_parser("clear", help="turn an endpoint's triage off")
     clear.add_argument("--endpoint", required=True, metavar="ID")
 
@@ -51,5 +55,4 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
 
 
 def register(register: CommandRegistry) -> None:
-    register.add_command("llm", configure, run,
-                         help="get, set or clear an endpoint's LLM triage")
+    register.add_command("llm", configure, run, help="get, set or clear an endpoint's LLM triage")

@@ -23,8 +23,9 @@ _TITLE_MAX = 200
 _ACTOR_MAX = 128
 
 
-def _first_string(envelope: dict[str, Any], projections: ProjectionRegistry, source: str,
-                  attr: str, limit: int) -> str | None:
+def _first_string(
+    envelope: dict[str, Any], projections: ProjectionRegistry, source: str, attr: str, limit: int
+) -> str | None:
     for projection in projections.for_source(source):
         key = getattr(projection, attr, None)
         sub = envelope.get(projection.name)
@@ -59,9 +60,14 @@ def payload_view(payload: Any, max_bytes: int) -> tuple[Any, bool]:
     return raw[:max_bytes].decode("utf-8", "ignore"), True
 
 
-def build_prompt(event: dict[str, Any], queues: list[dict[str, str]], *,
-                 payload: Any = None, include_payload: bool = False,
-                 max_payload_bytes: int = 0) -> str:
+def build_prompt(
+    event: dict[str, Any],
+    queues: list[dict[str, str]],
+    *,
+    payload: Any = None,
+    include_payload: bool = False,
+    max_payload_bytes: int = 0,
+) -> str:
     """The user message: the queues and the event, as one JSON document."""
     doc: dict[str, Any] = {
         "queues": [{"name": q["name"], "description": q["description"]} for q in queues],

@@ -32,8 +32,9 @@ class StaticProvider:
         self.answer: Any = spec.get("answer")
         self.delay = int(spec.get("delay_ms", 0)) / 1000
 
-    async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
-                       timeout: float) -> str:
+    async def complete(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
+    ) -> str:
         answer = self.answers.get(model, self.answer)
         if answer is None:
             raise ProviderError(f"static provider {self.name!r} has no answer for {model!r}")
@@ -57,8 +58,9 @@ class OpenAIProvider:
         self.max_tokens = int(spec.get("max_tokens", 512))
         self.temperature = float(spec.get("temperature", 0))
         if self.api_key_env and not os.environ.get(self.api_key_env):
-            log.warning("LLM provider %r: environment variable %s is not set",
-                        self.name, self.api_key_env)
+            log.warning(
+                "LLM provider %r: environment variable %s is not set", self.name, self.api_key_env
+            )
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -69,12 +71,15 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    def request_body(self, model: str, system: str, prompt: str,
-                     schema: dict[str, Any]) -> dict[str, Any]:
+    def request_body(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": "system", "content": system},
-                         {"role": "user", "content": prompt}],
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": prompt},
+            ],
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             "stream": False,
@@ -88,8 +93,9 @@ class OpenAIProvider:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
-                       timeout: float) -> str:
+    async def complete(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
+    ) -> str:
         import httpx  # here, not at the top: every CLI command loads this plugin
 
         body = self.request_body(model, system, prompt, schema)

@@ -57,7 +57,6 @@ async def set_triage(rt: Runtime, endpoint_id: str, doc: Any) -> dict[str, Any]:
     if doc is None:
         await store.clear(rt, endpoint_id)
     else:
-        config = check_triage(doc, stage_settings(rt), granted,
-                              rt.registries.llm_providers.names())
+        config = check_triage(doc, stage_settings(rt), granted, rt.registries.llm_providers.names())
         await store.save(rt, endpoint_id, config)
     return await _view(rt, endpoint_id, granted)

@@ -27,8 +27,12 @@ STATIC_PROVIDER: dict[str, Any] = {
             "description": "model name -> the answer that model gives",
         },
         "answer": {**_STATIC_ANSWER, "description": "the answer of any other model"},
-        "delay_ms": {"type": "integer", "minimum": 0, "maximum": 600000,
-                     "description": "answer after this long (to demonstrate timeouts)"},
+        "delay_ms": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 600000,
+            "description": "answer after this long (to demonstrate timeouts)",
+        },
     },
 }
 
@@ -39,13 +43,20 @@ OPENAI_PROVIDER: dict[str, Any] = {
     "properties": {
         "type": {"const": "openai"},
         "name": {**_NAME, "description": "the provider's name (default: openai)"},
-        "base_url": {"type": "string", "pattern": "^https?://[^/]+(/.*)?$",
-                     "description": "the API root; POST {base_url}/chat/completions"},
-        "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
-                        "description": "the environment variable holding the API key"},
-        "response_format": {"enum": ["json_schema", "json_object", "none"],
-                            "description": "how structured output is requested "
-                                           "(default json_schema)"},
+        "base_url": {
+            "type": "string",
+            "pattern": "^https?://[^/]+(/.*)?$",
+            "description": "the API root; POST {base_url}/chat/completions",
+        },
+        "api_key_env": {
+            "type": "string",
+            "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+            "description": "the environment variable holding the API key",
+        },
+        "response_format": {
+            "enum": ["json_schema", "json_object", "none"],
+            "description": "how structured output is requested (default json_schema)",
+        },
         "max_tokens": {"type": "integer", "minimum": 16, "maximum": 32768},
         "temperature": {"type": "number", "minimum": 0, "maximum": 2},
     },
@@ -61,15 +72,26 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "items": {"oneOf": [STATIC_PROVIDER, OPENAI_PROVIDER]},
             "default": [],
         },
-        "max_prompt_budget_per_minute": {"type": "integer", "minimum": 1, "maximum": 100000,
-                                         "default": 60},
-        "max_prompt_budget_per_day": {"type": "integer", "minimum": 1, "maximum": 10000000,
-                                      "default": 5000},
-        "max_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 120000,
-                           "default": 15000},
+        "max_prompt_budget_per_minute": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100000,
+            "default": 60,
+        },
+        "max_prompt_budget_per_day": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10000000,
+            "default": 5000,
+        },
+        "max_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 120000, "default": 15000},
         "allow_include_payload": {"type": "boolean", "default": True},
-        "max_payload_bytes": {"type": "integer", "minimum": 0, "maximum": 1048576,
-                              "default": 16384},
+        "max_payload_bytes": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 1048576,
+            "default": 16384,
+        },
     },
 }
 
@@ -138,8 +160,9 @@ def _where(path: Any) -> str:
     return out
 
 
-def check_triage(doc: Any, settings: dict[str, Any], granted: list[str],
-                 providers: list[str]) -> dict[str, Any]:
+def check_triage(
+    doc: Any, settings: dict[str, Any], granted: list[str], providers: list[str]
+) -> dict[str, Any]:
     """``doc`` validated (schema, operator ceilings, providers, grant), defaults filled.
 
     Raises :class:`InvalidArgument` naming the first offending key.

@@ -114,19 +114,26 @@ class LLMStage:
         info: dict[str, Any] = {"provider": triage["provider"], "model": triage["model"]}
         provider = rt.registries.llm_providers.get(triage["provider"])
         if provider is None:
-            return self._fallback(ctx, CAUSE_LLM_ERROR, info,
-                                  f"provider {triage['provider']!r} is not configured")
-        per_minute = min(triage["prompt_budget_per_minute"],
-                         self.settings["max_prompt_budget_per_minute"])
+            return self._fallback(
+                ctx, CAUSE_LLM_ERROR, info, f"provider {triage['provider']!r} is not configured"
+            )
+        per_minute = min(
+            triage["prompt_budget_per_minute"], self.settings["max_prompt_budget_per_minute"]
+        )
         per_day = min(triage["prompt_budget_per_day"], self.settings["max_prompt_budget_per_day"])
         spent = await store.reserve(rt, str(endpoint_id), per_minute, per_day)
         if spent is not None:
             limit = per_minute if spent == store.MINUTE else per_day
-            return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info,
-                                  f"the {spent}'s budget of {limit} prompts is spent")
+            return self._fallback(
+                ctx,
+                CAUSE_LLM_BUDGET_EXHAUSTED,
+                info,
+                f"the {spent}'s budget of {limit} prompts is spent",
+            )
         timeout_ms = min(triage["timeout_ms"], self.settings["max_timeout_ms"])
         prompt = build_prompt(
-            event_view(ctx.envelope, rt.registries.projections), offered,
+            event_view(ctx.envelope, rt.registries.projections),
+            offered,
             payload=ctx.envelope.get("payload"),
             include_payload=bool(triage["include_payload"])
             and bool(self.settings["allow_include_payload"]),
@@ -141,12 +148,15 @@ class LLMStage:
             )
         except TimeoutError:
             info["latency_ms"] = _since(started)
-            return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info,
-                                  f"no answer within {timeout_ms} ms")
+            return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info, f"no answer within {timeout_ms} ms")
         except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
             info["latency_ms"] = _since(started)
-            log.warning("llm triage for endpoint %s: provider %r failed: %s", endpoint_id,
-                        triage["provider"], type(exc).__name__)
+            log.warning(
+                "llm triage for endpoint %s: provider %r failed: %s",
+                endpoint_id,
+                triage["provider"],
+                type(exc).__name__,
+            )
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, _describe(exc))
         info["latency_ms"] = _since(started)
         if not isinstance(text, str):
@@ -159,24 +169,33 @@ class LLMStage:
         queue, confidence = answer["queue"], answer["confidence"]
         info.update(queue=queue, confidence=confidence, reason=answer["reason"][:_ANSWER_MAX])
         if queue not in {q["name"] for q in offered}:
-            return self._fallback(ctx, CAUSE_LLM_UNKNOWN_QUEUE, info,
-                                  f"{queue[:64]!r} is not one of the offered queues")
+            return self._fallback(
+                ctx,
+                CAUSE_LLM_UNKNOWN_QUEUE,
+                info,
+                f"{queue[:64]!r} is not one of the offered queues",
+            )
         if confidence < triage["min_confidence"]:
-            return self._fallback(ctx, CAUSE_LLM_LOW_CONFIDENCE, info,
-                                  f"confidence {confidence} is below {triage['min_confidence']}")
+            return self._fallback(
+                ctx,
+                CAUSE_LLM_LOW_CONFIDENCE,
+                info,
+                f"confidence {confidence} is below {triage['min_confidence']}",
+            )
         trace: dict[str, Any] = {"stage": STAGE_LLM, "action": {"queue": queue}, "llm": info}
         if ctx.faults:
             trace["faults"] = [f.to_json() for f in ctx.faults]
-        return StageResult(Decision(drop=False, queue=queue,
-                                    endpoints=tuple(ctx.grant.endpoint_ids), trace=trace))
+        return StageResult(
+            Decision(drop=False, queue=queue, endpoints=tuple(ctx.grant.endpoint_ids), trace=trace)
+        )
 
     @staticmethod
-    def _fallback(ctx: RoutingContext, cause: str, info: dict[str, Any],
-                  detail: str) -> StageResult:
+    def _fallback(
+        ctx: RoutingContext, cause: str, info: dict[str, Any], detail: str
+    ) -> StageResult:
         """The deterministic default, with why and what the model said."""
         info["detail"] = detail[:_DETAIL_MAX]
-        decision = default_decision(ctx.grant, ctx.config.default_action, ctx.faults,
-                                    cause=cause)
+        decision = default_decision(ctx.grant, ctx.config.default_action, ctx.faults, cause=cause)
         decision.trace["llm"] = info
         return StageResult(decision)
 

@@ -12,11 +12,13 @@ from . import service
 
 TriageDoc = Annotated[
     dict[str, Any] | None,
-    Field(description=(
-        "{provider, model, queues: [{name, description}], min_confidence?, "
-        "prompt_budget_per_minute?, prompt_budget_per_day?, include_payload?, timeout_ms?}; "
-        "null turns triage off"
-    )),
+    Field(
+        description=(
+            "{provider, model, queues: [{name, description}], min_confidence?, "
+            "prompt_budget_per_minute?, prompt_budget_per_day?, include_payload?, timeout_ms?}; "
+            "null turns triage off"
+        )
+    ),
 ]
 
 

@@ -45,7 +45,9 @@ def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
 def switchboard_register_commands(register: CommandRegistry) -> None:
     """``switchboard mcp --token TOKEN``: serve the tools over stdio."""
     register.add_command(
-        "mcp", stdio.configure, stdio.run,
+        "mcp",
+        stdio.configure,
+        stdio.run,
         help="serve the MCP tools over stdio as the endpoint holding --token",
     )
 

@@ -63,4 +63,3 @@ def token_caller(rt: Runtime, token: str) -> CallerResolver:
         return dict(jsonable(row))  # the same shape the HTTP path carries in its claims
 
     return resolve
-

@@ -16,7 +16,11 @@ log = logging.getLogger("switchboard.mcp.bridge")
 
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[
-    [MutableMapping[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[Message]],
+        Callable[[Message], Awaitable[None]],
+    ],
     Awaitable[None],
 ]
 
@@ -92,13 +96,16 @@ class _Exchange:
 
     @staticmethod
     def _is_stream(start: Message) -> bool:
-        return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
-                   for k, v in start.get("headers", []))
+        return any(
+            k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+            for k, v in start.get("headers", [])
+        )
 
     async def _respond(self) -> None:
         assert self.start is not None
-        headers = Header([(k.decode("latin-1"), v.decode("latin-1"))
-                          for k, v in self.start.get("headers", [])])
+        headers = Header(
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.start.get("headers", [])]
+        )
         content_type = headers.pop("content-type", None)
         self.response = await self.request.respond(
             status=int(self.start["status"]), headers=headers, content_type=content_type

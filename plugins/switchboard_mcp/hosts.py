@@ -88,13 +88,17 @@ def transport_security(config: Config) -> TransportSecuritySettings:
     names = [f"[{h}]" if ":" in h else h for h in hosts]
     allowed_hosts = [p for n in names for p in (n, f"{n}:*")]
     allowed_origins = [
-        p for n in names for scheme in ("http", "https") for p in (f"{scheme}://{n}",
-                                                                   f"{scheme}://{n}:*")
+        p
+        for n in names
+        for scheme in ("http", "https")
+        for p in (f"{scheme}://{n}", f"{scheme}://{n}:*")
     ]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=bool(cfg.get("dns_rebinding_protection", True)),
-        allowed_hosts=allowed_hosts + _configured(cfg, "allowed_hosts", _HOST_PATTERN,
-                                                  "host[:port] or host:*"),
-        allowed_origins=allowed_origins + _configured(cfg, "allowed_origins", _ORIGIN_PATTERN,
-                                                      "scheme://host[:port] or scheme://host:*"),
+        allowed_hosts=allowed_hosts
+        + _configured(cfg, "allowed_hosts", _HOST_PATTERN, "host[:port] or host:*"),
+        allowed_origins=allowed_origins
+        + _configured(
+            cfg, "allowed_origins", _ORIGIN_PATTERN, "scheme://host[:port] or scheme://host:*"
+        ),
     )

@@ -42,8 +42,9 @@ INSTRUCTIONS = (
 
 def tool_error(code: str, message: str) -> CallToolResult:
     """The one shape of a refused call: an isError result whose text is ``code: message``."""
-    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")],
-                          is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{code}: {message}")], is_error=True
+    )
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -117,7 +118,9 @@ class SwitchboardMCP(MCPServer[Any]):
         if token_verifier is not None:
             # The SDK applies a verifier only with AuthSettings; switchboard itself vends
             # the tokens, so there is no separate authorization server to advertise.
-            auth = AuthSettings(issuer_url=AnyHttpUrl(runtime.config.base_url), resource_server_url=None)
+            auth = AuthSettings(
+                issuer_url=AnyHttpUrl(runtime.config.base_url), resource_server_url=None
+            )
         super().__init__(
             "switchboard",
             version=__version__,
@@ -148,7 +151,9 @@ class SwitchboardMCP(MCPServer[Any]):
             allowed = self.verbs_of(caller) if caller else set()
             visible = {n for n, t in self._registered.items() if t.verb in allowed}
             if isinstance(result, dict) and isinstance(result.get("tools"), list):
-                result = dict(result, tools=[t for t in result["tools"] if t.get("name") in visible])
+                result = dict(
+                    result, tools=[t for t in result["tools"] if t.get("name") in visible]
+                )
         return result
 
     async def call_tool(
@@ -163,14 +168,18 @@ class SwitchboardMCP(MCPServer[Any]):
         if caller is None:
             return tool_error("forbidden", "invalid, revoked or expired token")
         if tool.verb not in self.verbs_of(caller):
-            return tool_error("forbidden", f"verb {tool.verb!r} is not in this endpoint's scope;"
-                              " the verbs an endpoint may call are set when it is vended:"
-                              " `switchboard endpoint vend --verbs ...`")
+            return tool_error(
+                "forbidden",
+                f"verb {tool.verb!r} is not in this endpoint's scope;"
+                " the verbs an endpoint may call are set when it is vended:"
+                " `switchboard endpoint vend --verbs ...`",
+            )
         if context is None:
             context = Context(mcp_server=self)
         given = frozenset(arguments or ())
-        token = TOOL_CONTEXT.set(ToolContext(self.runtime, caller, given=given,
-                                             progress=_progress_of(context)))
+        token = TOOL_CONTEXT.set(
+            ToolContext(self.runtime, caller, given=given, progress=_progress_of(context))
+        )
         try:
             result = await sdk_tool.run(arguments, context, convert_result=True)
         except ToolError as exc:
@@ -219,5 +228,6 @@ def build_server(
     rt: Runtime, resolve_caller: CallerResolver, *, token_verifier: TokenVerifier | None = None
 ) -> SwitchboardMCP:
     """A fresh server over every tool registered through ``switchboard_register_mcp_tools``."""
-    return SwitchboardMCP(rt, rt.registries.mcp_tools, resolve_caller,
-                          token_verifier=token_verifier)
+    return SwitchboardMCP(
+        rt, rt.registries.mcp_tools, resolve_caller, token_verifier=token_verifier
+    )

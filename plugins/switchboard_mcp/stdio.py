@@ -15,7 +15,9 @@ TOKEN_ENV = "SWITCHBOARD_MCP_TOKEN"
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--token", default=None, metavar="TOKEN",
+        "--token",
+        default=None,
+        metavar="TOKEN",
         help=f"the endpoint token `endpoint vend` printed (or set {TOKEN_ENV})",
     )
 

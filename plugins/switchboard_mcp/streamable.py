@@ -79,8 +79,11 @@ async def stop(rt: Runtime) -> None:
 
 async def _stop_sse_watcher() -> None:
     """Cancel sse-starlette's per-loop shutdown poller (it only knows how to watch uvicorn)."""
-    watchers = [t for t in asyncio.all_tasks()
-                if getattr(t.get_coro(), "__qualname__", "") == "_shutdown_watcher"]
+    watchers = [
+        t
+        for t in asyncio.all_tasks()
+        if getattr(t.get_coro(), "__qualname__", "") == "_shutdown_watcher"
+    ]
     for task in watchers:
         task.cancel()
     await asyncio.gather(*watchers, return_exceptions=True)
@@ -91,8 +94,9 @@ def screen(state: MCPHTTP, request: Request) -> HTTPResponse | None:
 
     Runs before the SDK app, so ahead of its bearer check too: neither refusal reads a token.
     """
-    refused = hosts.refusal(state.security, request.headers.getall("host", []),
-                            request.headers.getall("origin", []))
+    refused = hosts.refusal(
+        state.security, request.headers.getall("host", []), request.headers.getall("origin", [])
+    )
     if refused is not None:
         status, message = refused
         return text(message, status=status)

@@ -14,11 +14,14 @@ WebhookId = Annotated[str, Field(description="The webhook's id")]
 
 
 async def list_webhook_events(
-    ctx: ToolContext, webhook_id: WebhookId,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
     disposition: Annotated[
         Literal["routed", "dropped", "repeat"] | None,
-        Field(description="Only routed, only dropped, or only repeats (a once action's subject"
-                          " and queue already claimed: no todo)")
+        Field(
+            description="Only routed, only dropped, or only repeats (a once action's subject"
+            " and queue already claimed: no todo)"
+        ),
     ] = None,
     limit: Annotated[int | None, Field(description="Page size, 1-100 (default 20)")] = None,
     cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
@@ -31,7 +34,8 @@ async def list_webhook_events(
 
 
 async def get_webhook_event(
-    ctx: ToolContext, webhook_id: WebhookId,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
     event_id: Annotated[str, Field(description="The event's id")],
 ) -> dict[str, Any]:
     """One delivery with its sanitized headers and its payload (parsed JSON, else null)."""
@@ -39,4 +43,3 @@ async def get_webhook_event(
 
 
 TOOLS = (list_webhook_events, get_webhook_event)
-

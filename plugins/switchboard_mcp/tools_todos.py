@@ -22,15 +22,20 @@ async def list_todos(
         Field(description="Default: pending and claimed"),
     ] = None,
     limit: Annotated[int | None, Field(description="1-100 (default 20)")] = None,
-    unreachable: Annotated[bool, Field(
-        description="true: instead, the todos your human's webhooks put in a queue their "
-                    "endpoint does not drain, which no one can claim (newest first, each "
-                    "with endpoint_id, endpoint_name and webhook_id)")] = False,
+    unreachable: Annotated[
+        bool,
+        Field(
+            description="true: instead, the todos your human's webhooks put in a queue their "
+            "endpoint does not drain, which no one can claim (newest first, each "
+            "with endpoint_id, endpoint_name and webhook_id)"
+        ),
+    ] = False,
 ) -> dict[str, Any]:
     """This endpoint's todos in its scope queues, oldest available first; with
     unreachable=true, your webhooks' todos that no endpoint can claim."""
-    return await todos.list_todos(ctx.runtime, ctx.endpoint, queue=queue, state=state,
-                                  limit=limit, unreachable=unreachable)
+    return await todos.list_todos(
+        ctx.runtime, ctx.endpoint, queue=queue, state=state, limit=limit, unreachable=unreachable
+    )
 
 
 async def claim(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
@@ -41,16 +46,18 @@ async def claim(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
 
 async def claim_next(
     ctx: ToolContext,
-    queue: Annotated[str | None, Field(description="One queue of your scope (default: all)")]
-    = None,
+    queue: Annotated[
+        str | None, Field(description="One queue of your scope (default: all)")
+    ] = None,
     lease_ttl_seconds: Annotated[
         float | None, Field(description="Lease length (default from config)")
     ] = None,
 ) -> dict[str, Any]:
     """Claim the oldest claimable todo: {todo, empty: false}, or {empty: true}. Competing
     workers never get the same todo."""
-    return await todos.claim_next(ctx.runtime, ctx.endpoint, owner=ctx.owner, queue=queue,
-                                  lease_ttl_seconds=lease_ttl_seconds)
+    return await todos.claim_next(
+        ctx.runtime, ctx.endpoint, owner=ctx.owner, queue=queue, lease_ttl_seconds=lease_ttl_seconds
+    )
 
 
 async def complete(ctx: ToolContext, id: TodoId, result: Result = None) -> dict[str, Any]:
@@ -76,4 +83,3 @@ async def retry(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
 
 
 TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat, retry)
-

@@ -14,29 +14,43 @@ WebhookId = Annotated[str, Field(description="The webhook's id (webhook_id)")]
 EndpointId = Annotated[str, Field(description="The target endpoint's id")]
 
 
-SigningSecret = Annotated[str | None, Field(
-    description="The producer's own signing secret to import (e.g. Stripe's whsec_...; 8 to "
-                "1024 printable ASCII bytes). Stored sealed and never shown back. Omit to have "
-                "one minted (returned once).")]
+SigningSecret = Annotated[
+    str | None,
+    Field(
+        description="The producer's own signing secret to import (e.g. Stripe's whsec_...; 8 to "
+        "1024 printable ASCII bytes). Stored sealed and never shown back. Omit to have "
+        "one minted (returned once)."
+    ),
+]
 
 
 async def create_webhook(
     ctx: ToolContext,
-    source_type: Annotated[str, Field(description="cairn, gitea, github, generic, hmac, "
-                                                  "stripe, ...")],
+    source_type: Annotated[
+        str, Field(description="cairn, gitea, github, generic, hmac, stripe, ...")
+    ],
     target_queue: Annotated[str, Field(description="One of this endpoint's webhook queues")],
     signing_secret: SigningSecret = None,
-    source_config: Annotated[dict[str, Any] | None, Field(
-        description="The source's configuration, for a source that takes one: the hmac "
-                    "source's signature scheme (signature_header, encoding, signed, "
-                    "timestamp, delivery_id, kind, ...)")] = None,
+    source_config: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The source's configuration, for a source that takes one: the hmac "
+            "source's signature scheme (signature_header, encoding, signed, "
+            "timestamp, delivery_id, kind, ...)"
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Create a webhook owned by this endpoint. Returns its ingest_url (which carries the
     ingest token) and, for signed sources, its signing_secret: both shown once, never again
     (an imported signing_secret is not shown back: signing_secret_imported is true)."""
-    return await webhooks.create_webhook(ctx.runtime, ctx.endpoint, source_type, target_queue,
-                                         signing_secret=signing_secret,
-                                         source_config=source_config)
+    return await webhooks.create_webhook(
+        ctx.runtime,
+        ctx.endpoint,
+        source_type,
+        target_queue,
+        signing_secret=signing_secret,
+        source_config=source_config,
+    )
 
 
 async def list_webhooks(ctx: ToolContext) -> dict[str, Any]:
@@ -51,8 +65,9 @@ async def rotate_webhook(
     """Mint a new ingest URL and signing secret (shown once; or import the producer's new
     secret). The previous URL and secret keep working until previous_until (the server's
     rotation overlap, 24 h by default), so deliveries already in flight still land."""
-    return await webhooks.rotate_webhook(ctx.runtime, ctx.endpoint, webhook_id,
-                                         signing_secret=signing_secret)
+    return await webhooks.rotate_webhook(
+        ctx.runtime, ctx.endpoint, webhook_id, signing_secret=signing_secret
+    )
 
 
 async def delete_webhook(ctx: ToolContext, webhook_id: WebhookId) -> dict[str, Any]:
@@ -81,7 +96,11 @@ async def remove_webhook_route(
 
 
 TOOLS = (
-    create_webhook, list_webhooks, rotate_webhook, delete_webhook,
-    add_webhook_route, list_webhook_routes, remove_webhook_route,
+    create_webhook,
+    list_webhooks,
+    rotate_webhook,
+    delete_webhook,
+    add_webhook_route,
+    list_webhook_routes,
+    remove_webhook_route,
 )
-

@@ -20,8 +20,12 @@ from switchboard.plugin import (
 
 from . import history_cli
 
-DEFAULT_GRANT = {"target_queue": "inbox", "queues": ["inbox"], "endpoints": ["owner"],
-                 "endpoint_queues": {"owner": ["inbox"]}}
+DEFAULT_GRANT = {
+    "target_queue": "inbox",
+    "queues": ["inbox"],
+    "endpoints": ["owner"],
+    "endpoint_queues": {"owner": ["inbox"]},
+}
 
 
 def _emit(doc: Any) -> None:
@@ -46,10 +50,13 @@ def _grant(path: str | None) -> Grant:
 
 def _configure_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="routing config: {rules, default_action?, params?}")
-    p.add_argument("--grant", metavar="GRANT.json",
-                   help='{"target_queue", "queues":[...], "endpoints":[...],'
-                        ' "endpoint_queues": {endpoint: [queues it drains]}} (default: inbox /'
-                        ' ["inbox"] / ["owner"] draining inbox; exclusive needs a drainer)')
+    p.add_argument(
+        "--grant",
+        metavar="GRANT.json",
+        help='{"target_queue", "queues":[...], "endpoints":[...],'
+        ' "endpoint_queues": {endpoint: [queues it drains]}} (default: inbox /'
+        ' ["inbox"] / ["owner"] draining inbox; exclusive needs a drainer)',
+    )
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -59,8 +66,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     test = sub.add_parser("test", help="validate, then route one sample delivery through it")
     _configure_common(test)
     test.add_argument("--source", required=True, metavar="S")
-    test.add_argument("--payload", required=True, metavar="BODY",
-                      help="the raw body: a file path, or the body itself")
+    test.add_argument(
+        "--payload",
+        required=True,
+        metavar="BODY",
+        help="the raw body: a file path, or the body itself",
+    )
     test.add_argument("--headers", metavar="HEADERS.json", help="the producer's headers")
     test.add_argument("--verified", choices=["true", "false"], default=None)
     test.add_argument("--webhook-id", default="dry-run", metavar="ID")
@@ -119,16 +130,28 @@ async def run_packs(args: argparse.Namespace, rt: Runtime) -> int:
     if args.name is not None:
         listed = [p for p in listed if p["name"] == args.name]
         if not listed:
-            raise InvalidArgument(f"PACK: no rule pack {args.name!r} "
-                                  f"(installed: {', '.join(rt.registries.rule_packs.names())})")
+            raise InvalidArgument(
+                f"PACK: no rule pack {args.name!r} "
+                f"(installed: {', '.join(rt.registries.rule_packs.names())})"
+            )
     _emit({"packs": listed})
     return 0
 
 
 def register(register: CommandRegistry) -> None:
     # check and test run offline; diff, explain and lint open the database themselves
-    register.add_command("rules", configure, run, needs_store=False,
-                         help="check or test a routing config offline; diff, explain or lint"
-                              " it over a webhook's stored events")
-    register.add_command("packs", configure_packs, run_packs, needs_store=False,
-                         help="list the rule packs plugins offer (install_rule_pack installs one)")
+    register.add_command(
+        "rules",
+        configure,
+        run,
+        needs_store=False,
+        help="check or test a routing config offline; diff, explain or lint"
+        " it over a webhook's stored events",
+    )
+    register.add_command(
+        "packs",
+        configure_packs,
+        run_packs,
+        needs_store=False,
+        help="list the rule packs plugins offer (install_rule_pack installs one)",
+    )

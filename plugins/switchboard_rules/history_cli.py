@@ -38,13 +38,20 @@ def configure(sub: Any) -> None:
     """Add ``diff``, ``explain`` and ``lint`` to the ``rules`` sub-command parser."""
     diff = sub.add_parser("diff", help="a candidate config vs the saved one over stored events")
     diff.add_argument("webhook_id", metavar="WEBHOOK_ID")
-    diff.add_argument("candidate", metavar="CANDIDATE.json",
-                      help="the candidate routing config: {rules, default_action?, params?}")
+    diff.add_argument(
+        "candidate",
+        metavar="CANDIDATE.json",
+        help="the candidate routing config: {rules, default_action?, params?}",
+    )
     window = diff.add_mutually_exclusive_group()
-    window.add_argument("--last", type=_positive, metavar="N",
-                        help="the newest N stored events (default 1000)")
-    window.add_argument("--since", metavar="DURATION",
-                        help="the events since a duration ago (30m, 24h, 7d) or a timestamp")
+    window.add_argument(
+        "--last", type=_positive, metavar="N", help="the newest N stored events (default 1000)"
+    )
+    window.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="the events since a duration ago (30m, 24h, 7d) or a timestamp",
+    )
     window.add_argument("--cursor", metavar="CURSOR", help="go on from a previous run's cursor")
     add_output_flags(diff)
     explain = sub.add_parser("explain", help="every rule's verdict on one stored event")
@@ -52,8 +59,9 @@ def configure(sub: Any) -> None:
     add_output_flags(explain)
     lint = sub.add_parser("lint", help="rules that never match, only fault, or are shadowed")
     lint.add_argument("webhook_id", metavar="WEBHOOK_ID")
-    lint.add_argument("--last", type=_positive, metavar="N",
-                      help="the newest N stored events (default 1000)")
+    lint.add_argument(
+        "--last", type=_positive, metavar="N", help="the newest N stored events (default 1000)"
+    )
     add_output_flags(lint)
 
 
@@ -83,9 +91,18 @@ async def _progress(
             speed = task.finished_speed or task.speed
             return Text(f"{speed:,.0f} events/s" if speed else "- events/s")
 
-    bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                   _Rate(""), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=Console(file=sys.stderr), transient=False)
+    bar = Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        _Rate(""),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+        transient=False,
+    )
     task = bar.add_task(what, total=None)
 
     async def report(done: int, total: int | None, _message: str | None) -> None:
@@ -121,8 +138,9 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         return 0
     if args.action == "lint":
         async with _progress(table, "lint") as report:
-            doc = await history.lint_rules(rt, None, args.webhook_id, last=args.last,
-                                           progress=report)
+            doc = await history.lint_rules(
+                rt, None, args.webhook_id, last=args.last, progress=report
+            )
         _show(table, doc, _render_lint)
         return 0
     candidate = _read(args.candidate)
@@ -137,10 +155,16 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
 
         while True:
             page = await history.diff_rules(
-                rt, None, args.webhook_id, rules=candidate.get("rules"),
-                default_action=candidate.get("default_action"), params=candidate.get("params"),
-                last=None if cursor else args.last, since=None if cursor else args.since,
-                cursor=cursor, progress=progress,
+                rt,
+                None,
+                args.webhook_id,
+                rules=candidate.get("rules"),
+                default_action=candidate.get("default_action"),
+                params=candidate.get("params"),
+                last=None if cursor else args.last,
+                since=None if cursor else args.since,
+                cursor=cursor,
+                progress=progress,
             )
             if merged is None:
                 merged = {**page, "changes": list(page["changes"])}
@@ -198,33 +222,54 @@ def _by(decision: dict[str, Any]) -> str:
 def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
     saved, cand = doc["totals"]["saved"], doc["totals"]["candidate"]
     for queue in sorted(set(saved["queues"]) | set(cand["queues"])):
-        yield {"outcome": f"queue {queue}", "saved": saved["queues"].get(queue, 0),
-               "candidate": cand["queues"].get(queue, 0)}
+        yield {
+            "outcome": f"queue {queue}",
+            "saved": saved["queues"].get(queue, 0),
+            "candidate": cand["queues"].get(queue, 0),
+        }
     for key in ("drop", "default"):
         yield {"outcome": key, "saved": saved[key], "candidate": cand[key]}
     for cause in sorted(set(saved["faults"]) | set(cand["faults"])):
-        yield {"outcome": f"fault {cause}", "saved": saved["faults"].get(cause, 0),
-               "candidate": cand["faults"].get(cause, 0)}
+        yield {
+            "outcome": f"fault {cause}",
+            "saved": saved["faults"].get(cause, 0),
+            "candidate": cand["faults"].get(cause, 0),
+        }
 
 
 def _render_diff(out: Console, doc: dict[str, Any]) -> None:
     from switchboard.cli import render as r
 
-    out.print(r.heading(f"{doc['evaluated']} events evaluated, {doc['changed']} change"
-                        f" decision"))
-    out.print(r.table("totals", [("OUTCOME", lambda x: x["outcome"]),
-                                 ("SAVED", lambda x: x["saved"]),
-                                 ("CANDIDATE", lambda x: x["candidate"])], _totals_rows(doc)))
+    out.print(r.heading(f"{doc['evaluated']} events evaluated, {doc['changed']} change decision"))
+    out.print(
+        r.table(
+            "totals",
+            [
+                ("OUTCOME", lambda x: x["outcome"]),
+                ("SAVED", lambda x: x["saved"]),
+                ("CANDIDATE", lambda x: x["candidate"]),
+            ],
+            _totals_rows(doc),
+        )
+    )
     if doc["changes"]:
-        out.print(r.table("changed events", [
-            ("EVENT", lambda x: x["event_id"]), ("RECEIVED", lambda x: x["received_at"]),
-            ("KIND", lambda x: x.get("kind")),
-            ("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}"),
-            ("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}"),
-        ], doc["changes"]))
+        out.print(
+            r.table(
+                "changed events",
+                [
+                    ("EVENT", lambda x: x["event_id"]),
+                    ("RECEIVED", lambda x: x["received_at"]),
+                    ("KIND", lambda x: x.get("kind")),
+                    ("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}"),
+                    ("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}"),
+                ],
+                doc["changes"],
+            )
+        )
     if doc.get("next_cursor"):
-        out.print(r.cell(f"stopped ({doc.get('stopped')}): go on with --cursor"
-                         f" {doc['next_cursor']}"))
+        out.print(
+            r.cell(f"stopped ({doc.get('stopped')}): go on with --cursor {doc['next_cursor']}")
+        )
 
 
 def _render_explain(out: Console, doc: dict[str, Any]) -> None:
@@ -232,19 +277,35 @@ def _render_explain(out: Console, doc: dict[str, Any]) -> None:
 
     decision = doc["decision"]
     out.print(r.heading(f"event {doc.get('event_id')}: {_where(decision)} by {_by(decision)}"))
-    out.print(r.table(None, [
-        ("#", lambda x: x["index"]), ("RULE", lambda x: x["id"]),
-        ("VERDICT", lambda x: x["verdict"] + (f" (would: {x['would']})" if x.get("would")
-                                              else "")),
-        ("ERROR", lambda x: x.get("error")),
-    ], doc["verdicts"]))
+    out.print(
+        r.table(
+            None,
+            [
+                ("#", lambda x: x["index"]),
+                ("RULE", lambda x: x["id"]),
+                (
+                    "VERDICT",
+                    lambda x: x["verdict"] + (f" (would: {x['would']})" if x.get("would") else ""),
+                ),
+                ("ERROR", lambda x: x.get("error")),
+            ],
+            doc["verdicts"],
+        )
+    )
 
 
 def _render_lint(out: Console, doc: dict[str, Any]) -> None:
     from switchboard.cli import render as r
 
-    out.print(r.heading(f"{doc['evaluated']} events evaluated, {len(doc['findings'])}"
-                        " finding(s)"))
-    out.print(r.table(None, [("KIND", lambda x: x["kind"]),
-                             ("RULE", lambda x: x.get("rule_id") or x.get("param")),
-                             ("DETAIL", lambda x: x["detail"])], doc["findings"]))
+    out.print(r.heading(f"{doc['evaluated']} events evaluated, {len(doc['findings'])} finding(s)"))
+    out.print(
+        r.table(
+            None,
+            [
+                ("KIND", lambda x: x["kind"]),
+                ("RULE", lambda x: x.get("rule_id") or x.get("param")),
+                ("DETAIL", lambda x: x["detail"]),
+            ],
+            doc["findings"],
+        )
+    )

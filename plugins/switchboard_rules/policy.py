@@ -68,8 +68,7 @@ BUSY = MatchResult(None, (Fault(-1, "sandbox_busy"),))
 
 def swept_out(att: Attempt) -> bool:
     """Whether ``att`` is a sweep that died before answering (its alarm, or a crash)."""
-    return (att.armed is not None and att.armed[1] == SWEEP and not att.done
-            and att.garbage is None)
+    return att.armed is not None and att.armed[1] == SWEEP and not att.done and att.garbage is None
 
 
 def describe(status: int | None) -> str:

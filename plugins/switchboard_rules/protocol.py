@@ -250,8 +250,13 @@ def decode_eval(data: bytes) -> tuple[EvalHeader, bytes]:
     head, _, envelope = data.partition(b"\n")
     doc = json.loads(head)
     only = doc.get("only")
-    return EvalHeader(int(doc["start"]), float(doc["budget_ms"]), str(doc.get("mode", "")),
-                      None if only is None else int(only), doc.get("sweep") is True), envelope
+    return EvalHeader(
+        int(doc["start"]),
+        float(doc["budget_ms"]),
+        str(doc.get("mode", "")),
+        None if only is None else int(only),
+        doc.get("sweep") is True,
+    ), envelope
 
 
 # -- report lines ----------------------------------------------------------------------------
@@ -360,8 +365,17 @@ class Exited:
 
 
 Report = (
-    Pid | CompileError | Armed | Matched | NoMatch | RuleError | BudgetSpent | Garbage | Done
-    | Exited | Verdicts
+    Pid
+    | CompileError
+    | Armed
+    | Matched
+    | NoMatch
+    | RuleError
+    | BudgetSpent
+    | Garbage
+    | Done
+    | Exited
+    | Verdicts
 )
 DONE = Done()
 

@@ -137,8 +137,14 @@ def parse_line(line: str, att: Attempt, now: float) -> None:
 
 def _began(att: Attempt) -> bool:
     """Whether an evaluator had begun on the envelope ``att`` is for (said anything of it)."""
-    return bool(att.done or att.armed is not None or att.errors or att.items
-                or att.matched is not None or att.budget_at is not None)
+    return bool(
+        att.done
+        or att.armed is not None
+        or att.errors
+        or att.items
+        or att.matched is not None
+        or att.budget_at is not None
+    )
 
 
 @dataclass(eq=False)
@@ -352,8 +358,13 @@ class Sandbox:
 
     @asynccontextmanager
     async def _hold(
-        self, shares: _Shares, slots: asyncio.Semaphore, owner: str, wait_s: float,
-        on_wait: Callable[[float, bool], None] | None = None, frame: str | None = None,
+        self,
+        shares: _Shares,
+        slots: asyncio.Semaphore,
+        owner: str,
+        wait_s: float,
+        on_wait: Callable[[float, bool], None] | None = None,
+        frame: str | None = None,
     ) -> AsyncIterator[bool]:
         """The owner's slot, then everyone's, within ``wait_s`` together: False when not.
 
@@ -512,7 +523,11 @@ class Sandbox:
         return ev.pid is not None and b"\n" not in buf[:-1]
 
     async def _exchange(
-        self, sock: socket.socket, body: bytes, deadline: float, att: Attempt | None = None,
+        self,
+        sock: socket.socket,
+        body: bytes,
+        deadline: float,
+        att: Attempt | None = None,
         rest: Sequence[Attempt] = (),
     ) -> Attempt:
         """Send ``body`` and collect the answer into ``att`` until done, death or ``deadline``.
@@ -683,8 +698,9 @@ class Sandbox:
             # answered together) join its frame, rather than all but it waiting for the next
             await asyncio.sleep(0)
             wait_s = self.limits.slot_wait_ms / 1000
-            async with self._hold(self._owners, self._slots, owner, wait_s,
-                                  sandbox_metrics.waited, frame=gkey) as ok:
+            async with self._hold(
+                self._owners, self._slots, owner, wait_s, sandbox_metrics.waited, frame=gkey
+            ) as ok:
                 self._close(gkey, group)
                 if not ok:
                     results = [BUSY] * len(group)
@@ -696,7 +712,8 @@ class Sandbox:
                             results = [await self._evaluate(ids, key, spec, env)]
                         else:
                             results = await self._evaluate_many(
-                                ids, key, spec, [e for e, _ in group])
+                                ids, key, spec, [e for e, _ in group]
+                            )
                     finally:
                         for _ in group:
                             sandbox_metrics.evaluated(time.monotonic() - began)
@@ -723,11 +740,17 @@ class Sandbox:
             del self._forming[key]
 
     def _hand_over(
-        self, rules: Sequence[tuple[str | None, str]], params: dict[str, Any], env: bytes,
-        joined: asyncio.Future[MatchResult], owner: str, scope: str,
+        self,
+        rules: Sequence[tuple[str | None, str]],
+        params: dict[str, Any],
+        env: bytes,
+        joined: asyncio.Future[MatchResult],
+        owner: str,
+        scope: str,
     ) -> None:
         task = asyncio.get_running_loop().create_task(
-            self.evaluate(rules, params, env, owner=owner, scope=scope))
+            self.evaluate(rules, params, env, owner=owner, scope=scope)
+        )
         self._handed.add(task)
 
         def done(t: asyncio.Task[MatchResult]) -> None:
@@ -744,7 +767,11 @@ class Sandbox:
         task.add_done_callback(done)
 
     async def _evaluate(
-        self, ids: list[str | None], key: str, spec: bytes, env: bytes,
+        self,
+        ids: list[str | None],
+        key: str,
+        spec: bytes,
+        env: bytes,
         attempts: Sequence[Attempt] = (),
     ) -> MatchResult:
         """One envelope once its slots are held, going on from ``attempts`` made already."""
@@ -774,8 +801,9 @@ class Sandbox:
         start after a sweep, from the rule after the culprit after a rule's timeout or
         crash; those after it in the frame, never begun, are evaluated alone from the start.
         """
-        header = wire.EvalHeader(0, self.limits.event_ms, wire.MODE_MANY,
-                                 sweep=key not in self._by_rule)
+        header = wire.EvalHeader(
+            0, self.limits.event_ms, wire.MODE_MANY, sweep=key not in self._by_rule
+        )
         atts = await self._frame(key, spec, envs, header, len(envs))
         self.stats["grouped"] += len(envs)
         out = []
@@ -824,24 +852,35 @@ class Sandbox:
                 k += len(att.items)
                 if k < len(envelopes) and not att.done:
                     # the envelope that ended the evaluator: again, one rule at a time
-                    out.append(await self._one_rule_at_a_time(
-                        key, spec, envelopes[k], len(exprs), budget))
+                    out.append(
+                        await self._one_rule_at_a_time(key, spec, envelopes[k], len(exprs), budget)
+                    )
                     k += 1
                 elif k < len(envelopes):  # done but short: never expected; do not spin
-                    out.extend([_failed("sandbox answered short")] * len(exprs)
-                               for _ in envelopes[k:])
+                    out.extend(
+                        [_failed("sandbox answered short")] * len(exprs) for _ in envelopes[k:]
+                    )
                     k = len(envelopes)
             return out
 
     async def _verdict_attempt(
-        self, key: str, spec: bytes, batch: Sequence[bytes], budget_ms: float, start: int,
+        self,
+        key: str,
+        spec: bytes,
+        batch: Sequence[bytes],
+        budget_ms: float,
+        start: int,
         only: int | None,
     ) -> Attempt:
         header = wire.EvalHeader(start, budget_ms, wire.MODE_VERDICTS, only)
         return (await self._frame(key, spec, batch, header))[0]
 
     async def _frame(
-        self, key: str, spec: bytes, envs: Sequence[bytes], header: wire.EvalHeader,
+        self,
+        key: str,
+        spec: bytes,
+        envs: Sequence[bytes],
+        header: wire.EvalHeader,
         count: int = 1,
     ) -> list[Attempt]:
         """One frame of several envelopes, each with ``header.budget_ms`` in turn.
@@ -852,8 +891,11 @@ class Sandbox:
         """
         loop = asyncio.get_running_loop()
         size = sum(len(e) for e in envs)
-        deadline = (loop.time() + (len(envs) * header.budget_ms + self.limits.kill_grace_ms)
-                    / 1000 + size * PARSE_S_PER_BYTE)
+        deadline = (
+            loop.time()
+            + (len(envs) * header.budget_ms + self.limits.kill_grace_ms) / 1000
+            + size * PARSE_S_PER_BYTE
+        )
         body = wire.frame(wire.encode_verdicts_eval(header, list(envs)))
         return await self._attempts(key, spec, body, deadline, count)
 
@@ -865,8 +907,14 @@ class Sandbox:
         for i in range(n):
             left = budget_ms - spent * 1000
             if left <= 1:
-                out.append(RuleVerdict("error", "budget_exhausted", "the event's budget was"
-                                       f" spent before this rule ({self.limits.event_ms} ms)"))
+                out.append(
+                    RuleVerdict(
+                        "error",
+                        "budget_exhausted",
+                        "the event's budget was"
+                        f" spent before this rule ({self.limits.event_ms} ms)",
+                    )
+                )
                 continue
             att = await self._verdict_attempt(key, spec, [envelope], left, i, i)
             spent += att.ran_s
@@ -876,11 +924,17 @@ class Sandbox:
                 continue
             if att.armed is not None and att.status == -signal.SIGALRM:
                 if att.armed[1] == wire.BUDGET_LIMIT:
-                    out.append(RuleVerdict("error", "budget_exhausted", "the event's budget ran"
-                                           " out during this rule"))
+                    out.append(
+                        RuleVerdict(
+                            "error",
+                            "budget_exhausted",
+                            "the event's budget ran out during this rule",
+                        )
+                    )
                 else:
-                    out.append(RuleVerdict("error", "timeout",
-                                           f"rule exceeded {self.limits.rule_ms} ms"))
+                    out.append(
+                        RuleVerdict("error", "timeout", f"rule exceeded {self.limits.rule_ms} ms")
+                    )
             elif att.armed is not None:
                 out.append(RuleVerdict("error", "sandbox_failure", describe(att.status)))
             else:
@@ -928,7 +982,8 @@ class Sandbox:
 
 #: The verdicts without a message, shared (an envelope has one per rule, a diff thousands).
 _PLAIN = {
-    wire.VERDICT_MATCH: RuleVerdict("matched"), wire.VERDICT_FALSE: RuleVerdict("false"),
+    wire.VERDICT_MATCH: RuleVerdict("matched"),
+    wire.VERDICT_FALSE: RuleVerdict("false"),
     wire.VERDICT_NULL: RuleVerdict("null"),
 }
 
@@ -938,7 +993,10 @@ def _failed(detail: str) -> RuleVerdict:
 
 
 def _verdicts_of(
-    chars: str, errors: dict[int, str], compile_errors: dict[int, str], start: int,
+    chars: str,
+    errors: dict[int, str],
+    compile_errors: dict[int, str],
+    start: int,
     budget_ms: float,
 ) -> list[RuleVerdict]:
     """One envelope's ``v`` line (rule ``start`` on) as :class:`RuleVerdict`s."""
@@ -953,9 +1011,13 @@ def _verdicts_of(
         elif char == wire.VERDICT_COMPILE:
             out.append(RuleVerdict("error", "compile_error", compile_errors.get(i)))
         elif char == wire.VERDICT_BUDGET:
-            out.append(RuleVerdict("error", "budget_exhausted",
-                                   f"the event's budget ({budget_ms:g} ms) was spent before"
-                                   " this rule"))
+            out.append(
+                RuleVerdict(
+                    "error",
+                    "budget_exhausted",
+                    f"the event's budget ({budget_ms:g} ms) was spent before this rule",
+                )
+            )
         else:
             out.append(_failed("not evaluated"))
     return out

@@ -64,8 +64,13 @@ def _prctl(option: int, arg: int) -> None:
 
 
 def build_program(
-    exprs: list[str], indices: list[int], *, exact: bool = False, start: int = 0,
-    stop: int | None = None, sweep: bool = False,
+    exprs: list[str],
+    indices: list[int],
+    *,
+    exact: bool = False,
+    start: int = 0,
+    stop: int | None = None,
+    sweep: bool = False,
 ) -> str:
     """One program over ``[start, envelope]`` streaming one verdict per rule.
 
@@ -112,8 +117,10 @@ def build_program(
         if not exact and single_output(exprs[i]):
             body = f"(($__e | (\n{exprs[i]}\n\n)) | ({verdict}))"
         else:  # no output: false, or in a sweep nothing (no match)
-            body = (f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
-                    f"(({verdict}), break $__l)){'' if sweep else ', false'})")
+            body = (
+                f"(label $__l | (($__e | (\n{exprs[i]}\n\n)) | "
+                f"(({verdict}), break $__l)){'' if sweep else ', false'})"
+            )
         message = f"({error} + (tostring | .[:{cut}]))"
         part = f"(try {body} catch {f'[{i}, {message}]' if sweep else message})"
         newline = "\n" if k else ""
@@ -144,8 +151,10 @@ def resident() -> int:
 
 
 def too_large(size: int, limit: int, what: str = "the compiled rule") -> str:
-    return (f"{what} takes {size / 2**20:.1f} MiB, over the sandbox's limit of "
-            f"{limit / 2**20:.0f} MiB ([plugins.rules] ruleset_mib)")
+    return (
+        f"{what} takes {size / 2**20:.1f} MiB, over the sandbox's limit of "
+        f"{limit / 2**20:.0f} MiB ([plugins.rules] ruleset_mib)"
+    )
 
 
 def trial(program: str, params: dict[str, Any], seconds: float) -> tuple[str | None, int]:
@@ -202,8 +211,9 @@ class RuleSet:
         limit = cfg.ruleset_bytes
 
         def attempt(indices: list[int]) -> tuple[str | None, int]:
-            return trial(build_program(exprs, indices, sweep=True), params,
-                         deadline - time.monotonic())
+            return trial(
+                build_program(exprs, indices, sweep=True), params, deadline - time.monotonic()
+            )
 
         self.errors: dict[int, str] = {}
         for i, expr in enumerate(exprs):
@@ -221,8 +231,11 @@ class RuleSet:
             rest = [i for i in good if i not in self.errors]
             err, size = attempt(rest) if rest else (None, 0)
             if err is not None or size > limit:
-                why = f"{err} (the rule set as a whole)" if err else too_large(
-                    size, limit, "the compiled rule set as a whole")
+                why = (
+                    f"{err} (the rule set as a whole)"
+                    if err
+                    else too_large(size, limit, "the compiled rule set as a whole")
+                )
                 for i in rest:
                     self.errors[i] = why
             good = [i for i in good if i not in self.errors]
@@ -231,8 +244,7 @@ class RuleSet:
         self.exprs, self.params, self.compile_s = exprs, params, cfg.compile_ms / 1000
         # proven safe by a trial under identical limits, so this cannot take the zygote down.
         # The sweep's program: every delivery's (the rule-by-rule one is made on demand)
-        self.program = (_compile(build_program(exprs, good, sweep=True), params)
-                        if good else None)
+        self.program = _compile(build_program(exprs, good, sweep=True), params) if good else None
         self._parts: dict[tuple[int, int], Any] = {}
 
     def program_for(self, start: int, stop: int) -> Any:
@@ -260,8 +272,9 @@ class RuleSet:
             # this evaluator with no rule armed, a sandbox failure)
             signal.setitimer(signal.ITIMER_REAL, self.compile_s)
             try:
-                found = _compile(build_program(self.exprs, self.good, start=key[0],
-                                               stop=key[1]), self.params)
+                found = _compile(
+                    build_program(self.exprs, self.good, start=key[0], stop=key[1]), self.params
+                )
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             self._parts[key] = found
@@ -301,7 +314,11 @@ def evaluate_one(  # pragma: no cover - child
 
 
 def evaluate_match(  # pragma: no cover - child
-    fd: int, header: wire.EvalHeader, env: bytes, rules: RuleSet, cfg: wire.ChildConfig,
+    fd: int,
+    header: wire.EvalHeader,
+    env: bytes,
+    rules: RuleSet,
+    cfg: wire.ChildConfig,
     progress: mmap.mmap,
 ) -> int | None:
     """:func:`evaluate_one` for one envelope in match mode: its answer ends with ``d``."""
@@ -363,7 +380,11 @@ def evaluate_match(  # pragma: no cover - child
 
 
 def sweep_match(  # pragma: no cover - child
-    fd: int, header: wire.EvalHeader, env: bytes, rules: RuleSet, cfg: wire.ChildConfig,
+    fd: int,
+    header: wire.EvalHeader,
+    env: bytes,
+    rules: RuleSet,
+    cfg: wire.ChildConfig,
     progress: mmap.mmap,
 ) -> int | None:
     """:func:`evaluate_match` as a sweep: every rule in one go, under one alarm.
@@ -393,10 +414,15 @@ def sweep_match(  # pragma: no cover - child
             if type(out) is int and out in good:  # the first match: nothing after it runs
                 end = wire.Matched(out).encode() + end
                 break
-            if (type(out) is list and len(out) == 2 and type(out[0]) is int
-                    and out[0] in good and type(out[1]) is str
-                    and out[1].startswith(error_v)):
-                lines.append(wire.RuleError(out[0], out[1][len(error_v):]).encode())
+            if (
+                type(out) is list
+                and len(out) == 2
+                and type(out[0]) is int
+                and out[0] in good
+                and type(out[1]) is str
+                and out[1].startswith(error_v)
+            ):
+                lines.append(wire.RuleError(out[0], out[1][len(error_v) :]).encode())
                 continue
             end, code = wire.Garbage("unexpected output from the rules").encode(), 3
             break
@@ -409,7 +435,11 @@ def sweep_match(  # pragma: no cover - child
 
 
 def evaluate_verdicts(  # pragma: no cover - child
-    fd: int, header: wire.EvalHeader, data: bytes, rules: RuleSet, cfg: wire.ChildConfig,
+    fd: int,
+    header: wire.EvalHeader,
+    data: bytes,
+    rules: RuleSet,
+    cfg: wire.ChildConfig,
     progress: mmap.mmap,
 ) -> int | None:
     """Every rule's verdict on each envelope of a verdicts frame, one ``v`` line each.
@@ -467,7 +497,7 @@ def evaluate_verdicts(  # pragma: no cover - child
                 elif verdict is None:
                     chars.append(wire.VERDICT_NULL)
                 elif isinstance(verdict, str) and verdict.startswith(error_v):
-                    out.append(wire.RuleError(i, verdict[len(error_v):]).encode())
+                    out.append(wire.RuleError(i, verdict[len(error_v) :]).encode())
                     chars.append(wire.VERDICT_ERROR)
                 else:
                     out.append(wire.Garbage(f"unexpected output from rule {i}").encode())
@@ -490,7 +520,9 @@ def evaluate_verdicts(  # pragma: no cover - child
     return code or None
 
 
-def evaluator(fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap) -> NoReturn:  # pragma: no cover - child
+def evaluator(
+    fd: int, rules: RuleSet, cfg: wire.ChildConfig, progress: mmap.mmap
+) -> NoReturn:  # pragma: no cover - child
     """Say its pid, then serve evaluations on ``fd`` until it closes, and exit.
 
     Retires (exits after answering) once it grew by more than ``retire_bytes`` since it

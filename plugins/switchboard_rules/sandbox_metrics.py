@@ -10,28 +10,35 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 EVALUATION = Histogram(
     "switchboard_sandbox_evaluation_seconds",
     "Rule evaluations in the sandbox, from holding a slot to the match (or the faults)",
-    buckets=_BUCKETS)
+    buckets=_BUCKETS,
+)
 SLOT_WAITS = Counter(
     "switchboard_sandbox_slot_waits",
     "Evaluations that found their rule set's frame in flight, their owner's share or the "
     "sandbox full and waited; outcome "
     "acquired (got a slot) or busy (gave up: the delivery took the default, sandbox_busy)",
-    ["outcome"])
+    ["outcome"],
+)
 SLOT_WAIT = Histogram(
     "switchboard_sandbox_slot_wait_seconds",
-    "How long an evaluation that had to wait waited for its slot", buckets=_BUCKETS)
+    "How long an evaluation that had to wait waited for its slot",
+    buckets=_BUCKETS,
+)
 
 ENVELOPE_BYTES = Histogram(
     "switchboard_sandbox_envelope_bytes",
     "Bytes of each live delivery's envelope sent to the sandbox; cut paths (only what the "
     "rule set can read, proven by reads.py) or whole (a rule may read anything)",
-    ["cut"], buckets=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304))
+    ["cut"],
+    buckets=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304),
+)
 
 GROUP_SIZE = Histogram(
     "switchboard_sandbox_group_size",
     "Deliveries of one rule set evaluated together in one frame (those that waited for "
     "their owner's slot at the same time; 1 when a delivery went alone)",
-    buckets=(1, 2, 4, 8))
+    buckets=(1, 2, 4, 8),
+)
 
 
 def grouped(size: int) -> None:

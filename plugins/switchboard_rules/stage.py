@@ -42,8 +42,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         # the most one compiled rule set may take: a larger one is refused at save
         "ruleset_mib": {"type": "integer", "minimum": 1, "maximum": 1024, "default": 16},
         # the sandbox tree's memory (PSS): least recently used rule sets are evicted beyond
-        "memory_budget_mib": {"type": "integer", "minimum": 64, "maximum": 65536,
-                              "default": 512},
+        "memory_budget_mib": {"type": "integer", "minimum": 64, "maximum": 65536, "default": 512},
         "rule_ms": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50},
         "event_ms": {"type": "integer", "minimum": 1, "maximum": 60000, "default": 250},
         "kill_grace_ms": {"type": "integer", "minimum": 100, "maximum": 60000, "default": 1750},
@@ -52,15 +51,17 @@ CONFIG_SCHEMA: dict[str, Any] = {
         # a rule set's whole compile (every trial together)
         "compile_ms": {"type": "integer", "minimum": 10, "maximum": 60000, "default": 1000},
         # evaluations a warm evaluator serves before it is replaced
-        "evaluator_uses": {"type": "integer", "minimum": 1, "maximum": 1000000,
-                           "default": 1000},
+        "evaluator_uses": {"type": "integer", "minimum": 1, "maximum": 1000000, "default": 1000},
         # history dry runs (diff_webhook_rules, lint_webhook_rules, `rules diff|lint`): the
         # most stored events one call evaluates, and how long it may run before it answers
         # with what it has (and a cursor to go on from)
-        "history_max_events": {"type": "integer", "minimum": 1, "maximum": 1000000,
-                               "default": 10000},
-        "history_deadline_s": {"type": "number", "minimum": 0.1, "maximum": 3600,
-                               "default": 30},
+        "history_max_events": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000000,
+            "default": 10000,
+        },
+        "history_deadline_s": {"type": "number", "minimum": 0.1, "maximum": 3600, "default": 30},
     },
 }
 
@@ -115,8 +116,9 @@ class RulesStage:
         for index, rule in enumerate(config.rules):
             bad = forbidden_names(rule["expr"])
             if bad:
-                raise rule_error(index, rule, "forbidden_function",
-                                 f"expression uses forbidden {', '.join(bad)}")
+                raise rule_error(
+                    index, rule, "forbidden_function", f"expression uses forbidden {', '.join(bad)}"
+                )
         if not config.rules:
             return
         owner, scope = tenant(webhook or {})
@@ -125,8 +127,12 @@ class RulesStage:
         )
         if errors:
             index, message = min(errors)
-            raise rule_error(index, config.rules[index], "invalid_expression",
-                             f"expression does not compile: {message}")
+            raise rule_error(
+                index,
+                config.rules[index],
+                "invalid_expression",
+                f"expression does not compile: {message}",
+            )
 
     async def route(self, ctx: RoutingContext) -> StageResult:
         rules = ctx.config.rules
@@ -139,8 +145,11 @@ class RulesStage:
         envelope = _encoded(ctx.envelope, paths)
         sandbox_metrics.sent(len(envelope), "whole" if paths is None else "paths")
         match: MatchResult = await self.sandbox.evaluate(
-            [(r.get("id"), r["expr"]) for r in rules], dict(ctx.config.params), envelope,
-            owner=owner, scope=scope,
+            [(r.get("id"), r["expr"]) for r in rules],
+            dict(ctx.config.params),
+            envelope,
+            owner=owner,
+            scope=scope,
         )
         if match.rule_index is None:
             # No match: later stages (LLM triage) or the default decide; faults carry on.
@@ -190,7 +199,11 @@ class RulesStage:
         answers: dict[str, list[list[RuleVerdict]]] = {}
         for pkey, (params, exprs, _, uses) in groups.items():
             answers[pkey] = await self.sandbox.verdicts(
-                exprs, params, encoded, owner=owner, scope=scope,
+                exprs,
+                params,
+                encoded,
+                owner=owner,
+                scope=scope,
                 event_ms=self.settings["event_ms"] * max(uses, 1),
             )
         return [

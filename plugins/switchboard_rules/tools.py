@@ -46,8 +46,10 @@ async def list_webhook_rules(ctx: ToolContext, webhook_id: WebhookId) -> dict[st
 
 SetParams = Annotated[
     dict[str, Any] | None,
-    Field(description="Bound as $params in expressions. Omit it to keep the stored params;"
-                      " null clears them; an object replaces them"),
+    Field(
+        description="Bound as $params in expressions. Omit it to keep the stored params;"
+        " null clears them; an object replaces them"
+    ),
 ]
 
 
@@ -57,21 +59,29 @@ def _given(ctx: ToolContext, name: str) -> bool:
 
 
 async def set_webhook_rules(
-    ctx: ToolContext, webhook_id: WebhookId, rules: Rules,
-    default_action: DefaultAction = None, params: SetParams = None,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    rules: Rules,
+    default_action: DefaultAction = None,
+    params: SetParams = None,
 ) -> dict[str, Any]:
     """Replace the whole rule list and default action (validated as a unit, compiled at save).
     Omitting params keeps the stored params ($params); params: null clears them."""
     rules_service = _rules()
     result: dict[str, Any] = await rules_service.set_rules(
-        ctx.runtime, ctx.endpoint, webhook_id, rules, default_action,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        rules,
+        default_action,
         params if _given(ctx, "params") else rules_service.KEEP,
     )
     return result
 
 
 async def add_webhook_rule(
-    ctx: ToolContext, webhook_id: WebhookId,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
     expr: Annotated[str, Field(description="A jq filter over the envelope")],
     action: Action,
     id: Annotated[str | None, Field(description="A stable rule id")] = None,
@@ -80,15 +90,25 @@ async def add_webhook_rule(
 ) -> dict[str, Any]:
     """Insert one rule (concurrent edits never lose each other)."""
     result: dict[str, Any] = await _rules().add_rule(
-        ctx.runtime, ctx.endpoint, webhook_id, expr=expr, action=action, id=id, name=name,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        expr=expr,
+        action=action,
+        id=id,
+        name=name,
         position=position,
     )
     return result
 
 
 async def update_webhook_rule(
-    ctx: ToolContext, webhook_id: WebhookId, rule_id: RuleId,
-    name: str | None = None, expr: str | None = None, action: Action | None = None,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    rule_id: RuleId,
+    name: str | None = None,
+    expr: str | None = None,
+    action: Action | None = None,
 ) -> dict[str, Any]:
     """Change a rule's name, expression or action in place."""
     result: dict[str, Any] = await _rules().update_rule(
@@ -118,7 +138,8 @@ async def remove_webhook_rule(
 
 
 async def test_webhook_rules(
-    ctx: ToolContext, webhook_id: WebhookId,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
     event_id: Annotated[str | None, Field(description="A stored event of this webhook")] = None,
     payload: Annotated[
         Any, Field(description="A sample raw body: a string as is, any other JSON serialized")
@@ -131,16 +152,26 @@ async def test_webhook_rules(
     params: Params = None,
     llm: Annotated[
         Literal["skip", "run"],
-        Field(description='"run" also runs the LLM triage stage when no rule matches (a real '
-                          'model call that spends the triage budget); "skip" (default) does not'),
+        Field(
+            description='"run" also runs the LLM triage stage when no rule matches (a real '
+            'model call that spends the triage budget); "skip" (default) does not'
+        ),
     ] = "skip",
 ) -> dict[str, Any]:
     """Dry-run the saved (or candidate) rules against a stored event or a sample payload;
     returns the decision, the trace and the envelope the rules saw. Saves nothing; the LLM
     triage runs only with llm="run"."""
     result: dict[str, Any] = await _rules().test_rules(
-        ctx.runtime, ctx.endpoint, webhook_id, event_id=event_id, payload=payload,
-        headers=headers, rules=rules, default_action=default_action, params=params, llm=llm,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        event_id=event_id,
+        payload=payload,
+        headers=headers,
+        rules=rules,
+        default_action=default_action,
+        params=params,
+        llm=llm,
     )
     return result
 
@@ -159,7 +190,8 @@ async def list_rule_packs(ctx: ToolContext) -> dict[str, Any]:
 
 
 async def install_rule_pack(
-    ctx: ToolContext, webhook_id: WebhookId,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
     pack: Annotated[str, Field(description="The pack's name (see list_rule_packs)")],
     params: SetParams = None,
 ) -> dict[str, Any]:
@@ -167,7 +199,10 @@ async def install_rule_pack(
     set_webhook_rules: every exclusive lane queue needs a routed endpoint that drains it).
     Omitting params keeps the stored params ($params); params: null clears them."""
     result: dict[str, Any] = await _packs().install_pack(
-        ctx.runtime, ctx.endpoint, webhook_id, pack,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        pack,
         params if _given(ctx, "params") else _rules().KEEP,
     )
     return result
@@ -181,8 +216,10 @@ def _history() -> ModuleType:
 
 CandidateRules = Annotated[
     list[dict[str, Any]] | None,
-    Field(description="Candidate rules (default: the saved ones, with the default_action and "
-                      "params given here)"),
+    Field(
+        description="Candidate rules (default: the saved ones, with the default_action and "
+        "params given here)"
+    ),
 ]
 Last = Annotated[
     int | None,
@@ -191,13 +228,18 @@ Last = Annotated[
 
 
 async def diff_webhook_rules(
-    ctx: ToolContext, webhook_id: WebhookId,
-    rules: CandidateRules = None, default_action: DefaultAction = None, params: Params = None,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    rules: CandidateRules = None,
+    default_action: DefaultAction = None,
+    params: Params = None,
     last: Last = None,
     since: Annotated[
         str | None,
-        Field(description="Instead of last: the events since a duration ago (30m, 24h, 7d) "
-                          "or an RFC 3339 timestamp"),
+        Field(
+            description="Instead of last: the events since a duration ago (30m, 24h, 7d) "
+            "or an RFC 3339 timestamp"
+        ),
     ] = None,
     cursor: Annotated[
         str | None,
@@ -211,28 +253,46 @@ async def diff_webhook_rules(
     Saves nothing. Bounded by [plugins.rules] history_max_events and history_deadline_s;
     sends progress notifications when the request carries a progressToken."""
     result: dict[str, Any] = await _history().diff_rules(
-        ctx.runtime, ctx.endpoint, webhook_id, rules=rules, default_action=default_action,
-        params=params, last=last, since=since, cursor=cursor, progress=ctx.report_progress,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        rules=rules,
+        default_action=default_action,
+        params=params,
+        last=last,
+        since=since,
+        cursor=cursor,
+        progress=ctx.report_progress,
     )
     return result
 
 
 async def explain_webhook_event(
-    ctx: ToolContext, webhook_id: WebhookId,
+    ctx: ToolContext,
+    webhook_id: WebhookId,
     event_id: Annotated[str | None, Field(description="A stored event of this webhook")] = None,
     payload: Annotated[
-        Any, Field(description="Instead: a sample raw body (a string as is, any other JSON "
-                               "serialized)")
+        Any,
+        Field(description="Instead: a sample raw body (a string as is, any other JSON serialized)"),
     ] = None,
     headers: Annotated[dict[str, str] | None, Field(description="The sample's headers")] = None,
-    rules: CandidateRules = None, default_action: DefaultAction = None, params: Params = None,
+    rules: CandidateRules = None,
+    default_action: DefaultAction = None,
+    params: Params = None,
 ) -> dict[str, Any]:
     """Why (not): every rule's verdict on one stored event or sample, in order: matched,
     false, null, error (with its message) or not_reached (an earlier rule matched), and the
     decision. The verdicts come from the routing sandbox, as live. Saves nothing."""
     result: dict[str, Any] = await _history().explain_event(
-        ctx.runtime, ctx.endpoint, webhook_id, event_id=event_id, payload=payload,
-        headers=headers, rules=rules, default_action=default_action, params=params,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        event_id=event_id,
+        payload=payload,
+        headers=headers,
+        rules=rules,
+        default_action=default_action,
+        params=params,
     )
     return result
 
@@ -244,14 +304,26 @@ async def lint_webhook_rules(
     matched, that only ever faulted, that an earlier rule shadowed on every event they
     matched, and params no rule reads. Sends progress notifications when asked."""
     result: dict[str, Any] = await _history().lint_rules(
-        ctx.runtime, ctx.endpoint, webhook_id, last=last, progress=ctx.report_progress,
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        last=last,
+        progress=ctx.report_progress,
     )
     return result
 
 
 TOOLS = (
-    list_webhook_rules, set_webhook_rules, add_webhook_rule, update_webhook_rule,
-    move_webhook_rule, remove_webhook_rule, test_webhook_rules, list_rule_packs,
-    install_rule_pack, diff_webhook_rules, explain_webhook_event, lint_webhook_rules,
+    list_webhook_rules,
+    set_webhook_rules,
+    add_webhook_rule,
+    update_webhook_rule,
+    move_webhook_rule,
+    remove_webhook_rule,
+    test_webhook_rules,
+    list_rule_packs,
+    install_rule_pack,
+    diff_webhook_rules,
+    explain_webhook_event,
+    lint_webhook_rules,
 )
-

@@ -34,8 +34,12 @@ async def cmd_migrate(args: argparse.Namespace, rt: Runtime) -> int:
 async def cmd_plugins(args: argparse.Namespace, rt: Runtime) -> int:
     out = []
     for p in list_plugins(rt.pm):
-        entry: dict[str, Any] = {"name": p.name, "version": p.version,
-                                 "distribution": p.distribution, "hooks": list(p.hooks)}
+        entry: dict[str, Any] = {
+            "name": p.name,
+            "version": p.version,
+            "distribution": p.distribution,
+            "hooks": list(p.hooks),
+        }
         provides = provided_by(rt, p.name)
         if provides:
             entry["provides"] = provides
@@ -49,8 +53,17 @@ def provided_by(rt: Runtime, plugin: str) -> dict[str, list[str]]:
     ...); ``enabled_stages`` are its stages that ``routing.stages`` runs, in that order."""
     regs = rt.registries
     out: dict[str, list[str]] = {}
-    for attr in ("sources", "projections", "subjects", "stages", "sinks", "llm_providers",
-                 "rule_packs", "mcp_tools", "commands"):
+    for attr in (
+        "sources",
+        "projections",
+        "subjects",
+        "stages",
+        "sinks",
+        "llm_providers",
+        "rule_packs",
+        "mcp_tools",
+        "commands",
+    ):
         registry = getattr(regs, attr)
         names = [n for n in registry.names() if registry.owner(n) == plugin]
         if names:
@@ -88,8 +101,11 @@ def conf_human(p: argparse.ArgumentParser) -> None:
 
 async def cmd_human(args: argparse.Namespace, rt: Runtime) -> int:
     if args.action == "list":
-        show(args, await identity.list_humans(rt),
-             lambda out, doc: out.print(table("humans", HUMAN_COLUMNS, doc["humans"])))
+        show(
+            args,
+            await identity.list_humans(rt),
+            lambda out, doc: out.print(table("humans", HUMAN_COLUMNS, doc["humans"])),
+        )
         return 0
     emit(await identity.add_human(rt, args.name))
     return 0
@@ -107,18 +123,27 @@ def conf_friend(p: argparse.ArgumentParser) -> None:
     lst.add_argument("human", metavar="HUMAN", nargs="?", help="a human's name or id")
     add_output_flags(lst)
     remove = sub.add_parser(
-        "remove", help="delete the friendship FROM -> TO and the routes from FROM's webhooks"
-                       " to TO's endpoints it authorized")
+        "remove",
+        help="delete the friendship FROM -> TO and the routes from FROM's webhooks"
+        " to TO's endpoints it authorized",
+    )
     remove.add_argument("from_human", metavar="FROM")
     remove.add_argument("to_human", metavar="TO")
 
 
 async def cmd_friend(args: argparse.Namespace, rt: Runtime) -> int:
     if args.action == "list":
-        show(args, await identity.list_friends(rt, args.human),
-             lambda out, doc: out.print(table("friendships (FROM's webhooks may route to TO's"
-                                              " endpoints while approved)", FRIEND_COLUMNS,
-                                              doc["friendships"])))
+        show(
+            args,
+            await identity.list_friends(rt, args.human),
+            lambda out, doc: out.print(
+                table(
+                    "friendships (FROM's webhooks may route to TO's endpoints while approved)",
+                    FRIEND_COLUMNS,
+                    doc["friendships"],
+                )
+            ),
+        )
         return 0
     if args.action == "remove":
         emit(await identity.remove_friend(rt, args.from_human, args.to_human))
@@ -135,10 +160,21 @@ def conf_endpoint(p: argparse.ArgumentParser) -> None:
     _list_arg(vend, "--queues", "queues the endpoint may drain (its scope)")
     _list_arg(vend, "--webhook-queues", "queues its webhooks may target")
     _list_arg(vend, "--source-types", "source types its webhooks may use")
-    vend.add_argument("--webhook-max", type=int, default=0, metavar="N",
-                      help="how many webhooks it may own (default 0)")
-    vend.add_argument("--verbs", nargs="+", type=_csv, default=None, metavar="VERB",
-                      help="MCP verbs it may call (default: all installed)")
+    vend.add_argument(
+        "--webhook-max",
+        type=int,
+        default=0,
+        metavar="N",
+        help="how many webhooks it may own (default 0)",
+    )
+    vend.add_argument(
+        "--verbs",
+        nargs="+",
+        type=_csv,
+        default=None,
+        metavar="VERB",
+        help="MCP verbs it may call (default: all installed)",
+    )
     vend.add_argument("--expires-in", type=int, default=None, metavar="SECONDS")
     sub.add_parser("list", help="list endpoints (never their tokens)")
     revoke = sub.add_parser("revoke", help="revoke an endpoint")
@@ -172,13 +208,22 @@ def register(register: CommandRegistry) -> None:
         "migrate", lambda p: None, cmd_migrate, needs_store=False, help="apply database migrations"
     )
     register.add_command(
-        "plugins", lambda p: None, cmd_plugins, needs_store=False,
+        "plugins",
+        lambda p: None,
+        cmd_plugins,
+        needs_store=False,
         help="list loaded plugins: name, version, distribution, hooks, what each provides",
     )
     # `human add` is the first step on a new install, so it may create the database;
     # every other verb needs one already there (endpoint vend needs a human anyway).
-    register.add_command("human", conf_human, cmd_human, help="add and list humans",
-                         creates_database=lambda args: args.action == "add")
-    register.add_command("friend", conf_friend, cmd_friend,
-                         help="add, list and remove friendships")
-    register.add_command("endpoint", conf_endpoint, cmd_endpoint, help="vend, list, revoke endpoints")
+    register.add_command(
+        "human",
+        conf_human,
+        cmd_human,
+        help="add and list humans",
+        creates_database=lambda args: args.action == "add",
+    )
+    register.add_command("friend", conf_friend, cmd_friend, help="add, list and remove friendships")
+    register.add_command(
+        "endpoint", conf_endpoint, cmd_endpoint, help="vend, list, revoke endpoints"
+    )

@@ -33,20 +33,30 @@ def build_parser(rt: Runtime | None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="PATH", help="TOML config file (or SWITCHBOARD_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
-    parser.add_argument("--version", action="version", version=version_line(),
-                        help="print the version and exit")
-    parser.add_argument("--log-level", metavar="LEVEL", type=str.lower, choices=logsetup.LEVELS,
-                        help="log level (overrides [log] level; default: info for serve, "
-                             "warning otherwise)")
+    parser.add_argument(
+        "--version", action="version", version=version_line(), help="print the version and exit"
+    )
+    parser.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        type=str.lower,
+        choices=logsetup.LEVELS,
+        help="log level (overrides [log] level; default: info for serve, warning otherwise)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     if rt is not None:
         for cmd in sorted(rt.registries.commands, key=lambda c: c.name):
             p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
             # Also after the command (``switchboard serve --log-level debug``).
-            p.add_argument("--log-level", metavar="LEVEL", type=str.lower,
-                           choices=logsetup.LEVELS, default=argparse.SUPPRESS,
-                           help="log level (overrides [log] level)")
+            p.add_argument(
+                "--log-level",
+                metavar="LEVEL",
+                type=str.lower,
+                choices=logsetup.LEVELS,
+                default=argparse.SUPPRESS,
+                help="log level (overrides [log] level)",
+            )
             # configure(parser) or configure(parser, runtime): the runtime lets a command
             # offer what is installed and enabled (send's --source choices).
             if len(inspect.signature(cmd.configure).parameters) >= 2:

@@ -78,24 +78,47 @@ def render_webhooks(out: Console, doc: dict[str, Any]) -> None:
 
 
 def _render_events(out: Console, doc: dict[str, Any]) -> None:
-    out.print(table(f"events of webhook {doc['webhook_id']} (newest first)", EVENT_COLUMNS,
-                    doc["events"]))
+    out.print(
+        table(f"events of webhook {doc['webhook_id']} (newest first)", EVENT_COLUMNS, doc["events"])
+    )
     if doc.get("next_cursor"):
         out.print(cell(f"more: --cursor {doc['next_cursor']}"))
 
 
 def _render_event(out: Console, doc: dict[str, Any]) -> None:
     trace = doc.get("routing_trace") or {}
-    out.print(key_values(f"event {doc['event_id']}", [
-        (key, doc.get(key)) for key in (
-            "webhook_id", "source", "kind", "received_at", "verified", "trust_mode",
-            "content_type", "size", "disposition")
-    ] + [("stage", trace.get("stage")), ("cause", trace.get("cause")),
-         ("rule", _rule(trace))]))
+    out.print(
+        key_values(
+            f"event {doc['event_id']}",
+            [
+                (key, doc.get(key))
+                for key in (
+                    "webhook_id",
+                    "source",
+                    "kind",
+                    "received_at",
+                    "verified",
+                    "trust_mode",
+                    "content_type",
+                    "size",
+                    "disposition",
+                )
+            ]
+            + [
+                ("stage", trace.get("stage")),
+                ("cause", trace.get("cause")),
+                ("rule", _rule(trace)),
+            ],
+        )
+    )
     headers = doc.get("headers") or {}
-    out.print(table("headers (sanitized)", [("NAME", lambda r: r["name"]),
-                                            ("VALUE", lambda r: r["value"])],
-                    [{"name": k, "value": v} for k, v in headers.items()]))
+    out.print(
+        table(
+            "headers (sanitized)",
+            [("NAME", lambda r: r["name"]), ("VALUE", lambda r: r["value"])],
+            [{"name": k, "value": v} for k, v in headers.items()],
+        )
+    )
     out.print(heading("routing trace"))
     out.print(json_block(trace))
     fmt = doc.get("payload_format")
@@ -116,22 +139,36 @@ def configure_events(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     lst = sub.add_parser("list", help="a webhook's stored deliveries, newest first")
     lst.add_argument("--webhook", required=True, metavar="ID", help="the webhook")
-    lst.add_argument("--disposition", choices=DISPOSITIONS, help="only routed, dropped or repeat ones")
-    lst.add_argument("--limit", type=bounded_int(1, events.LIMIT_MAX), metavar="N",
-                     help=f"at most N (default {events.LIMIT_DEFAULT}, at most"
-                          f" {events.LIMIT_MAX})")
+    lst.add_argument(
+        "--disposition", choices=DISPOSITIONS, help="only routed, dropped or repeat ones"
+    )
+    lst.add_argument(
+        "--limit",
+        type=bounded_int(1, events.LIMIT_MAX),
+        metavar="N",
+        help=f"at most N (default {events.LIMIT_DEFAULT}, at most {events.LIMIT_MAX})",
+    )
     lst.add_argument("--cursor", metavar="C", help="the next page (a next_cursor printed before)")
     add_output_flags(lst)
-    one = sub.add_parser("show", help="one delivery: sanitized headers, payload, routing trace"
-                                      " and its todos (never its raw body or a secret)")
+    one = sub.add_parser(
+        "show",
+        help="one delivery: sanitized headers, payload, routing trace"
+        " and its todos (never its raw body or a secret)",
+    )
     one.add_argument("event_id", metavar="EVENT_ID")
     add_output_flags(one)
 
 
 async def run_events(args: argparse.Namespace, rt: Runtime) -> int:
     if args.action == "list":
-        doc = await events.list_events(rt, None, args.webhook, disposition=args.disposition,
-                                       limit=args.limit, cursor=args.cursor)
+        doc = await events.list_events(
+            rt,
+            None,
+            args.webhook,
+            disposition=args.disposition,
+            limit=args.limit,
+            cursor=args.cursor,
+        )
         show(args, doc, _render_events)
     else:
         show(args, await events.show_event(rt, None, args.event_id), _render_event)
@@ -140,19 +177,29 @@ async def run_events(args: argparse.Namespace, rt: Runtime) -> int:
 
 def configure_todos(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    lst = sub.add_parser("list", help="todos of every endpoint, newest first, in every state"
-                                      " unless --state")
+    lst = sub.add_parser(
+        "list", help="todos of every endpoint, newest first, in every state unless --state"
+    )
     lst.add_argument("--endpoint", metavar="ID", help="only this endpoint's")
     lst.add_argument("--queue", metavar="Q", help="only this queue's")
     lst.add_argument("--state", choices=todos.STATES, help="only todos in this state")
-    lst.add_argument("--limit", type=bounded_int(1, todos.LIMIT_MAX), metavar="N",
-                     help=f"at most N (default {todos.LIMIT_DEFAULT}, at most {todos.LIMIT_MAX})")
-    lst.add_argument("--unreachable", action="store_true",
-                     help="only live todos in a queue their endpoint does not drain (no one"
-                          " can claim them), with the webhook that made them")
+    lst.add_argument(
+        "--limit",
+        type=bounded_int(1, todos.LIMIT_MAX),
+        metavar="N",
+        help=f"at most N (default {todos.LIMIT_DEFAULT}, at most {todos.LIMIT_MAX})",
+    )
+    lst.add_argument(
+        "--unreachable",
+        action="store_true",
+        help="only live todos in a queue their endpoint does not drain (no one"
+        " can claim them), with the webhook that made them",
+    )
     add_output_flags(lst)
-    retry = sub.add_parser("retry", help="put a dead todo back to pending, claimable at once"
-                                         " with a fresh set of attempts")
+    retry = sub.add_parser(
+        "retry",
+        help="put a dead todo back to pending, claimable at once with a fresh set of attempts",
+    )
     retry.add_argument("todo_id", metavar="ID")
 
 
@@ -160,8 +207,13 @@ async def run_todos(args: argparse.Namespace, rt: Runtime) -> int:
     if args.action == "retry":
         emit(await todos.retry(rt, None, args.todo_id))
         return 0
-    doc = await todos.list_all_todos(rt, endpoint_id=args.endpoint, queue=args.queue,
-                                     state=args.state, limit=args.limit,
-                                     unreachable=args.unreachable)
+    doc = await todos.list_all_todos(
+        rt,
+        endpoint_id=args.endpoint,
+        queue=args.queue,
+        state=args.state,
+        limit=args.limit,
+        unreachable=args.unreachable,
+    )
     show(args, doc, _render_todos)
     return 0

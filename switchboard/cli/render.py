@@ -28,14 +28,19 @@ Column = tuple[str, Callable[[dict[str, Any]], Any]]
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--json", action="store_true",
-                       help="print JSON (the default when stdout is not a terminal)")
-    group.add_argument("--table", action="store_true",
-                       help="print a table (the default on a terminal), on a pipe too")
+    group.add_argument(
+        "--json", action="store_true", help="print JSON (the default when stdout is not a terminal)"
+    )
+    group.add_argument(
+        "--table",
+        action="store_true",
+        help="print a table (the default on a terminal), on a pipe too",
+    )
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer from ``low`` to ``high`` (the error names the range)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -43,7 +48,8 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
             value = low - 1
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(
-                f"must be an integer from {low} to {high} (got {text!r})")
+                f"must be an integer from {low} to {high} (got {text!r})"
+            )
         return value
 
     return parse
@@ -76,11 +82,17 @@ def cell(value: Any, *, lines: bool = False) -> Text:
     if isinstance(value, bool):
         return Text("yes" if value else "no")
     if not isinstance(value, str):
-        value = json.dumps(value, ensure_ascii=False, default=str) \
-            if isinstance(value, dict | list) else str(value)
+        value = (
+            json.dumps(value, ensure_ascii=False, default=str)
+            if isinstance(value, dict | list)
+            else str(value)
+        )
     keep = "\n" if lines else ""
-    return Text("".join(c if c.isprintable() or c in keep
-                        else " " if c in "\t\n\r" else "\ufffd" for c in value))
+    return Text(
+        "".join(
+            c if c.isprintable() or c in keep else " " if c in "\t\n\r" else "\ufffd" for c in value
+        )
+    )
 
 
 def heading(text: str) -> Text:
@@ -95,8 +107,7 @@ def table(title: str | None, columns: Sequence[Column], rows: Iterable[dict[str,
     out = Table(title=cell(title) if title else None, title_justify="left")
     for header, _ in columns:
         # ids and times stay whole; free text wraps
-        whole = header in ("ID", "EVENT", "TODO", "WEBHOOK", "ENDPOINT ID", "RECEIVED",
-                           "CREATED")
+        whole = header in ("ID", "EVENT", "TODO", "WEBHOOK", "ENDPOINT ID", "RECEIVED", "CREATED")
         out.add_column(header, no_wrap=whole, overflow="fold")
     for row in rows:
         out.add_row(*(cell(get(row)) for _, get in columns))

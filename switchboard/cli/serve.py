@@ -20,9 +20,16 @@ log = logging.getLogger("switchboard.serve")
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="listen address (default from SWITCHBOARD_ADDR)")
-    p.add_argument("--port", type=int, default=None, help="listen port (default from SWITCHBOARD_ADDR)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes (default [server] workers: auto, one per usable CPU)")
+    p.add_argument(
+        "--port", type=int, default=None, help="listen port (default from SWITCHBOARD_ADDR)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default [server] workers: auto, one per usable CPU)",
+    )
 
 
 def database_where(rt: Runtime, dsn: str) -> str:
@@ -42,11 +49,12 @@ def database_where(rt: Runtime, dsn: str) -> str:
 
 def describe_sizes(sizes: ServerSizes) -> str:
     """The worker count and pool sizes, saying which were chosen automatically and why."""
-    how = (f"auto, {usable_cpus()} usable CPU(s)" if "workers" in sizes.auto
-           else "set")
+    how = f"auto, {usable_cpus()} usable CPU(s)" if "workers" in sizes.auto else "set"
     pool = "auto" if {"pool_min_size", "pool_max_size"} & set(sizes.auto) else "set"
-    return (f"workers {how}; database pool {sizes.pool_min}-{sizes.pool_max} connections"
-            f" per worker ({pool}), at most {sizes.workers * sizes.pool_max} in all")
+    return (
+        f"workers {how}; database pool {sizes.pool_min}-{sizes.pool_max} connections"
+        f" per worker ({pool}), at most {sizes.workers * sizes.pool_max} in all"
+    )
 
 
 def log_startup(rt: Runtime, dsn: str, app: Any, base: str, metrics_url: str | None) -> None:
@@ -106,8 +114,11 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     sizes = server_sizes(rt.config, args.workers or None)
     workers = sizes.workers
     access_log = bool(rt.config.section("server").get("access_log", False))
-    print(f"switchboard: serving on http://{host}:{port} ({workers} worker(s)): "
-          f"{describe_sizes(sizes)}", file=sys.stderr)
+    print(
+        f"switchboard: serving on http://{host}:{port} ({workers} worker(s)): "
+        f"{describe_sizes(sizes)}",
+        file=sys.stderr,
+    )
     # Each worker sizes its own pool by the count chosen here (a flag may override config).
     os.environ[WORKERS_ENV] = str(workers)
     base = f"http://{host}:{port}"

@@ -21,30 +21,43 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     sources = ", ".join(runtime.registries.sources.names()) if runtime else "see `plugins`"
     create = sub.add_parser("create", help="create a webhook owned by an endpoint")
     create.add_argument("--endpoint", required=True, metavar="ID", help="the owning endpoint")
-    create.add_argument("--source", required=True, metavar="S",
-                        help=f"source type (installed: {sources})")
+    create.add_argument(
+        "--source", required=True, metavar="S", help=f"source type (installed: {sources})"
+    )
     create.add_argument("--target-queue", required=True, metavar="Q")
-    create.add_argument("--secret-file", metavar="F",
-                        help="import the producer's own signing secret from F ('-': stdin);"
-                             " it is stored sealed and never shown again")
-    create.add_argument("--source-config", metavar="JSON",
-                        help="the source's configuration (JSON, or @FILE): the hmac"
-                             " source's signature scheme")
+    create.add_argument(
+        "--secret-file",
+        metavar="F",
+        help="import the producer's own signing secret from F ('-': stdin);"
+        " it is stored sealed and never shown again",
+    )
+    create.add_argument(
+        "--source-config",
+        metavar="JSON",
+        help="the source's configuration (JSON, or @FILE): the hmac source's signature scheme",
+    )
     lst = sub.add_parser("list", help="list webhooks (never their secrets nor ingest URLs)")
     lst.add_argument("--owner", metavar="H", help="only the webhooks of this human (name or id)")
     add_output_flags(lst)
     rotate = sub.add_parser(
-        "rotate", help="mint a new ingest token (and signing secret); the previous ones keep"
-                       " working for [ingest] rotation_overlap_hours (default 24)")
+        "rotate",
+        help="mint a new ingest token (and signing secret); the previous ones keep"
+        " working for [ingest] rotation_overlap_hours (default 24)",
+    )
     rotate.add_argument("webhook_id", metavar="WEBHOOK_ID")
-    rotate.add_argument("--secret-file", metavar="F",
-                        help="import the producer's new signing secret from F ('-': stdin)")
+    rotate.add_argument(
+        "--secret-file",
+        metavar="F",
+        help="import the producer's new signing secret from F ('-': stdin)",
+    )
     delete = sub.add_parser("delete", help="delete a webhook (its events stay)")
     delete.add_argument("webhook_id", metavar="WEBHOOK_ID")
     route = sub.add_parser("route", help="manage a webhook's extra delivery targets")
     rsub = route.add_subparsers(dest="route_action", metavar="ACTION", required=True)
-    for name, help in (("add", "route deliveries to another endpoint"),
-                       ("remove", "stop routing to an endpoint")):
+    for name, help in (
+        ("add", "route deliveries to another endpoint"),
+        ("remove", "stop routing to an endpoint"),
+    ):
         r = rsub.add_parser(name, help=help)
         r.add_argument("webhook_id", metavar="WEBHOOK_ID")
         r.add_argument("target_endpoint_id", metavar="TARGET_ENDPOINT_ID")
@@ -82,18 +95,34 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
     if args.action == "create":
         endpoint = await rt.store.get_endpoint(args.endpoint)
         doc = await webhooks.create_webhook(
-            rt, endpoint, args.source, args.target_queue,
+            rt,
+            endpoint,
+            args.source,
+            args.target_queue,
             signing_secret=_secret_file(args.secret_file),
-            source_config=_source_config(args.source_config))
-        doc = {k: doc[k] for k in ("webhook_id", "ingest_url", "signing_secret",
-                                   "signing_secret_imported", "source_type", "target_queue",
-                                   "trust_mode", "source_config") if k in doc}
+            source_config=_source_config(args.source_config),
+        )
+        doc = {
+            k: doc[k]
+            for k in (
+                "webhook_id",
+                "ingest_url",
+                "signing_secret",
+                "signing_secret_imported",
+                "source_type",
+                "target_queue",
+                "trust_mode",
+                "source_config",
+            )
+            if k in doc
+        }
     elif args.action == "list":
         show(args, await webhooks.list_all_webhooks(rt, owner=args.owner), render_webhooks)
         return 0
     elif args.action == "rotate":
-        doc = await webhooks.rotate_webhook(rt, None, args.webhook_id,
-                                            signing_secret=_secret_file(args.secret_file))
+        doc = await webhooks.rotate_webhook(
+            rt, None, args.webhook_id, signing_secret=_secret_file(args.secret_file)
+        )
     elif args.action == "delete":
         doc = await webhooks.delete_webhook(rt, None, args.webhook_id)
     elif args.route_action == "add":

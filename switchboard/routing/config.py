@@ -40,8 +40,14 @@ _NOT_TARGET = (
 )
 
 __all__ = [
-    "ACTION_FLAGS", "MAX_EXPR_BYTES", "MAX_RULES", "RuleValidationError", "check_structure", "mint_rule_id",
-    "rule_error", "validate_config",
+    "ACTION_FLAGS",
+    "MAX_EXPR_BYTES",
+    "MAX_RULES",
+    "RuleValidationError",
+    "check_structure",
+    "mint_rule_id",
+    "rule_error",
+    "validate_config",
 ]
 
 
@@ -89,8 +95,11 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
     if "drop" in action:
         flags = [flag for flag in ACTION_FLAGS if flag in action]
         if flags:
-            raise where.fail("invalid_rule", f"a drop action cannot set {flags[0]!r}"
-                             " (exclusive, once and work_order apply to queue actions)")
+            raise where.fail(
+                "invalid_rule",
+                f"a drop action cannot set {flags[0]!r}"
+                " (exclusive, once and work_order apply to queue actions)",
+            )
         if "endpoints" in action:
             raise where.fail("invalid_rule", "a drop action cannot list endpoints")
         if action["drop"] is not True:
@@ -109,17 +118,23 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
     if grant is not None and "queue" in action:
         queue = action["queue"]
         if queue != grant.target_queue and queue not in grant.queues:
-            raise where.fail("not_granted", f"queue {queue!r} is not granted to this webhook"
-                             f" ({', '.join(grant.queues)}): {_QUEUE_HINT}")
+            raise where.fail(
+                "not_granted",
+                f"queue {queue!r} is not granted to this webhook"
+                f" ({', '.join(grant.queues)}): {_QUEUE_HINT}",
+            )
         targets = set(grant.endpoint_ids)
         if endpoints is not None and any(e not in targets for e in endpoints):
             raise where.fail("not_granted", _NOT_TARGET)  # one message: no existence oracle
         if action.get("exclusive") is True and resolve(action, grant) is None:
             # Exclusive delivery needs a target that drains the queue: a pack names queues,
             # never endpoints, so a missing lane endpoint must fail the save, not the work.
-            raise where.fail("not_granted", f"exclusive: no delivery target drains queue"
-                             f" {queue!r}; route the webhook to an endpoint vended with"
-                             f" `--queues {queue}` first")
+            raise where.fail(
+                "not_granted",
+                f"exclusive: no delivery target drains queue"
+                f" {queue!r}; route the webhook to an endpoint vended with"
+                f" `--queues {queue}` first",
+            )
     return dict(action)
 
 

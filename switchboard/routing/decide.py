@@ -123,5 +123,6 @@ def decide(config: RoutingConfig, match: MatchResult, grant: Grant) -> Decision:
     trace = {"stage": STAGE_RULE, **_rule_ref(index, rule), "action": _action_doc(action)}
     if match.faults:
         trace["faults"] = _faults_doc(match.faults)
-    return Decision(drop=False, queue=reached[0], endpoints=reached[1], trace=trace,
-                    **_flags(action))
+    return Decision(
+        drop=False, queue=reached[0], endpoints=reached[1], trace=trace, **_flags(action)
+    )

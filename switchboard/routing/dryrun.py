@@ -34,8 +34,7 @@ async def dry_run(
     """
     normalized = await validate_config(config, grant, stages, webhook)
     running = [s for s in stages if s.name not in skip]
-    decision = await route(running, webhook or {}, normalized, envelope, grant,
-                           runtime=runtime)
+    decision = await route(running, webhook or {}, normalized, envelope, grant, runtime=runtime)
     return {
         "config": normalized.to_json(),
         "decision": decision.to_json(),

@@ -92,6 +92,7 @@ def _parse(body: bytes, floats: list[str] | None) -> Any:
         floats.append("")  # integers that may become floats: never the same text
     parse_float: Callable[[str], float] = _parse_float
     if floats is not None:
+
         def seen(number: str) -> float:
             floats.append(number)
             return _parse_float(number)
@@ -163,8 +164,9 @@ class Envelope(dict[str, Any]):
         self.payload_json = payload_json
 
 
-def _project(projection: Any, source: str, kind: str | None, payload: Any,
-             headers: dict[str, str]) -> Any:
+def _project(
+    projection: Any, source: str, kind: str | None, payload: Any, headers: dict[str, str]
+) -> Any:
     try:
         if getattr(projection, "headers", False):
             built = projection.build(source, kind, payload, headers=dict(headers))
@@ -226,7 +228,9 @@ def build_envelope(
             # A projection never overrides a switchboard fact (.verified, .source ...).
             continue
         projection = projections.get(f"{name}:{source}")
-        envelope[name] = (None if projection is None
-                          else _project(projection, source, envelope["kind"], payload,
-                                        envelope["headers"]))
+        envelope[name] = (
+            None
+            if projection is None
+            else _project(projection, source, envelope["kind"], payload, envelope["headers"])
+        )
     return Envelope(envelope, text) if keep_text else envelope

@@ -162,11 +162,13 @@ class RoutingConfig:
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown)."""
-        return json_copy({
-            "rules": list(self.rules),
-            "default_action": self.default_action,
-            "params": self.params,
-        })
+        return json_copy(
+            {
+                "rules": list(self.rules),
+                "default_action": self.default_action,
+                "params": self.params,
+            }
+        )
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None, *, copy: bool = True) -> RoutingConfig:

@@ -41,17 +41,25 @@ def unreachable(
         for endpoint in endpoints:
             if queue in scopes.get(endpoint, ()):
                 continue
-            label = (f"rule {where['rule_index']} (id {where['rule_id']})"
-                     if "rule_index" in where else "the default route")
+            label = (
+                f"rule {where['rule_index']} (id {where['rule_id']})"
+                if "rule_index" in where
+                else "the default route"
+            )
             name = names.get(endpoint)
             who = f"endpoint {name} ({endpoint})" if name else f"endpoint {endpoint}"
             drains = ", ".join(scopes.get(endpoint, ())) or "none"
-            out.append({
-                "code": UNREACHABLE, **where, "endpoint_id": endpoint, "queue": queue,
-                "message": f"{label} sends {who} todos in queue {queue!r}, which it does not"
-                           f" drain (it drains: {drains}): no one can claim them. Narrow the"
-                           " action's endpoints, route another queue, or vend an endpoint"
-                           f" with `--queues {queue}`; list_todos with unreachable=true (CLI:"
-                           " `todos list --unreachable`) shows those already made",
-            })
+            out.append(
+                {
+                    "code": UNREACHABLE,
+                    **where,
+                    "endpoint_id": endpoint,
+                    "queue": queue,
+                    "message": f"{label} sends {who} todos in queue {queue!r}, which it does not"
+                    f" drain (it drains: {drains}): no one can claim them. Narrow the"
+                    " action's endpoints, route another queue, or vend an endpoint"
+                    f" with `--queues {queue}`; list_todos with unreachable=true (CLI:"
+                    " `todos list --unreachable`) shows those already made",
+                }
+            )
     return out

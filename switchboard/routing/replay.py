@@ -12,8 +12,9 @@ from ..sources import TRUST_SIGNED, Headers, identify
 from .envelope import build_envelope
 
 
-def stored_envelope(projections: ProjectionRegistry, event: dict[str, Any],
-                    webhook_id: str) -> dict[str, Any]:
+def stored_envelope(
+    projections: ProjectionRegistry, event: dict[str, Any], webhook_id: str
+) -> dict[str, Any]:
     """The envelope a stored delivery saw: its sanitized headers and raw body, as persisted.
 
     An :class:`~.envelope.Envelope`: it also holds the payload's JSON text when proven to

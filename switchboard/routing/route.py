@@ -16,8 +16,11 @@ def grant_for(webhook: dict[str, Any]) -> Grant:
     """The grant of a resolved webhook row (see ``store.webhooks.resolve_webhook``)."""
     target_queue = webhook["target_queue"]
     queues = dict.fromkeys(
-        [target_queue, *(webhook.get("owner_webhook_queues") or []),
-         *(webhook.get("human_queues") or [])]
+        [
+            target_queue,
+            *(webhook.get("owner_webhook_queues") or []),
+            *(webhook.get("human_queues") or []),
+        ]
     )
     targets = tuple(
         Target(t["id"], tuple(t.get("queues") or ())) for t in webhook.get("targets") or []
@@ -50,8 +53,14 @@ async def route(
     handed to the stages (``ctx.runtime``) by the receiver and the dry runs over a webhook,
     ``external_id`` (the dedup key) by the receiver only.
     """
-    ctx = RoutingContext(webhook=webhook, envelope=envelope, grant=grant, config=config,
-                         runtime=runtime, external_id=external_id)
+    ctx = RoutingContext(
+        webhook=webhook,
+        envelope=envelope,
+        grant=grant,
+        config=config,
+        runtime=runtime,
+        external_id=external_id,
+    )
     for stage in stages:
         result = await stage.route(ctx)
         if result.decision is not None:

@@ -59,8 +59,11 @@ def once_key(subject_key: str, queue: str) -> str:
     The NUL keeps ``("a", "bc")`` and ``("ab", "c")`` apart; another queue is another key,
     so a re-size to another lane routes again.
     """
-    digest = hashlib.sha256(subject_key.encode("utf-8", "surrogatepass") + b"\0"
-                            + queue.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(
+        subject_key.encode("utf-8", "surrogatepass")
+        + b"\0"
+        + queue.encode("utf-8", "surrogatepass")
+    ).hexdigest()
     return "once:" + digest
 
 

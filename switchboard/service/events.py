@@ -24,19 +24,23 @@ PREVIEW_CHARS = 2000
 
 
 def event_view(row: Row) -> dict[str, Any]:
-    return dict(jsonable({
-        "event_id": row["id"],
-        "webhook_id": row.get("webhook_id"),
-        "source": row.get("source"),
-        "kind": row.get("kind"),
-        "verified": row.get("verified"),
-        "trust_mode": row.get("trust_mode"),
-        "size": row.get("size"),
-        "content_type": row.get("content_type"),
-        "received_at": row.get("received_at"),
-        "disposition": row.get("disposition"),
-        "routing_trace": row.get("routing_trace"),
-    }))
+    return dict(
+        jsonable(
+            {
+                "event_id": row["id"],
+                "webhook_id": row.get("webhook_id"),
+                "source": row.get("source"),
+                "kind": row.get("kind"),
+                "verified": row.get("verified"),
+                "trust_mode": row.get("trust_mode"),
+                "size": row.get("size"),
+                "content_type": row.get("content_type"),
+                "received_at": row.get("received_at"),
+                "disposition": row.get("disposition"),
+                "routing_trace": row.get("routing_trace"),
+            }
+        )
+    )
 
 
 def encode_cursor(row: Row) -> str:
@@ -58,8 +62,13 @@ def decode_cursor(cursor: str) -> tuple[dt.datetime, str]:
 
 
 async def list_events(
-    rt: Runtime, caller: Row | None, webhook_id: str, *, disposition: str | None = None,
-    limit: int | None = None, cursor: str | None = None,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    disposition: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
 ) -> dict[str, Any]:
     """The webhook's events, newest first, one page at a time."""
     hook = await owned_webhook(rt, caller, webhook_id)
@@ -105,8 +114,11 @@ def payload_view(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {"payload_format": "empty", "payload": None}
     text = body.decode("utf-8", errors="replace")
-    return {"payload_format": "text", "payload": text[:PREVIEW_CHARS],
-            "payload_truncated": len(text) > PREVIEW_CHARS}
+    return {
+        "payload_format": "text",
+        "payload": text[:PREVIEW_CHARS],
+        "payload_truncated": len(text) > PREVIEW_CHARS,
+    }
 
 
 async def show_event(rt: Runtime, caller: Row | None, event_id: str) -> dict[str, Any]:

@@ -35,8 +35,10 @@ DEFAULT_LAST = 1000
 def _stage(rt: Runtime) -> VerdictStage:
     stage = verdict_stage(rt.stages)
     if stage is None:
-        raise ServiceError("no enabled routing stage reports rule verdicts (the rules plugin"
-                           " is disabled)", code="unavailable")
+        raise ServiceError(
+            "no enabled routing stage reports rule verdicts (the rules plugin is disabled)",
+            code="unavailable",
+        )
     return stage
 
 
@@ -49,8 +51,9 @@ async def _webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> tuple[Ro
     return row, resolved, grant_for(resolved)
 
 
-def _candidate_doc(saved: RoutingConfig, rules: Any, default_action: Any,
-                   params: Any) -> dict[str, Any]:
+def _candidate_doc(
+    saved: RoutingConfig, rules: Any, default_action: Any, params: Any
+) -> dict[str, Any]:
     """The candidate as ``test_webhook_rules`` builds it: given rules replace the whole config,
     else the saved rules with the given default action and params."""
     if rules is not None:
@@ -108,16 +111,29 @@ class _Totals:
         self.faults.update(f["cause"] for f in trace.get("faults") or ())
 
     def view(self) -> dict[str, Any]:
-        return {"queues": dict(self.queues), "endpoints": dict(self.endpoints),
-                "drop": self.drop, "default": self.default, "rules": dict(self.rules),
-                "faults": dict(self.faults)}
+        return {
+            "queues": dict(self.queues),
+            "endpoints": dict(self.endpoints),
+            "drop": self.drop,
+            "default": self.default,
+            "rules": dict(self.rules),
+            "faults": dict(self.faults),
+        }
 
 
 async def diff_rules(
-    rt: Runtime, caller: Row | None, webhook_id: str, *,
-    rules: Any = None, default_action: Any = None, params: Any = None,
-    last: Any = None, since: Any = None, cursor: Any = None,
-    progress: Progress | None = None, page: int = CHANGES_PAGE,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    rules: Any = None,
+    default_action: Any = None,
+    params: Any = None,
+    last: Any = None,
+    since: Any = None,
+    cursor: Any = None,
+    progress: Progress | None = None,
+    page: int = CHANGES_PAGE,
 ) -> dict[str, Any]:
     """The saved config and a candidate over the webhook's stored events; saves nothing.
 
@@ -131,8 +147,9 @@ async def diff_rules(
     stage = _stage(rt)
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
     saved = config_of(row)
-    candidate = await validate_config(_candidate_doc(saved, rules, default_action, params),
-                                      grant, rt.stages, resolved)
+    candidate = await validate_config(
+        _candidate_doc(saved, rules, default_action, params), grant, rt.stages, resolved
+    )
     window = window_of(last, since, cursor, default_last=DEFAULT_LAST)
     cap = stage.history_max_events
     total = await count_window(rt, row["id"], window, cap) if progress is not None else None
@@ -149,10 +166,15 @@ async def diff_rules(
                 if len(changes) >= page:
                     stopped = "page"
                     break
-                changes.append({"event_id": str(item.row["id"]),
-                                "received_at": jsonable(item.row["received_at"]),
-                                "kind": item.row.get("kind"),
-                                "saved": decision_view(was), "candidate": decision_view(now)})
+                changes.append(
+                    {
+                        "event_id": str(item.row["id"]),
+                        "received_at": jsonable(item.row["received_at"]),
+                        "kind": item.row.get("kind"),
+                        "saved": decision_view(was),
+                        "candidate": decision_view(now),
+                    }
+                )
             sides[0].add(was)
             sides[1].add(now)
             taken += 1
@@ -161,8 +183,12 @@ async def diff_rules(
             if clock.expired():
                 stopped = "deadline"
                 break
-    if stopped is None and last_row is not None and taken >= cap and (
-            window.remaining is None or taken < window.remaining):
+    if (
+        stopped is None
+        and last_row is not None
+        and taken >= cap
+        and (window.remaining is None or taken < window.remaining)
+    ):
         stopped = "max_events"
     await clock.tick(taken, force=True)
     out: dict[str, Any] = {
@@ -179,9 +205,16 @@ async def diff_rules(
 
 
 async def explain_event(
-    rt: Runtime, caller: Row | None, webhook_id: str, *,
-    event_id: str | None = None, payload: Any = None, headers: dict[str, str] | None = None,
-    rules: Any = None, default_action: Any = None, params: Any = None,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    event_id: str | None = None,
+    payload: Any = None,
+    headers: dict[str, str] | None = None,
+    rules: Any = None,
+    default_action: Any = None,
+    params: Any = None,
 ) -> dict[str, Any]:
     """Every rule's verdict on one stored event (or a sample payload), in order, and the
     decision: ``matched``, ``false``, ``null``, ``error`` (with its message) or
@@ -192,8 +225,9 @@ async def explain_event(
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
     config = config_of(row)
     if rules is not None or default_action is not None or params is not None:
-        config = await validate_config(_candidate_doc(config, rules, default_action, params),
-                                       grant, rt.stages, resolved)
+        config = await validate_config(
+            _candidate_doc(config, rules, default_action, params), grant, rt.stages, resolved
+        )
     out: dict[str, Any] = {"webhook_id": row["id"]}
     if event_id is not None:
         event = await rt.store.get_event(event_id)
@@ -205,14 +239,19 @@ async def explain_event(
         if headers is not None and not isinstance(headers, dict):
             raise InvalidArgument("headers: must be an object of header names to values")
         envelope = sample_envelope(
-            rt.registries.projections, sources=rt.registries.sources,
-            source=row["source_type"], trust_mode=row["trust_mode"], webhook_id=row["id"],
-            body=raw_body(payload), headers={str(k): str(v) for k, v in (headers or {}).items()},
+            rt.registries.projections,
+            sources=rt.registries.sources,
+            source=row["source_type"],
+            trust_mode=row["trust_mode"],
+            webhook_id=row["id"],
+            body=raw_body(payload),
+            headers={str(k): str(v) for k, v in (headers or {}).items()},
         )
     [(verdicts,)] = await stage.verdicts((config,), [envelope], webhook=resolved)
     decision = decide(config, match_of(config, verdicts), grant)
-    out.update(decision=decision_view(decision), verdicts=explained(config, verdicts),
-               trace=decision.trace)
+    out.update(
+        decision=decision_view(decision), verdicts=explained(config, verdicts), trace=decision.trace
+    )
     return out
 
 
@@ -228,7 +267,11 @@ async def explain_stored(rt: Runtime, caller: Row | None, event_id: str) -> dict
 
 
 async def lint_rules(
-    rt: Runtime, caller: Row | None, webhook_id: str, *, last: Any = None,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    last: Any = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The saved rules over the newest ``last`` stored events: rules that never matched, that
@@ -275,5 +318,4 @@ async def lint_rules(
     return out
 
 
-__all__ = ["Window", "decision_view", "diff_rules", "explain_event", "explain_stored",
-           "lint_rules"]
+__all__ = ["Window", "decision_view", "diff_rules", "explain_event", "explain_stored", "lint_rules"]

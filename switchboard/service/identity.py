@@ -18,7 +18,9 @@ async def add_human(rt: Runtime, name: str) -> dict[str, Any]:
     return {"human_id": row["id"], "name": row["name"]}
 
 
-async def add_friend(rt: Runtime, from_name: str, to_name: str, state: str = "approved") -> dict[str, Any]:
+async def add_friend(
+    rt: Runtime, from_name: str, to_name: str, state: str = "approved"
+) -> dict[str, Any]:
     """Record a directed friendship: ``from`` lets its webhooks route to ``to``'s endpoints."""
     if state not in ("pending", "approved", "revoked"):
         raise InvalidArgument("state: must be pending, approved or revoked")
@@ -33,10 +35,20 @@ async def add_friend(rt: Runtime, from_name: str, to_name: str, state: str = "ap
 async def list_humans(rt: Runtime) -> dict[str, Any]:
     """Every human, oldest first, with how many endpoints it owns (and how many are live)."""
     rows = await rt.store.list_humans()
-    return {"humans": [jsonable({"human_id": r["id"], "name": r["name"],
-                                 "endpoints": r["endpoints"],
-                                 "live_endpoints": r["live_endpoints"],
-                                 "created_at": r["created_at"]}) for r in rows]}
+    return {
+        "humans": [
+            jsonable(
+                {
+                    "human_id": r["id"],
+                    "name": r["name"],
+                    "endpoints": r["endpoints"],
+                    "live_endpoints": r["live_endpoints"],
+                    "created_at": r["created_at"],
+                }
+            )
+            for r in rows
+        ]
+    }
 
 
 async def list_friends(rt: Runtime, human: str | None = None) -> dict[str, Any]:
@@ -44,9 +56,20 @@ async def list_friends(rt: Runtime, human: str | None = None) -> dict[str, Any]:
     not found. ``from``'s webhooks may route to ``to``'s endpoints while ``approved``."""
     found = await rt.store.get_human(human) if human is not None else None
     rows = await rt.store.list_friendships(found["id"] if found else None)
-    return {"friendships": [jsonable({"from": r["from_name"], "to": r["to_name"],
-                                      "state": r["state"], "created_at": r["created_at"],
-                                      "updated_at": r["updated_at"]}) for r in rows]}
+    return {
+        "friendships": [
+            jsonable(
+                {
+                    "from": r["from_name"],
+                    "to": r["to_name"],
+                    "state": r["state"],
+                    "created_at": r["created_at"],
+                    "updated_at": r["updated_at"],
+                }
+            )
+            for r in rows
+        ]
+    }
 
 
 async def remove_friend(rt: Runtime, from_name: str, to_name: str) -> dict[str, Any]:
@@ -62,12 +85,24 @@ async def remove_friend(rt: Runtime, from_name: str, to_name: str) -> dict[str, 
     b = await rt.store.get_human(to_name)
     routes = await rt.store.remove_friendship(a["id"], b["id"])
     if routes is None:
-        raise NotFound(f"no friendship from {a['name']!r} to {b['name']!r}"
-                       " (see `switchboard friend list`)")
-    return {"from": a["name"], "to": b["name"], "removed": True,
-            "routes_removed": [jsonable({"webhook_id": r["webhook_id"],
-                                         "target_endpoint_id": r["target_endpoint_id"],
-                                         "target_name": r["target_name"]}) for r in routes]}
+        raise NotFound(
+            f"no friendship from {a['name']!r} to {b['name']!r} (see `switchboard friend list`)"
+        )
+    return {
+        "from": a["name"],
+        "to": b["name"],
+        "removed": True,
+        "routes_removed": [
+            jsonable(
+                {
+                    "webhook_id": r["webhook_id"],
+                    "target_endpoint_id": r["target_endpoint_id"],
+                    "target_name": r["target_name"],
+                }
+            )
+            for r in routes
+        ],
+    }
 
 
 def known_verbs(rt: Runtime) -> list[str]:
@@ -125,8 +160,18 @@ async def vend_endpoint(
 def endpoint_view(row: dict[str, Any]) -> dict[str, Any]:
     """An endpoint as shown to operators and agents: never the token or its hash."""
     keys = (
-        "id", "name", "owner_name", "scope_queues", "verbs", "webhook_queues",
-        "webhook_source_types", "webhook_max", "state", "expires_at", "created_at", "revoked_at",
+        "id",
+        "name",
+        "owner_name",
+        "scope_queues",
+        "verbs",
+        "webhook_queues",
+        "webhook_source_types",
+        "webhook_max",
+        "state",
+        "expires_at",
+        "created_at",
+        "revoked_at",
     )
     view = {k: row.get(k) for k in keys if k in row}
     view["endpoint_id"] = view.pop("id")

@@ -87,12 +87,19 @@ async def ingest(
         seen.status = 503 if isinstance(exc, StoreUnavailable) else http_status(exc)
         raise
     finally:
-        observe_delivery(seen, time.monotonic(),
-                         per_webhook=bool(rt.config.section("metrics").get("per_webhook")))
+        observe_delivery(
+            seen,
+            time.monotonic(),
+            per_webhook=bool(rt.config.section("metrics").get("per_webhook")),
+        )
 
 
 async def _ingest(
-    rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None,
+    rt: Runtime,
+    token: str,
+    headers: Headers,
+    body: bytes,
+    content_type: str | None,
     seen: Observation,
 ) -> IngestReply:
     webhook = await rt.store.resolve_webhook(hash_token(token))
@@ -139,8 +146,9 @@ async def _ingest(
         body=body,
         projections=rt.registries.projections,
     )
-    decision = await route(rt.stages, webhook, config_of(webhook), envelope, grant,
-                           runtime=rt, external_id=external_id)
+    decision = await route(
+        rt.stages, webhook, config_of(webhook), envelope, grant, runtime=rt, external_id=external_id
+    )
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)
     if webhook.get("in_overlap") and secret is not None:
@@ -166,9 +174,12 @@ async def _ingest(
     todo = {
         "queue": decision.queue,
         "title": todo_title(envelope, rt.registries.projections),
-        "payload": todo_payload(envelope, {"webhook_id": webhook["id"], "external_id": external_id}),
+        "payload": todo_payload(
+            envelope, {"webhook_id": webhook["id"], "external_id": external_id}
+        ),
         "work_order": clean_json(work_order(decision, envelope, subject))
-        if decision.work_order else None,
+        if decision.work_order
+        else None,
     }
     seen.kind = envelope["kind"]
     try:
@@ -191,15 +202,26 @@ async def _ingest(
         _run_sinks(
             rt,
             cast(SinkEvent, {"id": outcome.event_id, **event}),
-            [SinkTodo(id=str(t["id"]), endpoint_id=str(t["endpoint_id"]), queue=t["queue"],
-                      created=True) for t in created],
+            [
+                SinkTodo(
+                    id=str(t["id"]),
+                    endpoint_id=str(t["endpoint_id"]),
+                    queue=t["queue"],
+                    created=True,
+                )
+                for t in created
+            ],
         )
     return IngestReply(
         202,
         {
             "todos": [
-                {"id": t["id"], "endpoint_id": t["endpoint_id"], "queue": t["queue"],
-                 "created": t["created"]}
+                {
+                    "id": t["id"],
+                    "endpoint_id": t["endpoint_id"],
+                    "queue": t["queue"],
+                    "created": t["created"],
+                }
                 for t in outcome.todos
             ],
             "created": len(created),
@@ -209,7 +231,10 @@ async def _ingest(
 
 
 def _subject_and_claim(
-    rt: Runtime, webhook: dict[str, Any], decision: Decision, envelope: dict[str, Any],
+    rt: Runtime,
+    webhook: dict[str, Any],
+    decision: Decision,
+    envelope: dict[str, Any],
     trace: dict[str, Any],
 ) -> tuple[dict[str, Any] | None, OnceClaim | None]:
     """The subject of a ``once`` or ``work_order`` decision, and the claim ``once`` makes.
@@ -219,8 +244,9 @@ def _subject_and_claim(
     """
     if decision.drop or not (decision.once or decision.work_order):
         return None, None
-    subject = subject_of(rt.registries.subjects, envelope["source"], envelope["kind"],
-                         envelope["payload"])
+    subject = subject_of(
+        rt.registries.subjects, envelope["source"], envelope["kind"], envelope["payload"]
+    )
     if not decision.once or decision.queue is None:
         return subject, None
     if subject is None:
@@ -245,8 +271,9 @@ def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
                 await sink.deliver(rt, event, todos)
             except Exception:
                 sink_failed(sink.name)
-                log.exception("sink %r (plugin %r) failed", sink.name,
-                              rt.registries.sinks.owner(sink.name))
+                log.exception(
+                    "sink %r (plugin %r) failed", sink.name, rt.registries.sinks.owner(sink.name)
+                )
 
     task = asyncio.get_running_loop().create_task(run())
     _background.add(task)

@@ -71,8 +71,14 @@ def _observe(d: Observation, now: float, per_webhook: bool) -> None:
         if d.todos_created:
             metrics.TODOS_CREATED.inc(d.todos_created)
     line = {
-        "webhook_id": d.webhook_id, "event_id": d.event_id, "source": d.source, "kind": d.kind,
-        "status": d.status, "disposition": d.disposition, "stage": stage, "cause": cause,
+        "webhook_id": d.webhook_id,
+        "event_id": d.event_id,
+        "source": d.source,
+        "kind": d.kind,
+        "status": d.status,
+        "disposition": d.disposition,
+        "stage": stage,
+        "cause": cause,
         "faults": faults,
         "latency_ms": None if latency is None else round(latency * 1000, 1),
         "todos_created": d.todos_created,
@@ -82,12 +88,22 @@ def _observe(d: Observation, now: float, per_webhook: bool) -> None:
     if d.status == 401:
         line["verify_reason"] = reason
         line["verify_detail"] = clean_text((d.verify_detail or "")[:_DETAIL_MAX])
-    log.info("delivery %s %s", d.status, d.disposition or _WHY.get(d.status, "refused"),
-             extra=fields(**line))
+    log.info(
+        "delivery %s %s",
+        d.status,
+        d.disposition or _WHY.get(d.status, "refused"),
+        extra=fields(**line),
+    )
 
 
-_WHY = {200: "handshake", 401: "unverified", 404: "unknown webhook", 413: "too large",
-        431: "headers too large", 503: "unavailable"}
+_WHY = {
+    200: "handshake",
+    401: "unverified",
+    404: "unknown webhook",
+    413: "too large",
+    431: "headers too large",
+    503: "unavailable",
+}
 
 
 def sink_failed(name: str) -> None:

@@ -14,8 +14,12 @@ from . import rules
 def _view(rt: Runtime, name: str) -> dict[str, Any]:
     pack = rt.registries.rule_packs.get(name)
     assert pack is not None
-    return {"name": pack.name, "description": pack.description,
-            "plugin": rt.registries.rule_packs.owner(name), "config": json_copy(pack.config)}
+    return {
+        "name": pack.name,
+        "description": pack.description,
+        "plugin": rt.registries.rule_packs.owner(name),
+        "config": json_copy(pack.config),
+    }
 
 
 def list_packs(rt: Runtime) -> dict[str, Any]:
@@ -35,14 +39,17 @@ async def install_pack(
     """
     found = rt.registries.rule_packs.get(pack)
     if found is None:
-        raise NotFound(f"rule pack {pack!r} not found (installed: "
-                       f"{', '.join(rt.registries.rule_packs.names()) or 'none'})",
-                       code="pack_not_found")
+        raise NotFound(
+            f"rule pack {pack!r} not found (installed: "
+            f"{', '.join(rt.registries.rule_packs.names()) or 'none'})",
+            code="pack_not_found",
+        )
     config = json_copy(found.config)
     if params is rules.KEEP and config.get("params"):
         current = await rules.list_rules(rt, caller, webhook_id)
         if not current.get("params"):
             params = config["params"]
-    saved = await rules.set_rules(rt, caller, webhook_id, config.get("rules") or [],
-                                  config.get("default_action"), params)
+    saved = await rules.set_rules(
+        rt, caller, webhook_id, config.get("rules") or [], config.get("default_action"), params
+    )
     return {"pack": pack, **saved}

@@ -55,8 +55,9 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
     try:
         when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidArgument("since: a duration (30m, 24h, 7d) or an RFC 3339 timestamp"
-                              f" (got {value!r})") from None
+        raise InvalidArgument(
+            f"since: a duration (30m, 24h, 7d) or an RFC 3339 timestamp (got {value!r})"
+        ) from None
     if when.tzinfo is None:
         raise InvalidArgument("since: the timestamp needs its offset (Z or +hh:mm)")
     return when
@@ -77,8 +78,12 @@ class Window:
     def cursor(self, row: Row, taken: int) -> str:
         """A cursor that resumes this window after ``row``, ``taken`` events further on."""
         left = None if self.remaining is None else self.remaining - taken
-        doc = [row["received_at"].isoformat(), str(row["id"]), left,
-               None if self.since is None else self.since.isoformat()]
+        doc = [
+            row["received_at"].isoformat(),
+            str(row["id"]),
+            left,
+            None if self.since is None else self.since.isoformat(),
+        ]
         return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
 
     @classmethod
@@ -90,9 +95,12 @@ class Window:
             since_at = None if since is None else dt.datetime.fromisoformat(since)
         except (ValueError, TypeError, binascii.Error):
             raise InvalidArgument("cursor: not a cursor this tool returned") from None
-        if (not is_uuid(event_id) or when.tzinfo is None
-                or not (left is None or (isinstance(left, int) and left >= 0))
-                or (left is None) == (since_at is None)):
+        if (
+            not is_uuid(event_id)
+            or when.tzinfo is None
+            or not (left is None or (isinstance(left, int) and left >= 0))
+            or (left is None) == (since_at is None)
+        ):
             raise InvalidArgument("cursor: not a cursor this tool returned")
         return cls(left, since_at, (when, event_id))
 
@@ -116,8 +124,9 @@ def window_of(last: Any, since: Any, cursor: Any, *, default_last: int) -> Windo
 async def count_window(rt: Runtime, webhook_id: str, window: Window, cap: int) -> int:
     """How many events the window holds, at most ``cap`` (for progress totals)."""
     want = cap if window.remaining is None else min(cap, window.remaining)
-    return await rt.store.history_count(webhook_id, limit=want, before=window.after,
-                                        since=window.since)
+    return await rt.store.history_count(
+        webhook_id, limit=want, before=window.after, since=window.since
+    )
 
 
 @dataclass
@@ -149,8 +158,7 @@ async def evaluated(
     projections = rt.registries.projections
 
     async def page(after: tuple[dt.datetime, str] | None, size: int) -> list[Row]:
-        return await rt.store.history_page(webhook_id, limit=size, before=after,
-                                           since=window.since)
+        return await rt.store.history_page(webhook_id, limit=size, before=after, since=window.since)
 
     # A stage that can take its envelopes in its own form (``prepare``: the rules stage's
     # wire encoding) gets each one so as soon as it is built: the envelope (a parsed payload
@@ -160,13 +168,17 @@ async def evaluated(
     # stage: only the paths their rules read).
     preparer = getattr(stage, "preparer", None)
     prepare: Callable[[dict[str, Any]], Any] = (
-        preparer(configs) if preparer is not None
-        else getattr(stage, "prepare", None) or (lambda e: e))
+        preparer(configs)
+        if preparer is not None
+        else getattr(stage, "prepare", None) or (lambda e: e)
+    )
 
     async def judge(rows: list[Row]) -> list[Evaluated]:
         found = await stage.verdicts(
-            configs, [prepare(stored_envelope(projections, r, webhook_id)) for r in rows],
-            webhook=webhook)
+            configs,
+            [prepare(stored_envelope(projections, r, webhook_id)) for r in rows],
+            webhook=webhook,
+        )
         return [Evaluated(r, v) for r, v in zip(rows, found, strict=True)]
 
     read = 0
@@ -182,7 +194,8 @@ async def evaluated(
                 if len(rows) == asked and read < want:  # more may follow: read it meanwhile
                     last, asked = rows[-1], min(PAGE, want - read)
                     fetch = asyncio.ensure_future(
-                        page((last["received_at"], str(last["id"])), asked))
+                        page((last["received_at"], str(last["id"])), asked)
+                    )
                 if rows:
                     inflight.append(asyncio.ensure_future(judge(rows)))
                 continue

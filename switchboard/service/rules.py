@@ -33,8 +33,12 @@ async def _view(
 ) -> dict[str, Any]:
     """The config, the grant it was validated against, and ``warnings``: its routes that
     would put todos in a queue a target does not drain (saved anyway: the grant allows it)."""
-    return {"webhook_id": webhook_id, **config.to_json(), "grant": grant.to_json(),
-            "warnings": await reach_warnings(rt, config, grant)}
+    return {
+        "webhook_id": webhook_id,
+        **config.to_json(),
+        "grant": grant.to_json(),
+        "warnings": await reach_warnings(rt, config, grant),
+    }
 
 
 async def list_rules(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
@@ -79,8 +83,12 @@ KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()
 
 
 async def set_rules(
-    rt: Runtime, caller: Row | None, webhook_id: str, rules: Any,
-    default_action: Any = None, params: Any = KEEP,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    rules: Any,
+    default_action: Any = None,
+    params: Any = KEEP,
 ) -> dict[str, Any]:
     """Replace the rules and default action; ``params`` omitted (``KEEP``) keeps the stored
     params, so re-saving rules never silently drops an allowlist; None clears them."""
@@ -93,8 +101,15 @@ async def set_rules(
 
 
 async def add_rule(
-    rt: Runtime, caller: Row | None, webhook_id: str, *, expr: Any, action: Any,
-    id: str | None = None, name: str | None = None, position: int | None = None,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    expr: Any,
+    action: Any,
+    id: str | None = None,
+    name: str | None = None,
+    position: int | None = None,
 ) -> dict[str, Any]:
     rule: dict[str, Any] = {"expr": expr, "action": action}
     if id is not None:
@@ -112,8 +127,14 @@ async def add_rule(
 
 
 async def update_rule(
-    rt: Runtime, caller: Row | None, webhook_id: str, rule_id: str, *,
-    name: str | None = None, expr: str | None = None, action: Any = None,
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    rule_id: str,
+    *,
+    name: str | None = None,
+    expr: str | None = None,
+    action: Any = None,
 ) -> dict[str, Any]:
     def change(config: Config) -> Config:
         rule = config["rules"][_index_of(config, rule_id)]
@@ -148,9 +169,17 @@ async def remove_rule(
 
 
 async def test_rules(
-    rt: Runtime, caller: Row | None, webhook_id: str, *,
-    event_id: str | None = None, payload: Any = None, headers: dict[str, str] | None = None,
-    rules: Any = None, default_action: Any = None, params: Any = None, llm: str = "skip",
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    event_id: str | None = None,
+    payload: Any = None,
+    headers: dict[str, str] | None = None,
+    rules: Any = None,
+    default_action: Any = None,
+    params: Any = None,
+    llm: str = "skip",
 ) -> dict[str, Any]:
     """Dry-run saved or candidate rules against a stored event or a sample; saves nothing.
 
@@ -189,8 +218,9 @@ async def test_rules(
             body=raw_body(payload),
             headers={str(k): str(v) for k, v in (headers or {}).items()},
         )
-    result = await dry_run(rt.stages, config, envelope, grant, row, runtime=rt,
-                           skip=("llm",) if llm == "skip" else ())
+    result = await dry_run(
+        rt.stages, config, envelope, grant, row, runtime=rt, skip=("llm",) if llm == "skip" else ()
+    )
     del result["config"]
     return result
 

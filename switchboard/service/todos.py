@@ -17,8 +17,17 @@ TTL_MAX = 86400
 
 #: What a listed todo shows; a claimed one (or ``get``) adds the work itself.
 _LISTED = (
-    "id", "queue", "state", "title", "attempts", "available_at", "lease_expires_at",
-    "event_id", "created_at", "updated_at", "completed_at",
+    "id",
+    "queue",
+    "state",
+    "title",
+    "attempts",
+    "available_at",
+    "lease_expires_at",
+    "event_id",
+    "created_at",
+    "updated_at",
+    "completed_at",
 )
 _WORK = ("payload", "routing_trace", "work_order", "result")
 
@@ -42,9 +51,11 @@ def _scope(caller: Row, queue: str | None) -> list[str]:
     if queue is None:
         return scope
     if not isinstance(queue, str) or queue not in scope:
-        raise Forbidden(f"queue: {queue!r} is not in this endpoint's scope"
-                        f" ({', '.join(scope) or 'none'}); the queues an endpoint drains are"
-                        " set when it is vended: `switchboard endpoint vend --queues ...`")
+        raise Forbidden(
+            f"queue: {queue!r} is not in this endpoint's scope"
+            f" ({', '.join(scope) or 'none'}); the queues an endpoint drains are"
+            " set when it is vended: `switchboard endpoint vend --queues ...`"
+        )
     return [queue]
 
 
@@ -60,7 +71,9 @@ def _ttl(rt: Runtime, value: float | None) -> float:
     if value is None:
         return float(_settings(rt)["lease_ttl_seconds"])
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= TTL_MAX:
-        raise InvalidArgument(f"lease_ttl_seconds: must be a number from 0 (exclusive) to {TTL_MAX}")
+        raise InvalidArgument(
+            f"lease_ttl_seconds: must be a number from 0 (exclusive) to {TTL_MAX}"
+        )
     return float(value)
 
 
@@ -73,8 +86,13 @@ async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFoun
 
 
 async def list_todos(
-    rt: Runtime, caller: Row, *, queue: str | None = None, state: str | None = None,
-    limit: int | None = None, unreachable: bool = False,
+    rt: Runtime,
+    caller: Row,
+    *,
+    queue: str | None = None,
+    state: str | None = None,
+    limit: int | None = None,
+    unreachable: bool = False,
 ) -> dict[str, Any]:
     """The caller's todos in its scope, oldest available first (pending and claimed by default).
 
@@ -88,8 +106,9 @@ async def list_todos(
     if unreachable:
         if queue is not None:
             check_queue(queue, "queue")
-        rows = await rt.store.unreachable_todos(owner_human=caller["owner_human"], queue=queue,
-                                                states=states, limit=_limit(limit))
+        rows = await rt.store.unreachable_todos(
+            owner_human=caller["owner_human"], queue=queue, states=states, limit=_limit(limit)
+        )
         return {"todos": [unreachable_view(r) for r in rows]}
     queues = _scope(caller, queue)
     rows = await rt.store.list_todos(caller["id"], queues, states, _limit(limit))
@@ -98,8 +117,12 @@ async def list_todos(
 
 def browsed_view(row: Row) -> dict[str, Any]:
     """A todo as an operator lists it: :func:`todo_view` (listed) plus its endpoint and holder."""
-    return {**todo_view(row, full=False), "endpoint_id": row["endpoint_id"],
-            "endpoint_name": row.get("endpoint_name"), "owner": row.get("owner")}
+    return {
+        **todo_view(row, full=False),
+        "endpoint_id": row["endpoint_id"],
+        "endpoint_name": row.get("endpoint_name"),
+        "owner": row.get("owner"),
+    }
 
 
 def unreachable_view(row: Row) -> dict[str, Any]:
@@ -108,8 +131,13 @@ def unreachable_view(row: Row) -> dict[str, Any]:
 
 
 async def list_all_todos(
-    rt: Runtime, *, endpoint_id: str | None = None, queue: str | None = None,
-    state: str | None = None, limit: int | None = None, unreachable: bool = False,
+    rt: Runtime,
+    *,
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    state: str | None = None,
+    limit: int | None = None,
+    unreachable: bool = False,
 ) -> dict[str, Any]:
     """Any endpoint's todos for an operator, newest first, in every state unless ``state``.
 
@@ -125,11 +153,16 @@ async def list_all_todos(
         raise InvalidArgument(f"state: must be one of {', '.join(STATES)}")
     if unreachable:
         rows = await rt.store.unreachable_todos(
-            owner_human=None, endpoint_id=endpoint_id, queue=queue,
-            states=[state] if state else LIVE_STATES, limit=_limit(limit))
+            owner_human=None,
+            endpoint_id=endpoint_id,
+            queue=queue,
+            states=[state] if state else LIVE_STATES,
+            limit=_limit(limit),
+        )
         return {"todos": [unreachable_view(r) for r in rows]}
-    rows = await rt.store.browse_todos(endpoint_id=endpoint_id, queue=queue, state=state,
-                                       limit=_limit(limit))
+    rows = await rt.store.browse_todos(
+        endpoint_id=endpoint_id, queue=queue, state=state, limit=_limit(limit)
+    )
     return {"todos": [browsed_view(r) for r in rows]}
 
 
@@ -139,8 +172,12 @@ async def claim(
     """Claim one named todo: pending and due, or claimed with an expired lease."""
     cfg = _settings(rt)
     row = await rt.store.claim_todo(
-        caller["id"], list(caller["scope_queues"]), todo_id, owner,
-        _ttl(rt, lease_ttl_seconds), int(cfg["max_attempts"]),
+        caller["id"],
+        list(caller["scope_queues"]),
+        todo_id,
+        owner,
+        _ttl(rt, lease_ttl_seconds),
+        int(cfg["max_attempts"]),
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "claimed")
@@ -148,7 +185,11 @@ async def claim(
 
 
 async def claim_next(
-    rt: Runtime, caller: Row, *, owner: str, queue: str | None = None,
+    rt: Runtime,
+    caller: Row,
+    *,
+    owner: str,
+    queue: str | None = None,
     lease_ttl_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Claim the oldest claimable todo in scope (``{empty: true}`` when there is none)."""
@@ -180,7 +221,11 @@ async def fail(
     """Give a held todo back: pending again after a backoff, or dead after max_attempts."""
     cfg = _settings(rt)
     row = await rt.store.fail_todo(
-        caller["id"], list(caller["scope_queues"]), todo_id, owner, result,
+        caller["id"],
+        list(caller["scope_queues"]),
+        todo_id,
+        owner,
+        result,
         max_attempts=int(cfg["max_attempts"]),
         backoff_base=float(cfg["backoff_base_seconds"]),
         backoff_max=float(cfg["backoff_max_seconds"]),
@@ -199,8 +244,11 @@ async def heartbeat(
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "heartbeat")
-    return {"id": row["id"], "todo_id": row["id"],
-            "lease_expires_at": jsonable(row["lease_expires_at"])}
+    return {
+        "id": row["id"],
+        "todo_id": row["id"],
+        "lease_expires_at": jsonable(row["lease_expires_at"]),
+    }
 
 
 async def retry(rt: Runtime, caller: Row | None, todo_id: str) -> dict[str, Any]:
@@ -214,8 +262,11 @@ async def retry(rt: Runtime, caller: Row | None, todo_id: str) -> dict[str, Any]
     queues = list(caller["scope_queues"]) if caller is not None else None
     row = await rt.store.retry_todo(todo_id, endpoint_id, queues)
     if row is None:
-        found = (await rt.store.get_todo(endpoint_id, queues or [], todo_id)
-                 if endpoint_id is not None else await rt.store.get_any_todo(todo_id))
+        found = (
+            await rt.store.get_todo(endpoint_id, queues or [], todo_id)
+            if endpoint_id is not None
+            else await rt.store.get_any_todo(todo_id)
+        )
         if found is None:
             raise NotFound(f"todo {todo_id} not found")
         raise Conflict(f"todo {todo_id} is {found['state']}; only a dead todo can be retried")

@@ -49,11 +49,13 @@ def check_secret(secret: Any) -> str:
     secret = secret.strip()
     size = len(secret.encode("utf-8"))
     if not MIN_SECRET_BYTES <= size <= MAX_SECRET_BYTES:
-        raise InvalidArgument(f"signing_secret: must be {MIN_SECRET_BYTES} to "
-                              f"{MAX_SECRET_BYTES} bytes (got {size})")
+        raise InvalidArgument(
+            f"signing_secret: must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes (got {size})"
+        )
     if not _SECRET_RE.fullmatch(secret):
-        raise InvalidArgument("signing_secret: printable ASCII only, no spaces or control "
-                              "characters")
+        raise InvalidArgument(
+            "signing_secret: printable ASCII only, no spaces or control characters"
+        )
     return secret
 
 
@@ -68,8 +70,10 @@ def _credentials(
     token = mint_token(nbytes=24)
     if trust_mode != TRUST_SIGNED:
         if imported is not None:
-            raise InvalidArgument("signing_secret: this source is not signed (trust mode "
-                                  f"{trust_mode!r}); it takes no secret")
+            raise InvalidArgument(
+                "signing_secret: this source is not signed (trust mode "
+                f"{trust_mode!r}); it takes no secret"
+            )
         return token, None, None
     if imported is not None:
         return token, None, rt.secrets.seal(check_secret(imported))
@@ -82,8 +86,9 @@ def _source_config(source: Any, source_type: str, config: Any) -> dict[str, Any]
     schema = getattr(source, "config_schema", None)
     if schema is None:
         if config is not None:
-            raise InvalidArgument(f"source_config: the {source_type!r} source takes no "
-                                  "configuration")
+            raise InvalidArgument(
+                f"source_config: the {source_type!r} source takes no configuration"
+            )
         return None
     if config is None:
         config = {}
@@ -91,10 +96,10 @@ def _source_config(source: Any, source_type: str, config: Any) -> dict[str, Any]
         raise InvalidArgument("source_config: must be a JSON object")
     size = len(json.dumps(config).encode())
     if size > MAX_SOURCE_CONFIG_BYTES:
-        raise InvalidArgument(f"source_config: over {MAX_SOURCE_CONFIG_BYTES} bytes "
-                              f"(got {size})")
-    errors = sorted(Draft202012Validator(schema).iter_errors(config),
-                    key=lambda e: list(e.absolute_path))
+        raise InvalidArgument(f"source_config: over {MAX_SOURCE_CONFIG_BYTES} bytes (got {size})")
+    errors = sorted(
+        Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path)
+    )
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
         raise InvalidArgument(f"source_config: {where}: {errors[0].message}")
@@ -111,8 +116,13 @@ def _source_config(source: Any, source_type: str, config: Any) -> dict[str, Any]
 
 
 async def create_webhook(
-    rt: Runtime, endpoint: Row, source_type: str, target_queue: str,
-    *, signing_secret: Any = None, source_config: Any = None,
+    rt: Runtime,
+    endpoint: Row,
+    source_type: str,
+    target_queue: str,
+    *,
+    signing_secret: Any = None,
+    source_config: Any = None,
 ) -> dict[str, Any]:
     """Create a webhook owned by ``endpoint``, within its ceiling; the secret is shown once.
 
@@ -183,19 +193,23 @@ async def owned_webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> Row
 
 def webhook_view(rt: Runtime, row: Row) -> dict[str, Any]:
     """A webhook as listed: never its signing secret nor its ingest URL (shown once)."""
-    return dict(jsonable({
-        "webhook_id": row["id"],
-        "endpoint_id": row["endpoint_id"],
-        "source_type": row["source_type"],
-        "target_queue": row["target_queue"],
-        "trust_mode": row["trust_mode"],
-        "rule_count": len((row.get("routing") or {}).get("rules") or []),
-        "created_at": row["created_at"],
-        "rotated_at": row["rotated_at"],
-        "source_config": row.get("source_config"),
-        # until when the credentials the last rotation replaced still work (None: they don't)
-        "previous_until": row.get("previous_until"),
-    }))
+    return dict(
+        jsonable(
+            {
+                "webhook_id": row["id"],
+                "endpoint_id": row["endpoint_id"],
+                "source_type": row["source_type"],
+                "target_queue": row["target_queue"],
+                "trust_mode": row["trust_mode"],
+                "rule_count": len((row.get("routing") or {}).get("rules") or []),
+                "created_at": row["created_at"],
+                "rotated_at": row["rotated_at"],
+                "source_config": row.get("source_config"),
+                # until when the credentials the last rotation replaced still work (None: they don't)
+                "previous_until": row.get("previous_until"),
+            }
+        )
+    )
 
 
 async def list_webhooks(rt: Runtime, caller: Row) -> dict[str, Any]:
@@ -220,11 +234,17 @@ async def list_all_webhooks(rt: Runtime, *, owner: str | None = None) -> dict[st
     """
     human = await rt.store.get_human(owner) if owner is not None else None
     rows = await rt.store.list_webhooks(human["id"] if human else None)
-    return {"webhooks": [
-        {**webhook_view(rt, r), "endpoint_name": r["endpoint_name"],
-         "owner_human": r["owner_human"], "owner_name": r["owner_name"]}
-        for r in rows
-    ]}
+    return {
+        "webhooks": [
+            {
+                **webhook_view(rt, r),
+                "endpoint_name": r["endpoint_name"],
+                "owner_human": r["owner_human"],
+                "owner_name": r["owner_name"],
+            }
+            for r in rows
+        ]
+    }
 
 
 async def rotate_webhook(
@@ -239,8 +259,11 @@ async def rotate_webhook(
     token, secret, sealed = _credentials(rt, row["trust_mode"], signing_secret)
     overlap = float(rt.config.section("ingest").get("rotation_overlap_hours", 24)) * 3600
     done = await rt.store.rotate_webhook(row["id"], hash_token(token), sealed, overlap)
-    out: dict[str, Any] = {"webhook_id": row["id"], "ingest_url": ingest_url(rt, token),
-                           "previous_until": jsonable(done["previous_until"])}
+    out: dict[str, Any] = {
+        "webhook_id": row["id"],
+        "ingest_url": ingest_url(rt, token),
+        "previous_until": jsonable(done["previous_until"]),
+    }
     if secret is not None:
         out["signing_secret"] = secret
     elif signing_secret is not None:
@@ -267,15 +290,21 @@ async def reach_warnings(
 ) -> list[dict[str, Any]]:
     """:func:`switchboard.routing.reach.unreachable` with the endpoints' names (only those
     about ``endpoint_id`` when given)."""
-    found = [w for w in unreachable(config, grant)
-             if endpoint_id is None or w["endpoint_id"] == endpoint_id]
+    found = [
+        w
+        for w in unreachable(config, grant)
+        if endpoint_id is None or w["endpoint_id"] == endpoint_id
+    ]
     if not found:
         return []
     names = {}
     for eid in dict.fromkeys(w["endpoint_id"] for w in found):
         names[eid] = (await rt.store.get_endpoint(eid))["name"]
-    return [w for w in unreachable(config, grant, names)
-            if endpoint_id is None or w["endpoint_id"] == endpoint_id]
+    return [
+        w
+        for w in unreachable(config, grant, names)
+        if endpoint_id is None or w["endpoint_id"] == endpoint_id
+    ]
 
 
 async def add_route(
@@ -297,8 +326,11 @@ async def add_route(
         raise Forbidden(_ROUTE_REFUSED)
     route = await rt.store.add_route(row["id"], target["id"], caller["id"] if caller else None)
     resolved = await rt.store.resolve_webhook_by_id(row["id"])
-    warnings = [] if resolved is None else await reach_warnings(
-        rt, config_of(resolved), grant_for(resolved), str(target["id"]))
+    warnings = (
+        []
+        if resolved is None
+        else await reach_warnings(rt, config_of(resolved), grant_for(resolved), str(target["id"]))
+    )
     return {**jsonable(route), "warnings": warnings}
 
 

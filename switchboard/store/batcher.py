@@ -113,7 +113,8 @@ class Batcher(Generic[T, R]):
                     results = await self._flush([item for item, _ in batch])
                     if len(results) != len(batch):
                         raise RuntimeError(
-                            f"{self._step} flush answered {len(results)} of {len(batch)} items")
+                            f"{self._step} flush answered {len(results)} of {len(batch)} items"
+                        )
                 except BaseException as exc:  # noqa: BLE001 - handed to every waiter
                     for _, future in batch:
                         if not future.done():

@@ -46,8 +46,9 @@ def is_uuid(value: object) -> bool:
 class Database:
     """Owns the async pool; query mixins use :meth:`conn` and :meth:`tx`."""
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20,
-                 acquire_timeout: float = 2.0) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int = 2, max_size: int = 20, acquire_timeout: float = 2.0
+    ) -> None:
         self.dsn = dsn
         # A request waits at most ``acquire_timeout`` for a connection: with the database
         # gone, a producer gets its 503 quickly (and retries) instead of holding a socket
@@ -57,8 +58,11 @@ class Database:
             min_size=min_size,
             max_size=max_size,
             open=False,
-            kwargs={"row_factory": _row_factory, "autocommit": True,
-                    "connect_timeout": max(1, round(acquire_timeout))},
+            kwargs={
+                "row_factory": _row_factory,
+                "autocommit": True,
+                "connect_timeout": max(1, round(acquire_timeout)),
+            },
             timeout=acquire_timeout,
         )
 
@@ -72,7 +76,9 @@ class Database:
         await self.pool.close()
 
     @asynccontextmanager
-    async def conn(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
+    async def conn(
+        self, timeout: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
         """A pooled autocommit connection; connection failures become StoreUnavailable."""
         try:
             async with self.pool.connection(timeout=timeout) as conn:
@@ -94,8 +100,9 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchone()
 
-    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *,
-                       binary: bool = False) -> list[Row]:
+    async def fetchall(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, binary: bool = False
+    ) -> list[Row]:
         """Every row; ``binary`` asks for binary results (bytea as is, not hex text)."""
         async with self.conn() as conn:
             cur = await conn.execute(sql, params, binary=binary)
@@ -103,6 +110,7 @@ class Database:
 
     async def ping(self, timeout: float) -> bool:
         """True when the database answers within ``timeout`` seconds (False, never raises)."""
+
         async def probe() -> bool:
             async with self.conn(timeout=timeout) as conn:
                 cur = await conn.execute("SELECT 1 AS ok")

@@ -75,8 +75,10 @@ def _own_failure(exc: Exception) -> Exception:
     the event nothing to belong to: that is the 404 the producer's retry would get, not a
     fault of ours.
     """
-    if (isinstance(exc, errors.ForeignKeyViolation)
-            and exc.diag.constraint_name == "events_webhook_id_fkey"):
+    if (
+        isinstance(exc, errors.ForeignKeyViolation)
+        and exc.diag.constraint_name == "events_webhook_id_fkey"
+    ):
         return NotFound("unknown webhook")
     return exc
 
@@ -136,8 +138,11 @@ class EventQueries:
         except Exception as exc:
             if len(writes) == 1:
                 return [_own_failure(exc)]
-            log.warning("a batch of %d deliveries failed (%s): writing it in parts",
-                        len(writes), type(exc).__name__)
+            log.warning(
+                "a batch of %d deliveries failed (%s): writing it in parts",
+                len(writes),
+                type(exc).__name__,
+            )
             return await self._isolate(writes)
 
     async def _isolate(self, writes: Sequence[Write]) -> list[DeliveryOutcome | BaseException]:
@@ -166,8 +171,7 @@ class EventQueries:
         before group commit.
         """
         plain = [i for i, w in enumerate(writes) if not w.claims]
-        claims = sorted((i for i, w in enumerate(writes) if w.claims),
-                        key=lambda i: writes[i].key)
+        claims = sorted((i for i, w in enumerate(writes) if w.claims), key=lambda i: writes[i].key)
         async with self.db.conn() as conn:
             for attempt in range(_TX_TRIES):
                 try:
@@ -186,7 +190,7 @@ class EventQueries:
                 except (errors.DeadlockDetected, errors.SerializationFailure):
                     if attempt == _TX_TRIES - 1:
                         raise
-                    await asyncio.sleep(random.uniform(0, 0.005 * 2 ** attempt))
+                    await asyncio.sleep(random.uniform(0, 0.005 * 2**attempt))
         raise AssertionError("unreachable")
 
     async def _write_plain(self, conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome]:
@@ -216,16 +220,18 @@ class EventQueries:
         assert holder is not None
         params["id"] = event_id
         if str(holder["event_id"]) != event_id:
-            params.update(routing_trace=Jsonb(once.repeat_trace),
-                          disposition=DISPOSITION_REPEAT, endpoints=[])
+            params.update(
+                routing_trace=Jsonb(once.repeat_trace), disposition=DISPOSITION_REPEAT, endpoints=[]
+            )
             outcome = await self._record(conn, params, [], drop=True)
             if outcome.new_event:
                 return DeliveryOutcome(outcome.event_id, True, False, repeat=True)
             return outcome
         return await self._record(conn, params, endpoints, drop=False)
 
-    async def _record(self, conn: Any, params: dict[str, Any], endpoints: list[str], *,
-                      drop: bool) -> DeliveryOutcome:
+    async def _record(
+        self, conn: Any, params: dict[str, Any], endpoints: list[str], *, drop: bool
+    ) -> DeliveryOutcome:
         cur = await conn.execute(_RECORD, params)
         row = await cur.fetchone()
         assert row is not None
@@ -238,8 +244,9 @@ class EventQueries:
             made = await self._collapse(conn, made, endpoints, params["external_id"])
         return DeliveryOutcome(str(row["event_id"]), True, False, made)
 
-    async def _collapse(self, conn: Any, made: list[Row], endpoints: list[str],
-                        key: str) -> list[Row]:
+    async def _collapse(
+        self, conn: Any, made: list[Row], endpoints: list[str], key: str
+    ) -> list[Row]:
         """A live todo with this key already existed for some endpoint: report it instead."""
         have = {t["endpoint_id"] for t in made}
         cur = await conn.execute(

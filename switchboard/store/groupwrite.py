@@ -96,8 +96,20 @@ _LIVE = """
       AND state IN ('pending', 'claimed')
 """
 
-_COLUMNS = ("source", "kind", "external_id", "content_type", "size", "verified",
-            "trust_mode", "verify_detail", "webhook_id", "disposition", "queue", "title")
+_COLUMNS = (
+    "source",
+    "kind",
+    "external_id",
+    "content_type",
+    "size",
+    "verified",
+    "trust_mode",
+    "verify_detail",
+    "webhook_id",
+    "disposition",
+    "queue",
+    "title",
+)
 _BYTES = ("raw_headers", "body")
 _JSON = ("headers", "routing_trace", "payload", "work_order")
 
@@ -163,28 +175,32 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
 
 def _again(first: DeliveryOutcome) -> DeliveryOutcome:
     """A later delivery of the same key in this batch: what a redelivery would report."""
-    todos = [{**t, "created": False} for t in first.todos
-             if t["created"] or not first.new_event]
+    todos = [{**t, "created": False} for t in first.todos if t["created"] or not first.new_event]
     return DeliveryOutcome(first.event_id, False, first.dropped, todos, repeat=first.repeat)
 
 
-async def firsts(conn: Any, keys: list[tuple[str, str]]) -> dict[tuple[str, str],
-                                                                   DeliveryOutcome]:
+async def firsts(conn: Any, keys: list[tuple[str, str]]) -> dict[tuple[str, str], DeliveryOutcome]:
     """The redelivery outcome of each key, whose event is already stored."""
     cur = await conn.execute(_FIRSTS, ([k[0] for k in keys], [k[1] for k in keys]))
-    found = {(r["source"], r["external_id"]): redelivery_outcome(r["id"], r["disposition"],
-                                                                  r["todos"])
-             for r in await cur.fetchall()}
+    found = {
+        (r["source"], r["external_id"]): redelivery_outcome(r["id"], r["disposition"], r["todos"])
+        for r in await cur.fetchall()
+    }
     missing = [k for k in keys if k not in found]
     assert not missing, f"ON CONFLICT saw rows that are not visible: {missing[:3]}"
     return found
 
 
-async def _collapse_all(conn: Any, short: list[Write],
-                        outcomes: dict[tuple[str, str], DeliveryOutcome]) -> None:
+async def _collapse_all(
+    conn: Any, short: list[Write], outcomes: dict[tuple[str, str], DeliveryOutcome]
+) -> None:
     """New events some of whose todos a live todo with the same key stood for."""
-    pairs = [(e, w.params["external_id"]) for w in short
-             for e in w.endpoints if e not in {t["endpoint_id"] for t in outcomes[w.key].todos}]
+    pairs = [
+        (e, w.params["external_id"])
+        for w in short
+        for e in w.endpoints
+        if e not in {t["endpoint_id"] for t in outcomes[w.key].todos}
+    ]
     cur = await conn.execute(_LIVE, ([p[0] for p in pairs], [p[1] for p in pairs]))
     live: dict[tuple[str, str], Row] = {}
     for r in await cur.fetchall():

@@ -29,7 +29,8 @@ class HistoryQueries:
         """
         where, params = _window(webhook_id, limit, before, since)
         return await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM events WHERE " + where
+            f"SELECT {_COLUMNS} FROM events WHERE "
+            + where
             + " ORDER BY received_at DESC, id DESC LIMIT %(limit)s",
             params,
             binary=True,  # the bodies as they are: half the bytes of bytea's hex text
@@ -46,7 +47,8 @@ class HistoryQueries:
         """How many events :meth:`history_page` would walk through, counting at most ``limit``."""
         where, params = _window(webhook_id, limit, before, since)
         row = await self.db.fetchone(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM events WHERE " + where
+            "SELECT count(*) AS n FROM (SELECT 1 FROM events WHERE "
+            + where
             + " LIMIT %(limit)s) AS w",
             params,
         )
@@ -54,7 +56,9 @@ class HistoryQueries:
 
 
 def _window(
-    webhook_id: str, limit: int, before: tuple[dt.datetime, str] | None,
+    webhook_id: str,
+    limit: int,
+    before: tuple[dt.datetime, str] | None,
     since: dt.datetime | None,
 ) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (and its parameters) of a page of a webhook's events, newest first."""

@@ -72,7 +72,9 @@ class IdentityQueries:
             return await self.db.fetchall(sql + " ORDER BY f.created_at, a.name, b.name")
         return await self.db.fetchall(
             sql + " WHERE %(h)s IN (f.from_human, f.to_human)"
-            " ORDER BY f.created_at, a.name, b.name", {"h": human_id})
+            " ORDER BY f.created_at, a.name, b.name",
+            {"h": human_id},
+        )
 
     async def remove_friendship(self, from_human: str, to_human: str) -> list[Row] | None:
         """Delete the friendship and the routes it authorized, in one transaction.
@@ -83,7 +85,9 @@ class IdentityQueries:
         async with self.db.tx() as conn:
             cur = await conn.execute(
                 "DELETE FROM friendships WHERE from_human = %s AND to_human = %s"
-                " RETURNING from_human", (from_human, to_human))
+                " RETURNING from_human",
+                (from_human, to_human),
+            )
             if await cur.fetchone() is None:
                 return None
             cur = await conn.execute(
@@ -91,10 +95,12 @@ class IdentityQueries:
                 " WHERE w.id = r.webhook_id AND o.id = w.endpoint_id"
                 " AND t.id = r.target_endpoint_id AND o.owner_human = %s AND t.owner_human = %s"
                 " RETURNING r.webhook_id, r.target_endpoint_id, t.name AS target_name",
-                (from_human, to_human))
+                (from_human, to_human),
+            )
             routes: list[Row] = await cur.fetchall()
-            return sorted(routes, key=lambda r: (str(r["webhook_id"]),
-                                                 str(r["target_endpoint_id"])))
+            return sorted(
+                routes, key=lambda r: (str(r["webhook_id"]), str(r["target_endpoint_id"]))
+            )
 
     async def create_endpoint(self, **fields: Any) -> Row:
         row = await self.db.fetchone(

@@ -79,8 +79,9 @@ TODO_COUNTS_TIMEOUT_MS = 2000
 
 def todo_counts_sync(dsn: str, timeout_s: float = 2.0) -> list[Row]:
     """:meth:`TodoQueries.todo_counts` on a connection of its own (a scrape off the event loop)."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s)),
-                         row_factory=dict_row) as conn:
+    with psycopg.connect(
+        dsn, autocommit=True, connect_timeout=max(1, round(timeout_s)), row_factory=dict_row
+    ) as conn:
         conn.execute(f"SET statement_timeout = {TODO_COUNTS_TIMEOUT_MS}")
         return list(conn.execute(TODO_COUNTS).fetchall())
 
@@ -97,8 +98,12 @@ class TodoQueries:
                 return await cur.fetchall()
 
     async def browse_todos(
-        self, *, endpoint_id: str | None = None, queue: str | None = None,
-        state: str | None = None, limit: int,
+        self,
+        *,
+        endpoint_id: str | None = None,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int,
     ) -> list[Row]:
         """Any endpoint's todos for an operator, newest first, filtered by what is given."""
         where: list[str] = []
@@ -115,7 +120,12 @@ class TodoQueries:
         )
 
     async def unreachable_todos(
-        self, *, owner_human: str | None, queue: str | None, states: list[str], limit: int,
+        self,
+        *,
+        owner_human: str | None,
+        queue: str | None,
+        states: list[str],
+        limit: int,
         endpoint_id: str | None = None,
     ) -> list[Row]:
         """Todos in a queue their endpoint does not drain (no one can claim them), newest
@@ -171,8 +181,13 @@ class TodoQueries:
         self, endpoint_id: str, queues: list[str], owner: str, ttl: float, max_attempts: int
     ) -> Row | None:
         """Claim the oldest claimable todo; competing claimers skip each other's rows."""
-        params = {"endpoint": endpoint_id, "queues": queues, "owner": owner, "ttl": ttl,
-                  "max_attempts": max_attempts}
+        params = {
+            "endpoint": endpoint_id,
+            "queues": queues,
+            "owner": owner,
+            "ttl": ttl,
+            "max_attempts": max_attempts,
+        }
         async with self.db.tx() as conn:
             await conn.execute(_BURY_EXPIRED, params)
             cur = await conn.execute(_CLAIM_NEXT, params)
@@ -180,16 +195,28 @@ class TodoQueries:
             return row
 
     async def claim_todo(
-        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, ttl: float,
+        self,
+        endpoint_id: str,
+        queues: list[str],
+        todo_id: str,
+        owner: str,
+        ttl: float,
         max_attempts: int,
     ) -> Row | None:
         """Claim one named todo if it is claimable now (else None)."""
         if not is_uuid(todo_id):
             return None
-        return await self.db.fetchone(_CLAIM_ONE, {
-            "id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner, "ttl": ttl,
-            "max_attempts": max_attempts,
-        })
+        return await self.db.fetchone(
+            _CLAIM_ONE,
+            {
+                "id": todo_id,
+                "endpoint": endpoint_id,
+                "queues": queues,
+                "owner": owner,
+                "ttl": ttl,
+                "max_attempts": max_attempts,
+            },
+        )
 
     async def complete_todo(
         self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, result: Any
@@ -199,13 +226,26 @@ class TodoQueries:
             "UPDATE todos SET state = 'done', result = %(result)s, owner = NULL,"
             " lease_expires_at = NULL, completed_at = now(), updated_at = now()"
             f" WHERE {_HELD} RETURNING {_COLS}",
-            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
-             "result": Jsonb(result) if result is not None else None},
+            {
+                "id": todo_id,
+                "endpoint": endpoint_id,
+                "queues": queues,
+                "owner": owner,
+                "result": Jsonb(result) if result is not None else None,
+            },
         )
 
     async def fail_todo(
-        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, result: Any, *,
-        max_attempts: int, backoff_base: float, backoff_max: float,
+        self,
+        endpoint_id: str,
+        queues: list[str],
+        todo_id: str,
+        owner: str,
+        result: Any,
+        *,
+        max_attempts: int,
+        backoff_base: float,
+        backoff_max: float,
     ) -> Row | None:
         """Back to pending after an exponential backoff, or dead once attempts are spent."""
         return await self.db.fetchone(
@@ -217,9 +257,16 @@ class TodoQueries:
             "   + make_interval(secs => least(%(cap)s::float8,"
             "       %(base)s::float8 * power(2, greatest(attempts - 1, 0)))) END"
             f" WHERE {_HELD} RETURNING {_COLS}",
-            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
-             "result": Jsonb(result) if result is not None else None, "max": max_attempts,
-             "base": backoff_base, "cap": backoff_max},
+            {
+                "id": todo_id,
+                "endpoint": endpoint_id,
+                "queues": queues,
+                "owner": owner,
+                "result": Jsonb(result) if result is not None else None,
+                "max": max_attempts,
+                "base": backoff_base,
+                "cap": backoff_max,
+            },
         )
 
     async def heartbeat_todo(
@@ -229,8 +276,7 @@ class TodoQueries:
         return await self.db.fetchone(
             "UPDATE todos SET lease_expires_at = now() + make_interval(secs => %(ttl)s),"
             f" updated_at = now() WHERE {_HELD} RETURNING {_COLS}",
-            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner,
-             "ttl": ttl},
+            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner, "ttl": ttl},
         )
 
     async def retry_todo(
@@ -256,8 +302,10 @@ class TodoQueries:
                 {"id": todo_id, "endpoint": endpoint_id, "queues": queues or []},
             )
         except psycopg.errors.UniqueViolation:
-            raise Conflict(f"todo {todo_id}: its delivery already has a live todo on this"
-                           " endpoint; complete or fail that one instead") from None
+            raise Conflict(
+                f"todo {todo_id}: its delivery already has a live todo on this"
+                " endpoint; complete or fail that one instead"
+            ) from None
 
     async def get_any_todo(self, todo_id: str) -> Row | None:
         """Any endpoint's todo by id (an operator's lookup), or None."""

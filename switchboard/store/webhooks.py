@@ -61,8 +61,10 @@ _RESOLVED = f"""
     FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
 """
 
-_RESOLVE_ONE = _RESOLVED + (" WHERE w.ingest_token_hash = %(h)s"
-                            " OR (w.previous_token_hash = %(h)s AND w.previous_until > now())")
+_RESOLVE_ONE = _RESOLVED + (
+    " WHERE w.ingest_token_hash = %(h)s"
+    " OR (w.previous_token_hash = %(h)s AND w.previous_until > now())"
+)
 
 # Every token hash of a batch in one statement, each answer tagged with the hash it
 # matched: the current hash (its unique index), else a previous hash inside its overlap
@@ -135,8 +137,10 @@ def _own_copy(row: Row) -> Row:
     webhook with 32 rules: 20 us against 47, for nearly every delivery of a busy webhook).
     The other columns (ids, bytes, booleans) are immutable and shared.
     """
-    return {k: marshal.loads(marshal.dumps(v)) if isinstance(v, dict | list) else v
-            for k, v in row.items()}
+    return {
+        k: marshal.loads(marshal.dumps(v)) if isinstance(v, dict | list) else v
+        for k, v in row.items()
+    }
 
 
 class WebhookQueries:
@@ -162,13 +166,13 @@ class WebhookQueries:
         return await self.db.fetchall(
             f"SELECT {_WEBHOOK_COLS}, e.name AS endpoint_name, h.name AS owner_name"
             " FROM endpoint_webhooks w JOIN endpoints e ON e.id = w.endpoint_id"
-            " JOIN humans h ON h.id = e.owner_human "
-            + where + "ORDER BY w.created_at, w.id",
+            " JOIN humans h ON h.id = e.owner_human " + where + "ORDER BY w.created_at, w.id",
             params,
         )
 
-    async def rotate_webhook(self, webhook_id: str, token_hash: str,
-                             secret_enc: bytes | None, overlap_seconds: float = 0) -> Row:
+    async def rotate_webhook(
+        self, webhook_id: str, token_hash: str, secret_enc: bytes | None, overlap_seconds: float = 0
+    ) -> Row:
         """New credentials; the old ones keep working for ``overlap_seconds`` (0: none).
 
         Only the credentials being replaced get the overlap: a rotation inside another's
@@ -182,8 +186,12 @@ class WebhookQueries:
             "   THEN now() + make_interval(secs => %(overlap)s) END,"
             " ingest_token_hash = %(token)s, signing_secret_enc = %(secret)s,"
             " rotated_at = now() WHERE id = %(id)s RETURNING id, rotated_at, previous_until",
-            {"overlap": float(overlap_seconds), "token": token_hash, "secret": secret_enc,
-             "id": webhook_id},
+            {
+                "overlap": float(overlap_seconds),
+                "token": token_hash,
+                "secret": secret_enc,
+                "id": webhook_id,
+            },
         )
         assert row is not None
         return row
@@ -263,8 +271,9 @@ class WebhookQueries:
 
     # -- routes ------------------------------------------------------------------------
 
-    async def add_route(self, webhook_id: str, target_endpoint_id: str,
-                        granted_by: str | None) -> Row:
+    async def add_route(
+        self, webhook_id: str, target_endpoint_id: str, granted_by: str | None
+    ) -> Row:
         row = await self.db.fetchone(
             "INSERT INTO webhook_routes (webhook_id, target_endpoint_id, granted_by)"
             " VALUES (%s, %s, %s) ON CONFLICT (webhook_id, target_endpoint_id)"
@@ -312,8 +321,9 @@ class WebhookQueries:
         row: Row | None = await cur.fetchone()
         return row
 
-    async def create_webhook_within(self, endpoint_id: str, webhook_max: int,
-                                    **fields: Any) -> Row | None:
+    async def create_webhook_within(
+        self, endpoint_id: str, webhook_max: int, **fields: Any
+    ) -> Row | None:
         """Insert unless the endpoint already owns ``webhook_max`` webhooks (then None).
 
         The count and the insert run under the owner endpoint's row lock, so two

@@ -13,8 +13,12 @@ from switchboard.service import identity, webhooks
 
 def test_version_needs_no_config_nor_database(tmp_path: object) -> None:
     # A config that does not exist: the version is printed before the config is read.
-    proc = subprocess.run([*SWITCHBOARD, "--config", "/nonexistent.toml", "--version"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*SWITCHBOARD, "--config", "/nonexistent.toml", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"switchboard {__version__}"
 
@@ -23,12 +27,22 @@ async def test_human_and_friend_verbs(cli: CLI, runtime: Runtime) -> None:
     rt = runtime
     for name in ("alice", "bob", "carol"):
         await identity.add_human(rt, name)
-    router = await identity.vend_endpoint(rt, owner="alice", name="router", queues=["inbox"],
-                                          webhook_queues=["inbox"], source_types=["generic"],
-                                          webhook_max=2)
+    router = await identity.vend_endpoint(
+        rt,
+        owner="alice",
+        name="router",
+        queues=["inbox"],
+        webhook_queues=["inbox"],
+        source_types=["generic"],
+        webhook_max=2,
+    )
     pool = await identity.vend_endpoint(rt, owner="bob", name="pool", queues=["inbox"])
-    await identity.revoke_endpoint(rt, (await identity.vend_endpoint(
-        rt, owner="bob", name="old", queues=["inbox"]))["endpoint_id"])
+    await identity.revoke_endpoint(
+        rt,
+        (await identity.vend_endpoint(rt, owner="bob", name="old", queues=["inbox"]))[
+            "endpoint_id"
+        ],
+    )
     await identity.add_friend(rt, "alice", "bob")
     await identity.add_friend(rt, "carol", "alice", "pending")
     owner = await identity.authenticate(rt, router["token"])
@@ -39,7 +53,10 @@ async def test_human_and_friend_verbs(cli: CLI, runtime: Runtime) -> None:
     real, cli = cli, cli.fast()
     humans = real.json("human", "list")["humans"]
     assert [(h["name"], h["endpoints"], h["live_endpoints"]) for h in humans] == [
-        ("alice", 1, 1), ("bob", 2, 1), ("carol", 0, 0)]
+        ("alice", 1, 1),
+        ("bob", 2, 1),
+        ("carol", 0, 0),
+    ]
     assert set(humans[0]) == {"human_id", "name", "endpoints", "live_endpoints", "created_at"}
     table = cli.run("human", "list", "--table").stdout
     assert "NAME" in table and "carol" in table and "{" not in table
@@ -47,15 +64,25 @@ async def test_human_and_friend_verbs(cli: CLI, runtime: Runtime) -> None:
     pairs = [(f["from"], f["to"], f["state"]) for f in real.json("friend", "list")["friendships"]]
     assert pairs == [("alice", "bob", "approved"), ("carol", "alice", "pending")]
     assert [(f["from"], f["to"]) for f in cli.json("friend", "list", "bob")["friendships"]] == [
-        ("alice", "bob")]
+        ("alice", "bob")
+    ]
     unknown = cli.run("friend", "list", "nobody", check=False)
     assert unknown.returncode == 1 and "not_found" in unknown.stderr
 
     # Removing alice -> bob deletes the friendship and the route it authorized.
     removed = real.json("friend", "remove", "alice", "bob")
-    assert removed == {"from": "alice", "to": "bob", "removed": True, "routes_removed": [
-        {"webhook_id": hook["webhook_id"], "target_endpoint_id": pool["endpoint_id"],
-         "target_name": "pool"}]}
+    assert removed == {
+        "from": "alice",
+        "to": "bob",
+        "removed": True,
+        "routes_removed": [
+            {
+                "webhook_id": hook["webhook_id"],
+                "target_endpoint_id": pool["endpoint_id"],
+                "target_name": "pool",
+            }
+        ],
+    }
     assert (await webhooks.list_routes(rt, None, hook["webhook_id"]))["routes"] == []
     resolved = await rt.store.resolve_webhook_by_id(hook["webhook_id"])
     assert resolved is not None

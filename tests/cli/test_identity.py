@@ -12,9 +12,21 @@ from switchboard.secrets_box import hash_token
 def test_vend_list_revoke(cli: CLI, dsn: str) -> None:
     cli.json("human", "add", "alice")
     vended = cli.json(
-        "endpoint", "vend", "--owner", "alice", "--name", "pool-m",
-        "--queues", "handoff,inbox", "--webhook-queues", "inbox",
-        "--source-types", "cairn", "generic", "--webhook-max", "3",
+        "endpoint",
+        "vend",
+        "--owner",
+        "alice",
+        "--name",
+        "pool-m",
+        "--queues",
+        "handoff,inbox",
+        "--webhook-queues",
+        "inbox",
+        "--source-types",
+        "cairn",
+        "generic",
+        "--webhook-max",
+        "3",
     )
     assert set(vended) == {"endpoint_id", "token", "mcp_url"}
     assert vended["mcp_url"].endswith("/mcp")
@@ -42,12 +54,16 @@ def test_vend_list_revoke(cli: CLI, dsn: str) -> None:
 def test_friend_add_is_directed(cli: CLI, dsn: str) -> None:
     cli.json("human", "add", "alice")
     cli.json("human", "add", "bob")
-    assert cli.json("friend", "add", "alice", "bob") == {"from": "alice", "to": "bob",
-                                                        "state": "approved"}
+    assert cli.json("friend", "add", "alice", "bob") == {
+        "from": "alice",
+        "to": "bob",
+        "state": "approved",
+    }
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT a.name, b.name, f.state FROM friendships f JOIN humans a ON a.id = from_human"
-            " JOIN humans b ON b.id = to_human").fetchall()
+            " JOIN humans b ON b.id = to_human"
+        ).fetchall()
     assert rows == [("alice", "bob", "approved")]
 
 
@@ -55,10 +71,14 @@ def test_friend_add_is_directed(cli: CLI, dsn: str) -> None:
     ("args", "needle"),
     [
         (("endpoint", "vend", "--owner", "nobody", "--name", "x"), "not found"),
-        (("endpoint", "vend", "--owner", "alice", "--name", "x", "--source-types", "ftp"),
-         "source_types"),
-        (("endpoint", "vend", "--owner", "alice", "--name", "x", "--queues", "bad queue!"),
-         "queues"),
+        (
+            ("endpoint", "vend", "--owner", "alice", "--name", "x", "--source-types", "ftp"),
+            "source_types",
+        ),
+        (
+            ("endpoint", "vend", "--owner", "alice", "--name", "x", "--queues", "bad queue!"),
+            "queues",
+        ),
         (("endpoint", "revoke", "00000000-0000-0000-0000-000000000000"), "not found"),
         (("human", "add", "alice"), "already exists"),
     ],

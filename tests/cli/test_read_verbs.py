@@ -59,8 +59,13 @@ def scene(module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Scene:
     w = World(cli, direct=True)
     for human in ("alice", "bob"):
         w.human(human)
-    w.endpoint("alice", "router", queues="inbox,alerts", webhook_queues="inbox,alerts",
-               sources="github,generic")
+    w.endpoint(
+        "alice",
+        "router",
+        queues="inbox,alerts",
+        webhook_queues="inbox,alerts",
+        sources="github,generic",
+    )
     w.endpoint("alice", "pool", queues="alerts", webhook_queues="", sources="")
     w.endpoint("bob", "bobs", queues="inbox", webhook_queues="inbox", sources="generic")
     s = Scene(cli, w)
@@ -76,28 +81,39 @@ def scene(module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Scene:
     secret = s.hooks["gh"]["signing_secret"].encode()
 
     def github(event: str, body: bytes, delivery: str) -> tuple[dict[str, str], bytes]:
-        data, headers = build_request("github", body, secret, event,
-                                      {"X-GitHub-Delivery": delivery}, stamp=False)
+        data, headers = build_request(
+            "github", body, secret, event, {"X-GitHub-Delivery": delivery}, stamp=False
+        )
         return headers, data
 
     async def build(rt: Runtime) -> None:
-        await rules.set_rules(rt, None, s.hooks["gh"]["webhook_id"], [
-            {"id": "ping", "expr": '.kind == "ping"', "action": {"drop": True}}])
+        await rules.set_rules(
+            rt,
+            None,
+            s.hooks["gh"]["webhook_id"],
+            [{"id": "ping", "expr": '.kind == "ping"', "action": {"drop": True}}],
+        )
         posts = [
             ("issue-1", "gh", *github("issues", issue, "gh-1")),
             ("ping", "gh", *github("ping", b'{"zen": "Keep it logically awesome."}', "gh-2")),
             ("issue-2", "gh", *github("issues", issue, "gh-3")),
             ("text", "gen", {"Content-Type": "text/plain", "X-Delivery-Id": "g-1"}, TEXT_BODY),
-            ("bob", "bob", {"Content-Type": "application/json", "X-Delivery-Id": "b-1"},
-             b'{"host": "b-7", "level": "warn"}'),
+            (
+                "bob",
+                "bob",
+                {"Content-Type": "application/json", "X-Delivery-Id": "b-1"},
+                b'{"host": "b-7", "level": "warn"}',
+            ),
         ]
         for name, hook, headers, body in posts:
-            reply = await ingest(rt, token_of(s.hooks[hook]), Headers(headers), body,
-                                 headers.get("Content-Type"))
+            reply = await ingest(
+                rt, token_of(s.hooks[hook]), Headers(headers), body, headers.get("Content-Type")
+            )
             assert reply.status == 202, (name, reply)
             row = await rt.store.db.fetchone(
                 "SELECT id FROM events WHERE webhook_id = %s ORDER BY received_at DESC LIMIT 1",
-                (s.hooks[hook]["webhook_id"],))
+                (s.hooks[hook]["webhook_id"],),
+            )
             assert row is not None
             s.events[name] = row["id"]
         router = await rt.store.get_endpoint(s.ids["router"])
@@ -128,8 +144,9 @@ def test_webhook_list_every_one_and_by_owner(scene: Scene) -> None:
     proc = s.cli.run("webhook", "list")
     assert_no_secret(s, proc.stdout)
     listed = json.loads(proc.stdout)["webhooks"]
-    assert [h["webhook_id"] for h in listed] == [s.hooks[k]["webhook_id"]
-                                                for k in ("gh", "gen", "bob")]
+    assert [h["webhook_id"] for h in listed] == [
+        s.hooks[k]["webhook_id"] for k in ("gh", "gen", "bob")
+    ]
     gh = listed[0]
     assert gh["owner_name"] == "alice" and gh["endpoint_name"] == "router"
     assert gh["endpoint_id"] == s.ids["router"]
@@ -139,12 +156,15 @@ def test_webhook_list_every_one_and_by_owner(scene: Scene) -> None:
     assert listed[1]["trust_mode"] == "token" and listed[1]["rule_count"] == 0
 
     alice = s.fast.json("webhook", "list", "--owner", "alice")["webhooks"]
-    assert [h["webhook_id"] for h in alice] == [s.hooks["gh"]["webhook_id"],
-                                               s.hooks["gen"]["webhook_id"]]
+    assert [h["webhook_id"] for h in alice] == [
+        s.hooks["gh"]["webhook_id"],
+        s.hooks["gen"]["webhook_id"],
+    ]
     bob_id = listed[2]["owner_human"]
     bob = s.fast.json("webhook", "list", "--owner", bob_id)["webhooks"]
     assert [(h["webhook_id"], h["owner_name"]) for h in bob] == [
-        (s.hooks["bob"]["webhook_id"], "bob")]
+        (s.hooks["bob"]["webhook_id"], "bob")
+    ]
 
 
 def test_unknown_ids_are_refused_as_rotate_refuses_them(scene: Scene) -> None:
@@ -173,9 +193,11 @@ def test_events_list_newest_first_with_filters_and_pages(scene: Scene) -> None:
     doc = s.cli.json("events", "list", "--webhook", gh)
     assert doc["webhook_id"] == gh and doc["next_cursor"] is None
     got = [(e["event_id"], e["kind"], e["disposition"]) for e in doc["events"]]
-    assert got == [(s.events["issue-2"], "issues", "routed"),
-                   (s.events["ping"], "ping", "dropped"),
-                   (s.events["issue-1"], "issues", "routed")]
+    assert got == [
+        (s.events["issue-2"], "issues", "routed"),
+        (s.events["ping"], "ping", "dropped"),
+        (s.events["issue-1"], "issues", "routed"),
+    ]
     first = doc["events"][0]
     assert first["source"] == "github" and first["verified"] is True
     assert first["trust_mode"] == "signed"
@@ -190,8 +212,9 @@ def test_events_list_newest_first_with_filters_and_pages(scene: Scene) -> None:
 
     page = s.fast.json("events", "list", "--webhook", gh, "--limit", "2")
     assert [e["event_id"] for e in page["events"]] == [s.events["issue-2"], s.events["ping"]]
-    rest = s.fast.json("events", "list", "--webhook", gh, "--limit", "2",
-                      "--cursor", page["next_cursor"])
+    rest = s.fast.json(
+        "events", "list", "--webhook", gh, "--limit", "2", "--cursor", page["next_cursor"]
+    )
     assert [e["event_id"] for e in rest["events"]] == [s.events["issue-1"]]
     assert rest["next_cursor"] is None
 
@@ -217,8 +240,11 @@ def test_events_show_a_signed_json_delivery(scene: Scene) -> None:
     assert doc["headers"]["x-hub-signature-256"] == "«redacted»"
     assert doc["payload_format"] == "json"
     assert doc["payload"] == json.loads((FIXTURES / "github_issues_opened.json").read_bytes())
-    assert doc["routing_trace"] == {"stage": "default", "cause": "no_match_default",
-                                    "action": {"queue": "inbox"}}
+    assert doc["routing_trace"] == {
+        "stage": "default",
+        "cause": "no_match_default",
+        "action": {"queue": "inbox"},
+    }
     # The raw body and header block never come out.
     assert not {"body", "raw_headers", "verify_detail"} & set(doc)
     [todo] = doc["todos"]
@@ -235,7 +261,9 @@ def test_events_show_a_text_delivery_and_a_dropped_one(scene: Scene) -> None:
     assert doc["payload"] == TEXT_BODY.decode()
     assert doc["verified"] is False and doc["trust_mode"] == "token"
     assert sorted((t["endpoint_name"], t["queue"], t["state"]) for t in doc["todos"]) == [
-        ("pool", "alerts", "pending"), ("router", "alerts", "pending")]
+        ("pool", "alerts", "pending"),
+        ("router", "alerts", "pending"),
+    ]
 
     dropped = s.fast.json("events", "show", s.events["ping"])
     assert dropped["disposition"] == "dropped" and dropped["todos"] == []
@@ -274,13 +302,22 @@ def test_todos_list_every_one_newest_first_and_each_filter(scene: Scene) -> None
     assert {t["endpoint_name"] for t in every} == {"router", "pool", "bobs"}
     assert every[0]["event_id"] == s.events["bob"]
     for t in every:
-        assert {"todo_id", "endpoint_id", "endpoint_name", "queue", "state", "title",
-                "attempts", "event_id", "created_at", "owner"} <= set(t)
+        assert {
+            "todo_id",
+            "endpoint_id",
+            "endpoint_name",
+            "queue",
+            "state",
+            "title",
+            "attempts",
+            "event_id",
+            "created_at",
+            "owner",
+        } <= set(t)
         assert "payload" not in t
 
     def where(**match: str) -> list[str]:
-        return sorted(t["todo_id"] for t in every
-                      if all(t[k] == v for k, v in match.items()))
+        return sorted(t["todo_id"] for t in every if all(t[k] == v for k, v in match.items()))
 
     router = s.ids["router"]
     cases = [
@@ -292,8 +329,10 @@ def test_todos_list_every_one_newest_first_and_each_filter(scene: Scene) -> None
         (("--state", "claimed"), where(state="claimed")),
         (("--state", "pending"), where(state="pending")),
         (("--state", "dead"), []),
-        (("--endpoint", router, "--queue", "inbox", "--state", "claimed"),
-         where(endpoint_id=router, queue="inbox", state="claimed")),
+        (
+            ("--endpoint", router, "--queue", "inbox", "--state", "claimed"),
+            where(endpoint_id=router, queue="inbox", state="claimed"),
+        ),
     ]
     sizes = {args: len(expected) for args, expected in cases}
     assert sizes[("--endpoint", router)] == 3 and sizes[("--queue", "alerts")] == 2
@@ -321,20 +360,51 @@ def table(s: Scene, *args: str) -> str:
 def test_table_output_has_the_key_columns(scene: Scene) -> None:
     s = scene
     out = table(s, "webhook", "list")
-    for word in ("WEBHOOK", "OWNER", "ENDPOINT", "SOURCE", "QUEUE", "TRUST", "RULES",
-                 s.hooks["gh"]["webhook_id"], "alice", "router", "github", "signed"):
+    for word in (
+        "WEBHOOK",
+        "OWNER",
+        "ENDPOINT",
+        "SOURCE",
+        "QUEUE",
+        "TRUST",
+        "RULES",
+        s.hooks["gh"]["webhook_id"],
+        "alice",
+        "router",
+        "github",
+        "signed",
+    ):
         assert word in out, word
     assert_no_secret(s, out)
 
     out = table(s, "events", "list", "--webhook", s.hooks["gh"]["webhook_id"])
-    for word in ("EVENT", "RECEIVED", "KIND", "DISPOSITION", "STAGE", "RULE", s.events["ping"],
-                 "dropped", "routed", "ping"):
+    for word in (
+        "EVENT",
+        "RECEIVED",
+        "KIND",
+        "DISPOSITION",
+        "STAGE",
+        "RULE",
+        s.events["ping"],
+        "dropped",
+        "routed",
+        "ping",
+    ):
         assert word in out, word
 
     out = table(s, "events", "show", s.events["text"])
-    for word in ("headers (sanitized)", "routing trace", "payload (text)",
-                 "disk full on host-7", "no_match_default", "TODO", "STATE", "pool",
-                 "alerts", "pending"):
+    for word in (
+        "headers (sanitized)",
+        "routing trace",
+        "payload (text)",
+        "disk full on host-7",
+        "no_match_default",
+        "TODO",
+        "STATE",
+        "pool",
+        "alerts",
+        "pending",
+    ):
         assert word in out, word
     out = table(s, "events", "show", s.events["issue-2"])
     assert "payload (json)" in out and "«redacted»" in out and "claimed" in out
@@ -342,8 +412,17 @@ def test_table_output_has_the_key_columns(scene: Scene) -> None:
     assert_no_secret(s, out)
 
     out = table(s, "todos", "list", "--state", "claimed")
-    for word in ("TODO", "ENDPOINT", "QUEUE", "STATE", "ATTEMPTS", "TITLE", "claimed",
-                 "router", "inbox"):
+    for word in (
+        "TODO",
+        "ENDPOINT",
+        "QUEUE",
+        "STATE",
+        "ATTEMPTS",
+        "TITLE",
+        "claimed",
+        "router",
+        "inbox",
+    ):
         assert word in out, word
     assert "pending" not in out
 
@@ -368,8 +447,13 @@ def test_a_terminal_gets_a_table_and_json_forces_json(scene: Scene) -> None:
 
     def on_tty(*args: str) -> str:
         master, slave = pty.openpty()
-        proc = subprocess.Popen([*SWITCHBOARD, *args], env=env, stdout=slave,
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*SWITCHBOARD, *args],
+            env=env,
+            stdout=slave,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
         os.close(slave)
         chunks = []
         while True:
@@ -396,14 +480,22 @@ def test_a_terminal_gets_a_table_and_json_forces_json(scene: Scene) -> None:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (("events", "list", "--webhook", MISSING, "--limit", "0"),
-         ("argument --limit", f"from 1 to {events.LIMIT_MAX}", "'0'")),
-        (("events", "list", "--webhook", MISSING, "--limit", "101"),
-         ("argument --limit", f"from 1 to {events.LIMIT_MAX}")),
-        (("events", "list", "--webhook", MISSING, "--limit", "many"),
-         ("argument --limit", "'many'")),
-        (("events", "list", "--webhook", MISSING, "--disposition", "maybe"),
-         ("argument --disposition", "routed", "dropped")),
+        (
+            ("events", "list", "--webhook", MISSING, "--limit", "0"),
+            ("argument --limit", f"from 1 to {events.LIMIT_MAX}", "'0'"),
+        ),
+        (
+            ("events", "list", "--webhook", MISSING, "--limit", "101"),
+            ("argument --limit", f"from 1 to {events.LIMIT_MAX}"),
+        ),
+        (
+            ("events", "list", "--webhook", MISSING, "--limit", "many"),
+            ("argument --limit", "'many'"),
+        ),
+        (
+            ("events", "list", "--webhook", MISSING, "--disposition", "maybe"),
+            ("argument --disposition", "routed", "dropped"),
+        ),
         (("events", "list"), ("--webhook",)),
         (("todos", "list", "--limit", "500"), ("argument --limit", f"from 1 to {todos.LIMIT_MAX}")),
         (("todos", "list", "--state", "lost"), ("argument --state", "pending", "dead")),
@@ -423,8 +515,10 @@ def test_bad_flag_values_are_refused_naming_the_flag(
 def test_values_the_service_refuses_are_one_line(scene: Scene) -> None:
     for args, needle in (
         (("todos", "list", "--queue", "bad queue!"), "invalid_argument: queue: queue names"),
-        (("events", "list", "--webhook", scene.hooks["gh"]["webhook_id"], "--cursor", "x"),
-         "invalid_argument: cursor: not a cursor"),
+        (
+            ("events", "list", "--webhook", scene.hooks["gh"]["webhook_id"], "--cursor", "x"),
+            "invalid_argument: cursor: not a cursor",
+        ),
     ):
         proc = refused(scene.cli if args[0] == "todos" else scene.fast, *args)
         lines = proc.stderr.splitlines()

@@ -329,11 +329,16 @@ def test_the_real_command_line_offers_only_enabled_signing_sources(tmp_path: Pat
     config = tmp_path / "sb.toml"
     config.write_text('disabled_plugins = ["gitea"]\n')
     env = {**make_env(None, tmp_path / "data"), "SWITCHBOARD_CONFIG": str(config)}
-    shown = subprocess.run([*SWITCHBOARD, "send", "--help"], env=env, capture_output=True,
-                           text=True, timeout=60)
+    shown = subprocess.run(
+        [*SWITCHBOARD, "send", "--help"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert shown.returncode == 0, shown.stderr
     assert "cairn, generic, github" in " ".join(shown.stdout.split())
     refused = subprocess.run(
         [*SWITCHBOARD, "send", "--url", "http://127.0.0.1:9/", "--source", "gitea", "f"],
-        env=env, capture_output=True, text=True, timeout=60)
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "invalid choice: 'gitea'" in refused.stderr

@@ -24,8 +24,14 @@ def loaded(tmp_path: Path, *argv: str, first: str = "") -> list[str]:
     """What of Sanic and httpx ``switchboard ARGV`` imported (``first`` runs before it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
     env["SWITCHBOARD_DATA_DIR"] = str(tmp_path / "data")
-    proc = subprocess.run([sys.executable, "-c", first + CHECK, *argv], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", first + CHECK, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     last = (proc.stdout.splitlines() or [""])[-1]
     assert last.startswith("loaded:"), proc.stdout + proc.stderr
     return last.split()[1:]
@@ -36,4 +42,6 @@ def test_a_command_other_than_serve_imports_neither_sanic_nor_httpx(tmp_path: Pa
     assert loaded(tmp_path, "rules", "check", "--help") == []
     # the probe sees them when they are there (serve's metrics module brings Sanic)
     assert loaded(tmp_path, "--help", first="import switchboard.scrape, httpx\n") == [
-        "sanic", "httpx"]
+        "sanic",
+        "httpx",
+    ]

@@ -227,7 +227,9 @@ async def test_configured_freshness_window_decides_what_is_accepted(
         assert await post(age) == status
 
 
-@pytest.mark.parametrize("toml,window", [("", 300), ("[plugins.cairn]\nfreshness_seconds = 45\n", 45)])
+@pytest.mark.parametrize(
+    "toml,window", [("", 300), ("[plugins.cairn]\nfreshness_seconds = 45\n", 45)]
+)
 def test_the_registered_source_carries_the_configured_window(
     tmp_path: Path, toml: str, window: float
 ) -> None:

@@ -69,7 +69,9 @@ KIND_CASES = [
 ]
 
 
-@pytest.mark.parametrize("headers,kind", [c[1:] for c in KIND_CASES], ids=[c[0] for c in KIND_CASES])
+@pytest.mark.parametrize(
+    "headers,kind", [c[1:] for c in KIND_CASES], ids=[c[0] for c in KIND_CASES]
+)
 def test_kind_precedence(headers: dict[str, str], kind: str | None) -> None:
     assert kind_from_headers(Headers(headers)) == kind
     assert GenericSource().verify(deliver(BODY, headers), None, 0.0).kind == kind

@@ -128,20 +128,50 @@ def test_llm_fallback_traces_and_their_causes() -> None:
     listed = load_schema("trace")["properties"]["cause"]["enum"]
     assert [c for c in listed if c.startswith("llm_")] == list(LLM_CAUSES)
     for cause in LLM_CAUSES:
-        validate_trace({"stage": "default", "cause": cause, "action": {"queue": "inbox"},
-                        "llm": {"provider": "p", "model": "m", "latency_ms": 12,
-                                "detail": "why", "answer": "{"}})
-    validate_trace({"stage": "llm", "action": {"queue": "q"},
-                    "llm": {"provider": "p", "model": "m", "queue": "q", "confidence": 1,
-                            "reason": "r", "latency_ms": 0}})
+        validate_trace(
+            {
+                "stage": "default",
+                "cause": cause,
+                "action": {"queue": "inbox"},
+                "llm": {
+                    "provider": "p",
+                    "model": "m",
+                    "latency_ms": 12,
+                    "detail": "why",
+                    "answer": "{",
+                },
+            }
+        )
+    validate_trace(
+        {
+            "stage": "llm",
+            "action": {"queue": "q"},
+            "llm": {
+                "provider": "p",
+                "model": "m",
+                "queue": "q",
+                "confidence": 1,
+                "reason": "r",
+                "latency_ms": 0,
+            },
+        }
+    )
     for bad in (
         {"stage": "llm", "action": {"queue": "q"}},  # no llm object
         {"stage": "llm", "action": {"queue": "q"}, "llm": {"provider": "p"}},  # no answer
         {"stage": "default", "cause": "llm_timeout", "action": {"queue": "q"}},
-        {"stage": "default", "cause": "llm_error", "action": {"queue": "q"},
-         "llm": {"provider": "p", "secret": "x"}},
-        {"stage": "default", "cause": "llm_error", "action": {"queue": "q"},
-         "llm": {"latency_ms": -1}},
+        {
+            "stage": "default",
+            "cause": "llm_error",
+            "action": {"queue": "q"},
+            "llm": {"provider": "p", "secret": "x"},
+        },
+        {
+            "stage": "default",
+            "cause": "llm_error",
+            "action": {"queue": "q"},
+            "llm": {"latency_ms": -1},
+        },
     ):
         with pytest.raises(ValueError, match="invalid routing trace"):
             validate_trace(bad)

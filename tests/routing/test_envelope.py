@@ -184,8 +184,14 @@ def test_gitea_event_type_falls_back_to_the_event(projections: ProjectionRegistr
     body, headers = load("gitea_issues_label_updated")
     headers = {k: v for k, v in headers.items() if not k.lower().endswith("-event-type")}
     env = build_envelope(
-        source="gitea", kind="issues", webhook_id="w", trust_mode="signed", verified=True,
-        content_type="application/json", headers=sanitize_headers(headers), body=body,
+        source="gitea",
+        kind="issues",
+        webhook_id="w",
+        trust_mode="signed",
+        verified=True,
+        content_type="application/json",
+        headers=sanitize_headers(headers),
+        body=body,
         projections=projections,
     )
     assert env["issue"]["event_type"] == "issues"
@@ -262,6 +268,7 @@ def test_large_integers_stay_exact(projections: ProjectionRegistry) -> None:
 
 
 MAX = sys.float_info.max
+
 
 def _nested(value: Any, depth: int) -> Any:
     for _ in range(depth):
@@ -368,17 +375,20 @@ def test_third_party_projections() -> None:
     assert env["other"] is None
 
 
-@pytest.mark.parametrize("body", [
-    b'{"a": "\\u0000", "b": 1}',
-    b'{"a": "\\ud800"}',
-    b'{"\\udfff": "key"}',
-    b'{"a": "\\\\u0000 is text, not NUL"}',
-    b'{"a": "\\ud83d\\ude00"}',
-    b'{"a": [1, 2.5, -0, 1e400, 12345678901234567890]}',
-    b"[" * 600 + b"]" * 600,
-    b'{"a": "' + b"[" * 600 + b'"}',
-    b'{"n": ' + b"9" * 5000 + b"}",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": "\\u0000", "b": 1}',
+        b'{"a": "\\ud800"}',
+        b'{"\\udfff": "key"}',
+        b'{"a": "\\\\u0000 is text, not NUL"}',
+        b'{"a": "\\ud83d\\ude00"}',
+        b'{"a": [1, 2.5, -0, 1e400, 12345678901234567890]}',
+        b"[" * 600 + b"]" * 600,
+        b'{"a": "' + b"[" * 600 + b'"}',
+        b'{"n": ' + b"9" * 5000 + b"}",
+    ],
+)
 def test_the_fast_paths_parse_and_clean_exactly_as_the_walk(body: bytes) -> None:
     """clean_payload skips the depth walk, the clean and the big-int guard only where the raw
     bytes prove them needless: the result is always what the full path gives."""
@@ -390,8 +400,12 @@ def test_the_fast_paths_parse_and_clean_exactly_as_the_walk(body: bytes) -> None
     limit = sys.get_int_max_str_digits()
     try:
         text = body.decode()
-        full = json.loads(text, parse_float=env._parse_float, parse_int=env._parse_int,
-                          parse_constant=env._reject_constant)
+        full = json.loads(
+            text,
+            parse_float=env._parse_float,
+            parse_int=env._parse_int,
+            parse_constant=env._reject_constant,
+        )
         full = None if env._deeper_than(full, env.MAX_DEPTH) else full
     except (ValueError, RecursionError):
         full = None

@@ -97,8 +97,9 @@ def test_drop_refuses_each_flag_by_name(flag: str, grant: Grant) -> None:
 
 def test_queue_actions_keep_their_flags(grant: Grant) -> None:
     action = {"queue": "forge", "exclusive": True, "once": True, "work_order": True}
-    out = check_structure(cfg(rule(action=action), default_action={"queue": "inbox",
-                                                                   "work_order": True}), grant)
+    out = check_structure(
+        cfg(rule(action=action), default_action={"queue": "inbox", "work_order": True}), grant
+    )
     assert out.rules[0]["action"] == action
     assert out.default_action == {"queue": "inbox", "work_order": True}
 
@@ -118,7 +119,8 @@ def test_endpoint_miss_message_is_identical(grant: Grant) -> None:
         messages.add(info.value.message)
     [message] = messages
     assert message.startswith(
-        "rule 0 (id r1, name push): endpoint is not a delivery target of this webhook: ")
+        "rule 0 (id r1, name push): endpoint is not a delivery target of this webhook: "
+    )
 
 
 def test_normalizes_and_mints_ids(grant: Grant) -> None:
@@ -165,8 +167,12 @@ class FakeStage:
         self.calls.append(config)
         if self.errors:
             index, message = min(self.errors)
-            raise rule_error(index, config.rules[index], "invalid_expression",
-                             f"expression does not compile: {message}")
+            raise rule_error(
+                index,
+                config.rules[index],
+                "invalid_expression",
+                f"expression does not compile: {message}",
+            )
 
 
 class PassiveStage:

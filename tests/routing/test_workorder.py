@@ -21,8 +21,11 @@ from switchboard.routing.workorder import (
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-GRANT = Grant("inbox", ("inbox", "lane-m"), (
-    Target("router", ("inbox",)), Target("m-1", ("lane-m",)), Target("m-2", ("lane-m",))))
+GRANT = Grant(
+    "inbox",
+    ("inbox", "lane-m"),
+    (Target("router", ("inbox",)), Target("m-1", ("lane-m",)), Target("m-2", ("lane-m",))),
+)
 
 
 def payload(name: str, **data: Any) -> Any:
@@ -44,28 +47,41 @@ def test_once_key_is_sha256_of_subject_nul_queue() -> None:
     assert once_key("gitea:ops/backup#42", "lane-l") != expected
 
 
-@pytest.mark.parametrize(("source", "kind", "fixture", "key"), [
-    ("gitea", "issues", "gitea_issues_label_updated", "gitea:ops/backup#42"),
-    ("github", "issues", "github_issues_opened", "github:acme/widgets#1347"),
-    ("cairn", "artifact.created", "cairn_artifact_created", "cairn:a1b2c3d4e5"),
-    ("github", "pull_request", "github_pull_request_opened", None),  # a PR is no issue
-    ("github", "issues", "cairn_artifact_created", None),
-])
-def test_subjects_from_the_forge_and_cairn_plugins(subjects: Any, source: str, kind: str,
-                                                  fixture: str, key: str | None) -> None:
+@pytest.mark.parametrize(
+    ("source", "kind", "fixture", "key"),
+    [
+        ("gitea", "issues", "gitea_issues_label_updated", "gitea:ops/backup#42"),
+        ("github", "issues", "github_issues_opened", "github:acme/widgets#1347"),
+        ("cairn", "artifact.created", "cairn_artifact_created", "cairn:a1b2c3d4e5"),
+        ("github", "pull_request", "github_pull_request_opened", None),  # a PR is no issue
+        ("github", "issues", "cairn_artifact_created", None),
+    ],
+)
+def test_subjects_from_the_forge_and_cairn_plugins(
+    subjects: Any, source: str, kind: str, fixture: str, key: str | None
+) -> None:
     found = subject_of(subjects, source, kind, payload(fixture))
     assert (found or {}).get("key") == key
 
 
 def test_cairn_subject_keeps_string_tags_only(subjects: Any) -> None:
-    found = subject_of(subjects, "cairn", "artifact.created",
-                       payload("cairn_artifact_created", tags=["handoff", 7, {"x": 1}, "lane:m"]))
+    found = subject_of(
+        subjects,
+        "cairn",
+        "artifact.created",
+        payload("cairn_artifact_created", tags=["handoff", 7, {"x": 1}, "lane:m"]),
+    )
     assert found is not None
     assert found == {
-        "key": "cairn:a1b2c3d4e5", "type": "artifact", "id": "a1b2c3d4e5",
-        "handle": "mcp://cairn/a1b2c3d4e5", "share_type": "markdown",
-        "actor_id": "you@example.com", "on_behalf_of": "claude-code/2.1.0",
-        "tags": ["handoff", "lane:m"], "title": "handoff: audit the backup job",
+        "key": "cairn:a1b2c3d4e5",
+        "type": "artifact",
+        "id": "a1b2c3d4e5",
+        "handle": "mcp://cairn/a1b2c3d4e5",
+        "share_type": "markdown",
+        "actor_id": "you@example.com",
+        "on_behalf_of": "claude-code/2.1.0",
+        "tags": ["handoff", "lane:m"],
+        "title": "handoff: audit the backup job",
         "url": "https://cairn.stump.wtf/a1b2c3d4e5",
     }
 
@@ -94,8 +110,9 @@ def config(action: dict[str, Any]) -> RoutingConfig:
 def test_exclusive_takes_the_first_target_in_order_that_drains_the_queue() -> None:
     d = decide(config({"queue": "lane-m", "exclusive": True}), MatchResult(0), GRANT)
     assert (d.queue, d.endpoints) == ("lane-m", ("m-1",))  # never the router: it cannot drain
-    narrowed = decide(config({"queue": "lane-m", "exclusive": True, "endpoints": ["m-2"]}),
-                      MatchResult(0), GRANT)
+    narrowed = decide(
+        config({"queue": "lane-m", "exclusive": True, "endpoints": ["m-2"]}), MatchResult(0), GRANT
+    )
     assert narrowed.endpoints == ("m-2",)
     plain = decide(config({"queue": "lane-m"}), MatchResult(0), GRANT)
     assert plain.endpoints == ("router", "m-1", "m-2")
@@ -103,8 +120,7 @@ def test_exclusive_takes_the_first_target_in_order_that_drains_the_queue() -> No
 
 def test_exclusive_with_no_drainer_takes_the_default_as_rule_not_granted() -> None:
     gone = Grant("inbox", GRANT.queues, (Target("router", ("inbox",)),))
-    d = decide(config({"queue": "lane-m", "exclusive": True, "once": True}), MatchResult(0),
-               gone)
+    d = decide(config({"queue": "lane-m", "exclusive": True, "once": True}), MatchResult(0), gone)
     assert d.trace["cause"] == "rule_not_granted" and d.trace["rule_id"] == "r"
     assert d.queue == "inbox" and d.once is False  # the default's flags, not the rule's
 
@@ -118,16 +134,21 @@ def test_flags_travel_on_the_decision_and_its_trace() -> None:
 
 
 def test_work_order_shape() -> None:
-    d = decide(config({"queue": "lane-m", "exclusive": True, "work_order": True}),
-               MatchResult(0), GRANT)
-    envelope = {"source": "gitea", "webhook_id": "w-1", "trust_mode": "signed",
-                "verified": True}
+    d = decide(
+        config({"queue": "lane-m", "exclusive": True, "work_order": True}), MatchResult(0), GRANT
+    )
+    envelope = {"source": "gitea", "webhook_id": "w-1", "trust_mode": "signed", "verified": True}
     order = work_order(d, envelope, {"key": "gitea:o/r#1", "number": 1})
     assert order == {
-        "version": 1, "lane": "lane-m", "source": "gitea", "webhook_id": "w-1",
-        "trust_mode": "signed", "verified": True,
+        "version": 1,
+        "lane": "lane-m",
+        "source": "gitea",
+        "webhook_id": "w-1",
+        "trust_mode": "signed",
+        "verified": True,
         "authorized_by": {"stage": "rule", "rule_id": "r", "rule_name": "lane"},
-        "subject": {"key": "gitea:o/r#1", "number": 1}, "authority": WORK_ORDER_AUTHORITY,
+        "subject": {"key": "gitea:o/r#1", "number": 1},
+        "authority": WORK_ORDER_AUTHORITY,
     }
     assert "subject" not in work_order(d, envelope, None)
     assert "grants no permission" in WORK_ORDER_AUTHORITY
@@ -135,8 +156,13 @@ def test_work_order_shape() -> None:
 
 
 def test_trace_schema_knows_the_once_fields() -> None:
-    trace = {"stage": "rule", "rule_index": 0, "action": {"queue": "lane-m", "once": True},
-             "once": "repeat", "once_key": once_key("s", "lane-m")}
+    trace = {
+        "stage": "rule",
+        "rule_index": 0,
+        "action": {"queue": "lane-m", "once": True},
+        "once": "repeat",
+        "once_key": once_key("s", "lane-m"),
+    }
     validate_trace(trace)
     with pytest.raises(ValueError):
         validate_trace({**trace, "once": "maybe"})

@@ -40,9 +40,11 @@ async def _send(url: str, ids: list[str]) -> list[tuple[str, int, dict[str, Any]
         async def worker() -> None:
             while not queue.empty():
                 did = queue.get_nowait()
-                resp = await client.post(url, content=b'{"id": "%s"}' % did.encode(),
-                                         headers={"X-Delivery-Id": did,
-                                                  "Content-Type": "application/json"})
+                resp = await client.post(
+                    url,
+                    content=b'{"id": "%s"}' % did.encode(),
+                    headers={"X-Delivery-Id": did, "Content-Type": "application/json"},
+                )
                 answers.append((did, resp.status_code, resp.json()))
 
         await asyncio.gather(*[worker() for _ in range(CLIENTS)])
@@ -51,18 +53,22 @@ async def _send(url: str, ids: list[str]) -> list[tuple[str, int, dict[str, Any]
 
 def _write_batches(metrics: str) -> tuple[float, float]:
     """(flushes, deliveries) of ``switchboard_store_batch_size{step="write"}``."""
+
     def sample(name: str) -> float:
         found = re.search(rf'^{name}\{{step="write"\}} (\S+)$', metrics, re.M)
         assert found, f"{name} missing from /metrics"
         return float(found[1])
 
-    return (sample("switchboard_store_batch_size_count"),
-            sample("switchboard_store_batch_size_sum"))
+    return (
+        sample("switchboard_store_batch_size_count"),
+        sample("switchboard_store_batch_size_sum"),
+    )
 
 
 @pytest.mark.slow
 async def test_concurrent_load_with_duplicates_loses_nothing_and_duplicates_nothing(
-        server_factory: Any, dsn: str) -> None:
+    server_factory: Any, dsn: str
+) -> None:
     srv = server_factory(dsn)
     w = World(CLI(srv.env), direct=True)
     w.human("alice")
@@ -94,10 +100,13 @@ async def test_concurrent_load_with_duplicates_loses_nothing_and_duplicates_noth
     with psycopg.connect(dsn) as conn:
         events, distinct = conn.execute(
             "SELECT count(*), count(DISTINCT external_id) FROM events WHERE webhook_id = %s",
-            (hook["webhook_id"],)).fetchone() or (0, 0)
+            (hook["webhook_id"],),
+        ).fetchone() or (0, 0)
         todos, live_keys = conn.execute(
             "SELECT count(*), count(DISTINCT (endpoint_id, idempotency_key)) FROM todos"
-            " WHERE endpoint_id = ANY(%s::uuid[])", (targets,)).fetchone() or (0, 0)
+            " WHERE endpoint_id = ANY(%s::uuid[])",
+            (targets,),
+        ).fetchone() or (0, 0)
     assert events == distinct == DELIVERIES  # 0 lost, no event twice
     assert todos == live_keys == 2 * DELIVERIES  # 0 lost, 0 duplicated todos
 

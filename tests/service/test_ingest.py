@@ -46,8 +46,14 @@ def own_world(server_factory: Any, dsn: str) -> tuple[Server, World]:
 
 
 def _post(url: str, source: str, body: bytes, secret: str | None, **kw: Any) -> httpx.Response:
-    data, headers = build_request(source, body, secret.encode() if secret else None,
-                                  kw.get("event"), kw.get("headers", []), kw.get("stamp", False))
+    data, headers = build_request(
+        source,
+        body,
+        secret.encode() if secret else None,
+        kw.get("event"),
+        kw.get("headers", []),
+        kw.get("stamp", False),
+    )
     return httpx.post(url, content=data, headers=headers, timeout=30)
 
 
@@ -60,14 +66,18 @@ def _scalar(dsn: str, sql: str, *args: Any) -> int:
 
 def _events(dsn: str, *hooks: dict[str, Any]) -> int:
     """How many events this test's webhooks stored."""
-    return _scalar(dsn, "SELECT count(*) FROM events WHERE webhook_id = ANY(%s::uuid[])",
-                   [h["webhook_id"] for h in hooks])
+    return _scalar(
+        dsn,
+        "SELECT count(*) FROM events WHERE webhook_id = ANY(%s::uuid[])",
+        [h["webhook_id"] for h in hooks],
+    )
 
 
 def _todos(dsn: str, w: World) -> int:
     """How many todos this test's endpoints hold."""
-    return _scalar(dsn, "SELECT count(*) FROM todos WHERE endpoint_id = ANY(%s::uuid[])",
-                   w.endpoint_ids())
+    return _scalar(
+        dsn, "SELECT count(*) FROM todos WHERE endpoint_id = ANY(%s::uuid[])", w.endpoint_ids()
+    )
 
 
 def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, module_dsn: str) -> None:
@@ -75,9 +85,17 @@ def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, module_dsn: st
     hook = w.webhook("owner", "generic")
     assert "signing_secret" not in hook
     body = json.dumps({"hello": "world", "big": 12345678901234567890123}).encode()
-    resp = httpx.post(hook["ingest_url"], content=body, timeout=30, headers={
-        "Content-Type": "application/json", "X-Delivery-Id": "d-1",
-        "Authorization": "Bearer abc", "X-Callback": "https://x.test/cb?token=s3cret&x=1"})
+    resp = httpx.post(
+        hook["ingest_url"],
+        content=body,
+        timeout=30,
+        headers={
+            "Content-Type": "application/json",
+            "X-Delivery-Id": "d-1",
+            "Authorization": "Bearer abc",
+            "X-Callback": "https://x.test/cb?token=s3cret&x=1",
+        },
+    )
     assert resp.status_code == 202, resp.text
     doc = resp.json()
     assert doc["created"] == 1 and doc["verified"] is False and doc["trust_mode"] == "token"
@@ -86,17 +104,22 @@ def test_generic_delivery_becomes_a_todo_with_a_trace(world: Any, module_dsn: st
     assert todo["queue"] == "inbox" and todo["created"] is True
     assert "trace" not in resp.text and "routing_trace" not in resp.text
     with psycopg.connect(module_dsn) as conn:
-        [ev] = conn.execute("SELECT external_id, headers, routing_trace, webhook_id, verified,"
-                            " body FROM events WHERE webhook_id = %s",
-                            (hook["webhook_id"],)).fetchall()
+        [ev] = conn.execute(
+            "SELECT external_id, headers, routing_trace, webhook_id, verified,"
+            " body FROM events WHERE webhook_id = %s",
+            (hook["webhook_id"],),
+        ).fetchall()
         assert ev[0] == f"{hook['webhook_id']}:d-1"
         assert ev[1]["authorization"] == "«redacted»"
         assert "s3cret" not in json.dumps(ev[1])
         expected = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
         assert ev[2] == expected and str(ev[3]) == hook["webhook_id"] and ev[4] is False
         assert bytes(ev[5]) == body
-        [t] = conn.execute("SELECT idempotency_key, routing_trace, payload FROM todos"
-                           " WHERE endpoint_id = ANY(%s::uuid[])", (w.endpoint_ids(),)).fetchall()
+        [t] = conn.execute(
+            "SELECT idempotency_key, routing_trace, payload FROM todos"
+            " WHERE endpoint_id = ANY(%s::uuid[])",
+            (w.endpoint_ids(),),
+        ).fetchall()
         assert t[0] == ev[0] and t[1] == expected
         assert t[2]["payload"]["big"] == 12345678901234567890123
 
@@ -120,14 +143,18 @@ def test_unknown_token_and_oversize_body(world: Any, module_dsn: str) -> None:
 
 
 @pytest.mark.parametrize("source", ["cairn", "gitea", "github"])
-def test_signed_sources_accept_right_and_refuse_wrong(world: Any, module_dsn: str,
-                                                     source: str) -> None:
+def test_signed_sources_accept_right_and_refuse_wrong(
+    world: Any, module_dsn: str, source: str
+) -> None:
     srv, w = world
     hook = w.webhook("owner", source)
     secret = hook["signing_secret"]
     assert secret.startswith("whsec_") and len(secret) == 6 + 64
-    body = (FIXTURES / f"{source}_issue_opened.json" if source != "cairn"
-            else FIXTURES / "cairn_artifact_created.json")
+    body = (
+        FIXTURES / f"{source}_issue_opened.json"
+        if source != "cairn"
+        else FIXTURES / "cairn_artifact_created.json"
+    )
     if not body.exists():
         body = next(FIXTURES.glob(f"{source}*.json"))
     raw = body.read_bytes()
@@ -148,23 +175,27 @@ def test_fan_out_order_and_route_removal(world: Any) -> None:
     hook = w.webhook("owner", "generic")
     w.route(hook["webhook_id"], "pool-b")
     w.route(hook["webhook_id"], "pool-a")
-    resp = httpx.post(hook["ingest_url"], content=b'{"n":1}',
-                      headers={"X-Delivery-Id": "one"}, timeout=30)
+    resp = httpx.post(
+        hook["ingest_url"], content=b'{"n":1}', headers={"X-Delivery-Id": "one"}, timeout=30
+    )
     ids = [t["endpoint_id"] for t in resp.json()["todos"]]
     order = [w.endpoints[n]["endpoint_id"] for n in ("owner", "pool-b", "pool-a")]
     assert ids == order and resp.json()["created"] == 3
 
-    w.cli.json("webhook", "route", "remove", hook["webhook_id"],
-               w.endpoints["pool-b"]["endpoint_id"])
-    resp = httpx.post(hook["ingest_url"], content=b'{"n":2}',
-                      headers={"X-Delivery-Id": "two"}, timeout=30)
+    w.cli.json(
+        "webhook", "route", "remove", hook["webhook_id"], w.endpoints["pool-b"]["endpoint_id"]
+    )
+    resp = httpx.post(
+        hook["ingest_url"], content=b'{"n":2}', headers={"X-Delivery-Id": "two"}, timeout=30
+    )
     assert [t["endpoint_id"] for t in resp.json()["todos"]] == [order[0], order[2]]
 
     # An un-approved friendship is re-checked on every delivery.
     w.route(hook["webhook_id"], "pool-b")
     w.friend("alice", "bob", state="revoked")
-    resp = httpx.post(hook["ingest_url"], content=b'{"n":3}',
-                      headers={"X-Delivery-Id": "three"}, timeout=30)
+    resp = httpx.post(
+        hook["ingest_url"], content=b'{"n":3}', headers={"X-Delivery-Id": "three"}, timeout=30
+    )
     assert [t["endpoint_id"] for t in resp.json()["todos"]] == [order[0], order[2]]
 
 
@@ -172,11 +203,16 @@ def test_route_to_a_stranger_is_forbidden(world: Any) -> None:
     srv, w = world
     w.endpoint("bob", "pool-b")
     hook = w.webhook("owner", "generic")
-    proc = w.cli.run("webhook", "route", "add", hook["webhook_id"],
-                     w.endpoints["pool-b"]["endpoint_id"], check=False)
+    proc = w.cli.run(
+        "webhook",
+        "route",
+        "add",
+        hook["webhook_id"],
+        w.endpoints["pool-b"]["endpoint_id"],
+        check=False,
+    )
     assert proc.returncode == 1 and "forbidden" in proc.stderr
-    proc2 = w.cli.run("webhook", "route", "add", hook["webhook_id"], str(uuid.uuid4()),
-                      check=False)
+    proc2 = w.cli.run("webhook", "route", "add", hook["webhook_id"], str(uuid.uuid4()), check=False)
     # No existence oracle: a missing endpoint reads exactly like a stranger's.
     assert proc2.stderr == proc.stderr
 
@@ -198,14 +234,18 @@ async def test_fifty_concurrent_redeliveries_make_one_event(world: Any, module_d
     hook = w.webhook("owner", "github")
     w.route(hook["webhook_id"], "pool-a")
     w.route(hook["webhook_id"], "pool-c")
-    raw = (FIXTURES / "github_issues_opened.json").read_bytes() \
-        if (FIXTURES / "github_issues_opened.json").exists() else b'{"action":"opened"}'
-    data, headers = build_request("github", raw, hook["signing_secret"].encode(), "issues",
-                                  [], False)
+    raw = (
+        (FIXTURES / "github_issues_opened.json").read_bytes()
+        if (FIXTURES / "github_issues_opened.json").exists()
+        else b'{"action":"opened"}'
+    )
+    data, headers = build_request(
+        "github", raw, hook["signing_secret"].encode(), "issues", [], False
+    )
     async with httpx.AsyncClient(timeout=60) as client:
-        resps = await asyncio.gather(*[
-            client.post(hook["ingest_url"], content=data, headers=headers) for _ in range(50)
-        ])
+        resps = await asyncio.gather(
+            *[client.post(hook["ingest_url"], content=data, headers=headers) for _ in range(50)]
+        )
     assert [r.status_code for r in resps] == [202] * 50
     assert sum(r.json()["created"] for r in resps) == 3
     todo_sets = {tuple(sorted(t["id"] for t in r.json()["todos"])) for r in resps}
@@ -219,8 +259,9 @@ def test_doorbell_rings_for_new_todos_only(world: Any, module_dsn: str) -> None:
     with psycopg.connect(module_dsn, autocommit=True) as conn:
         conn.execute("LISTEN todo_ready")
         for _ in range(2):  # the second is a redelivery: no ring
-            resp = httpx.post(hook["ingest_url"], content=b"{}",
-                              headers={"X-Delivery-Id": "bell"}, timeout=30)
+            resp = httpx.post(
+                hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "bell"}, timeout=30
+            )
             assert resp.status_code == 202
         rings = []
         deadline = 5.0
@@ -230,8 +271,9 @@ def test_doorbell_rings_for_new_todos_only(world: Any, module_dsn: str) -> None:
         # Sinks ring after the response, so an earlier test's late ring may land here:
         # only this tenant's endpoints count.
         mine = tuple(w.endpoint_ids())
-        assert [r for r in rings if r.startswith(mine)] == \
-            [f"{w.endpoints['owner']['endpoint_id']}:inbox"]
+        assert [r for r in rings if r.startswith(mine)] == [
+            f"{w.endpoints['owner']['endpoint_id']}:inbox"
+        ]
 
 
 @pytest.mark.slow
@@ -244,33 +286,62 @@ def test_database_failure_mid_delivery_leaves_nothing(world: Any, module_dsn: st
         with psycopg.connect(module_dsn, autocommit=True) as conn:
             # The event insert succeeds, then the todo insert fails inside the same
             # transaction (only for this test's endpoint: the database is the module's).
-            conn.execute(f"ALTER TABLE todos ADD CONSTRAINT {check}"
-                         f" CHECK (queue <> 'inbox' OR endpoint_id <> '{owner}')")
-        resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
-                          timeout=30)
+            conn.execute(
+                f"ALTER TABLE todos ADD CONSTRAINT {check}"
+                f" CHECK (queue <> 'inbox' OR endpoint_id <> '{owner}')"
+            )
+        resp = httpx.post(
+            hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"}, timeout=30
+        )
         assert resp.status_code >= 500
         assert _events(module_dsn, hook) == 0 and _todos(module_dsn, w) == 0
     finally:
         with psycopg.connect(module_dsn, autocommit=True) as conn:
             conn.execute(f"ALTER TABLE todos DROP CONSTRAINT IF EXISTS {check}")
     # The producer's retry then lands once.
-    resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"},
-                      timeout=30)
+    resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "f"}, timeout=30)
     assert resp.status_code == 202 and resp.json()["created"] == 1
 
 
 def test_webhook_ceilings(world: Any) -> None:
     srv, w = world
     w.endpoint("alice", "tight", sources="generic", webhook_queues="inbox", webhook_max=1)
-    proc = w.cli.run("webhook", "create", "--endpoint", w.endpoints["tight"]["endpoint_id"],
-                     "--source", "cairn", "--target-queue", "inbox", check=False)
+    proc = w.cli.run(
+        "webhook",
+        "create",
+        "--endpoint",
+        w.endpoints["tight"]["endpoint_id"],
+        "--source",
+        "cairn",
+        "--target-queue",
+        "inbox",
+        check=False,
+    )
     assert proc.returncode == 1 and "forbidden_source_type" in proc.stderr
-    proc = w.cli.run("webhook", "create", "--endpoint", w.endpoints["tight"]["endpoint_id"],
-                     "--source", "generic", "--target-queue", "other", check=False)
+    proc = w.cli.run(
+        "webhook",
+        "create",
+        "--endpoint",
+        w.endpoints["tight"]["endpoint_id"],
+        "--source",
+        "generic",
+        "--target-queue",
+        "other",
+        check=False,
+    )
     assert proc.returncode == 1 and "ceiling_exceeded" in proc.stderr
     w.webhook("tight", "generic")
-    proc = w.cli.run("webhook", "create", "--endpoint", w.endpoints["tight"]["endpoint_id"],
-                     "--source", "generic", "--target-queue", "inbox", check=False)
+    proc = w.cli.run(
+        "webhook",
+        "create",
+        "--endpoint",
+        w.endpoints["tight"]["endpoint_id"],
+        "--source",
+        "generic",
+        "--target-queue",
+        "inbox",
+        check=False,
+    )
     assert proc.returncode == 1 and "webhook_max" in proc.stderr
 
 
@@ -278,11 +349,30 @@ def test_send_command_posts_like_the_producer(world: Any, tmp_path: Path) -> Non
     srv, w = world
     hook = w.webhook("owner", "cairn")
     src = FIXTURES / "cairn_artifact_created.json"
-    out = w.cli.json("send", "--url", hook["ingest_url"], "--source", "cairn",
-                     "--secret", hook["signing_secret"], "--stamp", str(src))
+    out = w.cli.json(
+        "send",
+        "--url",
+        hook["ingest_url"],
+        "--source",
+        "cairn",
+        "--secret",
+        hook["signing_secret"],
+        "--stamp",
+        str(src),
+    )
     assert out["status"] == 202 and out["response"]["created"] == 1
-    proc = w.cli.run("send", "--url", hook["ingest_url"], "--source", "cairn",
-                     "--secret", "whsec_wrong", "--stamp", str(src), check=False)
+    proc = w.cli.run(
+        "send",
+        "--url",
+        hook["ingest_url"],
+        "--source",
+        "cairn",
+        "--secret",
+        "whsec_wrong",
+        "--stamp",
+        str(src),
+        check=False,
+    )
     assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == 401
 
 
@@ -294,18 +384,21 @@ def test_database_going_away_answers_503_and_the_retry_lands_once(
     srv, w = own_world
     hook = w.webhook("owner", "generic")
     with database_refusing(pg_server, dsn):
-        resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
-                          timeout=60)
+        resp = httpx.post(
+            hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"}, timeout=60
+        )
         assert resp.status_code == 503, resp.text
     # The producer retries; the pool reconnects; the delivery lands exactly once.
     for _ in range(3):
-        resp = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
-                          timeout=60)
+        resp = httpx.post(
+            hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"}, timeout=60
+        )
         if resp.status_code == 202:
             break
     assert resp.status_code == 202 and resp.json()["created"] == 1
-    again = httpx.post(hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"},
-                       timeout=60)
+    again = httpx.post(
+        hook["ingest_url"], content=b"{}", headers={"X-Delivery-Id": "gone"}, timeout=60
+    )
     assert again.json()["created"] == 0
     assert _scalar(dsn, "SELECT count(*) FROM events") == 1
     assert _scalar(dsn, "SELECT count(*) FROM todos") == 1

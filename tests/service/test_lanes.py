@@ -42,7 +42,8 @@ class Lanes:
         await identity.add_human(self.rt, self.human)
         router = await self.vend("router", ["inbox"], ["inbox"])  # scoped to no lane
         hook = await webhooks.create_webhook(
-            self.rt, await self.rt.store.get_endpoint(router), "gitea", "inbox")
+            self.rt, await self.rt.store.get_endpoint(router), "gitea", "inbox"
+        )
         self.webhook_id = str(hook["webhook_id"])
         self.token = hook["ingest_url"].rsplit("/", 1)[1]
         self.secret = hook["signing_secret"].encode()
@@ -52,8 +53,14 @@ class Lanes:
 
     async def vend(self, name: str, queues: list[str], webhook_queues: list[str]) -> str:
         ep = await identity.vend_endpoint(
-            self.rt, owner=self.human, name=f"{self.human}-{name}", queues=queues,
-            webhook_queues=webhook_queues, source_types=["gitea"], webhook_max=1)
+            self.rt,
+            owner=self.human,
+            name=f"{self.human}-{name}",
+            queues=queues,
+            webhook_queues=webhook_queues,
+            source_types=["gitea"],
+            webhook_max=1,
+        )
         return str(ep["endpoint_id"])
 
     async def pool(self, name: str, queue: str) -> str:
@@ -62,11 +69,13 @@ class Lanes:
         await webhooks.add_route(self.rt, None, self.webhook_id, self.pools[name])
         return self.pools[name]
 
-    async def deliver(self, doc: dict[str, Any], *, kind: str = "issues",
-                      delivery: str | None = None) -> IngestReply:
+    async def deliver(
+        self, doc: dict[str, Any], *, kind: str = "issues", delivery: str | None = None
+    ) -> IngestReply:
         body = json.dumps(doc).encode()
-        headers = GiteaSource().sign(body, self.secret, kind,
-                                     delivery_id=delivery or str(uuid.uuid4()))
+        headers = GiteaSource().sign(
+            body, self.secret, kind, delivery_id=delivery or str(uuid.uuid4())
+        )
         return await ingest(self.rt, self.token, Headers(headers), body, "application/json")
 
     async def claim(self, pool: str) -> dict[str, Any]:
@@ -112,11 +121,19 @@ async def test_lanes_lifecycle(module_runtime: Runtime, module_dsn: str) -> None
     assert todo["todo_id"] == sized.body["todos"][0]["id"]
     order = todo["work_order"]
     assert order == {
-        "version": 1, "lane": "lane-m", "source": "gitea", "webhook_id": t.webhook_id,
-        "trust_mode": "signed", "verified": True,
-        "authorized_by": {"stage": "rule", "rule_id": "lane-m",
-                          "rule_name": "size:m label or lane:m tag"},
-        "subject": order["subject"], "authority": WORK_ORDER_AUTHORITY,
+        "version": 1,
+        "lane": "lane-m",
+        "source": "gitea",
+        "webhook_id": t.webhook_id,
+        "trust_mode": "signed",
+        "verified": True,
+        "authorized_by": {
+            "stage": "rule",
+            "rule_id": "lane-m",
+            "rule_name": "size:m label or lane:m tag",
+        },
+        "subject": order["subject"],
+        "authority": WORK_ORDER_AUTHORITY,
     }
     assert order["subject"]["key"] == SUBJECT and order["subject"]["number"] == 57
     assert order["subject"]["labels"] == ["bug", "size:m"]
@@ -125,13 +142,22 @@ async def test_lanes_lifecycle(module_runtime: Runtime, module_dsn: str) -> None
 
     # 3. A relabel (a fresh delivery about the same issue, same lane): a repeat, no todo.
     relabel_id = str(uuid.uuid4())
-    relabel = await t.deliver(issue(57, "bug", "size:m", "docs"), kind="issue_label",
-                              delivery=relabel_id)
-    assert relabel.body == {"todos": [], "created": 0, "repeat": True, "verified": True,
-                            "trust_mode": "signed"}
+    relabel = await t.deliver(
+        issue(57, "bug", "size:m", "docs"), kind="issue_label", delivery=relabel_id
+    )
+    assert relabel.body == {
+        "todos": [],
+        "created": 0,
+        "repeat": True,
+        "verified": True,
+        "trust_mode": "signed",
+    }
     [(disposition, trace)] = rows(
-        module_dsn, "SELECT disposition, routing_trace FROM events WHERE webhook_id = %s"
-        " AND external_id = %s", t.webhook_id, f"{t.webhook_id}:{relabel_id}")
+        module_dsn,
+        "SELECT disposition, routing_trace FROM events WHERE webhook_id = %s AND external_id = %s",
+        t.webhook_id,
+        f"{t.webhook_id}:{relabel_id}",
+    )
     assert disposition == "repeat"
     assert trace["once"] == "repeat" and trace["once_key"] == once_key(SUBJECT, "lane-m")
     assert trace["rule_id"] == "lane-m"
@@ -140,26 +166,34 @@ async def test_lanes_lifecycle(module_runtime: Runtime, module_dsn: str) -> None
     again = await t.deliver(issue(57, "bug", "size:m"), kind="issue_label", delivery=sized_id)
     assert where(again) == [(lane_m, "lane-m", False)]
     assert again.body["todos"][0]["id"] == sized.body["todos"][0]["id"]
-    assert (await t.deliver(issue(57, "bug", "size:m", "docs"), kind="issue_label",
-                            delivery=relabel_id)).body["repeat"] is True
+    assert (
+        await t.deliver(issue(57, "bug", "size:m", "docs"), kind="issue_label", delivery=relabel_id)
+    ).body["repeat"] is True
 
     # 5. Retention deletes the claiming event: the claim stays (no foreign key).
     with psycopg.connect(module_dsn) as conn:
-        conn.execute("DELETE FROM events WHERE webhook_id = %s AND external_id = %s",
-                     (t.webhook_id, f"{t.webhook_id}:{sized_id}"))
+        conn.execute(
+            "DELETE FROM events WHERE webhook_id = %s AND external_id = %s",
+            (t.webhook_id, f"{t.webhook_id}:{sized_id}"),
+        )
     assert (await t.deliver(issue(57, "size:m"), kind="issue_label")).body["repeat"] is True
 
     # 6. A re-size to another lane routes again.
     resized = await t.deliver(issue(57, "bug", "size:l"), kind="issue_label")
     assert where(resized) == [(lane_l, "lane-l", True)]
-    claims = rows(module_dsn, "SELECT once_key FROM routing_once WHERE webhook_id = %s"
-                  " ORDER BY created_at", t.webhook_id)
-    assert [k for (k,) in claims] == [once_key(SUBJECT, q) for q in ("triage", "lane-m",
-                                                                       "lane-l")]
+    claims = rows(
+        module_dsn,
+        "SELECT once_key FROM routing_once WHERE webhook_id = %s ORDER BY created_at",
+        t.webhook_id,
+    )
+    assert [k for (k,) in claims] == [once_key(SUBJECT, q) for q in ("triage", "lane-m", "lane-l")]
     # Every todo went to exactly one pool: never the router, never a second pool.
-    made = rows(module_dsn, "SELECT t.endpoint_id::text, t.queue FROM todos t JOIN events e"
-                " ON e.id = t.event_id WHERE e.webhook_id = %s ORDER BY t.created_at",
-                t.webhook_id)
+    made = rows(
+        module_dsn,
+        "SELECT t.endpoint_id::text, t.queue FROM todos t JOIN events e"
+        " ON e.id = t.event_id WHERE e.webhook_id = %s ORDER BY t.created_at",
+        t.webhook_id,
+    )
     assert made == [(triage, "triage"), (lane_l, "lane-l")]  # the lane-m event was deleted
 
 
@@ -185,19 +219,23 @@ async def test_exclusive_needs_a_drainer_at_save_and_at_delivery(
     with pytest.raises(RuleValidationError) as info:  # no hold endpoint: refused at save
         await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
     assert info.value.code == "not_granted" and info.value.rule_id == "hold"
-    rule = {"id": "m", "expr": "true",
-            "action": {"queue": "lane-m", "exclusive": True, "work_order": True}}
-    await rules.set_rules(t.rt, None, t.webhook_id, [rule],
-                          {"queue": "inbox", "exclusive": True})
+    rule = {
+        "id": "m",
+        "expr": "true",
+        "action": {"queue": "lane-m", "exclusive": True, "work_order": True},
+    }
+    await rules.set_rules(t.rt, None, t.webhook_id, [rule], {"queue": "inbox", "exclusive": True})
     # The lane's only endpoint is revoked after the save: the rule no longer reaches anyone.
     await identity.revoke_endpoint(t.rt, t.pools["lane-m"])
     reply = await t.deliver(issue(58, "size:m"), kind="issue_label")
-    [(trace,)] = rows(module_dsn, "SELECT routing_trace FROM events WHERE webhook_id = %s",
-                      t.webhook_id)
+    [(trace,)] = rows(
+        module_dsn, "SELECT routing_trace FROM events WHERE webhook_id = %s", t.webhook_id
+    )
     assert trace["stage"] == "default" and trace["cause"] == "rule_not_granted"
     assert trace["rule_id"] == "m"
-    router = rows(module_dsn, "SELECT endpoint_id::text FROM endpoint_webhooks WHERE id = %s",
-                  t.webhook_id)[0][0]
+    router = rows(
+        module_dsn, "SELECT endpoint_id::text FROM endpoint_webhooks WHERE id = %s", t.webhook_id
+    )[0][0]
     assert where(reply) == [(router, "inbox", True)]  # the exclusive default: the router
 
 
@@ -208,11 +246,17 @@ async def test_the_lifecycle_over_http(module_runtime: Runtime, module_server: A
     url = f"{module_server.base_url}/webhooks/w/{t.token}"
 
     async with httpx.AsyncClient(timeout=30) as client:
-        async def post(doc: dict[str, Any], kind: str, delivery: str | None = None
-                       ) -> httpx.Response:
+
+        async def post(
+            doc: dict[str, Any], kind: str, delivery: str | None = None
+        ) -> httpx.Response:
             body = json.dumps(doc).encode()
-            headers = {"Content-Type": "application/json", **GiteaSource().sign(
-                body, t.secret, kind, delivery_id=delivery or str(uuid.uuid4()))}
+            headers = {
+                "Content-Type": "application/json",
+                **GiteaSource().sign(
+                    body, t.secret, kind, delivery_id=delivery or str(uuid.uuid4())
+                ),
+            }
             return await client.post(url, content=body, headers=headers)
 
         def targets(resp: httpx.Response) -> list[tuple[str, str, bool]]:
@@ -226,8 +270,13 @@ async def test_the_lifecycle_over_http(module_runtime: Runtime, module_server: A
         assert targets(sized) == [(t.pools["lane-s"], "lane-s", True)]
         relabel = await post(issue(60, "size:s", "docs"), "issue_label")
         assert relabel.status_code == 202
-        assert relabel.json() == {"todos": [], "created": 0, "repeat": True, "verified": True,
-                                  "trust_mode": "signed"}
+        assert relabel.json() == {
+            "todos": [],
+            "created": 0,
+            "repeat": True,
+            "verified": True,
+            "trust_mode": "signed",
+        }
         again = await post(issue(60, "size:s"), "issue_label", sized_id)
         assert targets(again) == [(t.pools["lane-s"], "lane-s", False)]
         assert again.json()["todos"][0]["id"] == sized.json()["todos"][0]["id"]

@@ -27,23 +27,30 @@ def test_params_read(exprs: list[str], read: set[str] | None) -> None:
 
 
 def _config(n: int, params: dict[str, object] | None = None) -> RoutingConfig:
-    return RoutingConfig(rules=tuple({"id": f"r{i}", "expr": ".x", "action": {"drop": True}}
-                                     for i in range(n)), params=params or {})
+    return RoutingConfig(
+        rules=tuple({"id": f"r{i}", "expr": ".x", "action": {"drop": True}} for i in range(n)),
+        params=params or {},
+    )
 
 
 def test_findings_from_counts() -> None:
     config = _config(4, {"used": 1, "spare": 2})
     config.rules[0]["expr"] = "$params.used"
     shadows = [Counter(), Counter({0: 5}), Counter(), Counter()]
-    found = lint_findings(config, 10, matched=[7, 5, 0, 0], faulted=[0, 0, 10, 3],
-                          won=[7, 0, 0, 0], shadows=shadows)
+    found = lint_findings(
+        config, 10, matched=[7, 5, 0, 0], faulted=[0, 0, 10, 3], won=[7, 0, 0, 0], shadows=shadows
+    )
     assert [(f["rule_id"], f["kind"]) for f in found] == [
-        ("r1", "shadowed"), ("r2", "only_faults"), ("r3", "never_matched"),
-        (None, "unused_param")]
+        ("r1", "shadowed"),
+        ("r2", "only_faults"),
+        ("r3", "never_matched"),
+        (None, "unused_param"),
+    ]
     assert found[0]["shadowed_by"] == "r0" and found[3]["param"] == "spare"
     assert "faulted on 3" in found[2]["detail"]
-    assert lint_findings(config, 0, [0] * 4, [0] * 4, [0] * 4, shadows)[0]["kind"] == \
-        "unused_param"  # nothing evaluated: no rule finding, the params still read
+    assert (
+        lint_findings(config, 0, [0] * 4, [0] * 4, [0] * 4, shadows)[0]["kind"] == "unused_param"
+    )  # nothing evaluated: no rule finding, the params still read
 
 
 def test_match_and_explain_follow_live_first_match() -> None:
@@ -53,8 +60,16 @@ def test_match_and_explain_follow_live_first_match() -> None:
     match = match_of(config, verdicts)
     assert match.rule_index == 2 and [f.rule_id for f in match.faults] == ["r0"]
     assert [v["verdict"] for v in explained(config, verdicts)] == [
-        "error", "null", "matched", "not_reached"]
-    budget = [RuleVerdict("false"), RuleVerdict("error", "budget_exhausted", "spent"),
-              RuleVerdict("matched"), RuleVerdict("false")]
+        "error",
+        "null",
+        "matched",
+        "not_reached",
+    ]
+    budget = [
+        RuleVerdict("false"),
+        RuleVerdict("error", "budget_exhausted", "spent"),
+        RuleVerdict("matched"),
+        RuleVerdict("false"),
+    ]
     spent = match_of(config, budget)  # a spent budget ends the evaluation: no match
     assert spent.rule_index is None and spent.faults[0].cause == "budget_exhausted"

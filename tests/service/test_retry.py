@@ -33,7 +33,9 @@ def _todo(dsn: str, endpoint_id: str, queue: str = "inbox", key: str = "k1") -> 
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "INSERT INTO todos (endpoint_id, queue, idempotency_key, title) VALUES"
-            " (%s, %s, %s, 't') RETURNING id", (endpoint_id, queue, key)).fetchone()
+            " (%s, %s, %s, 't') RETURNING id",
+            (endpoint_id, queue, key),
+        ).fetchone()
     assert row is not None
     return str(row[0])
 

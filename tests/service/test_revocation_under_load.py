@@ -83,8 +83,9 @@ async def _stream_while(url: str, revoke: Callable[[], Any]) -> Run:
         while not stop.is_set():
             s = Sent(str(uuid.uuid4()), time.monotonic())
             sent.append(s)
-            resp = await client.post(url, content=b'{"n": 1}',
-                                     headers={"X-Delivery-Id": s.delivery_id})
+            resp = await client.post(
+                url, content=b'{"n": 1}', headers={"X-Delivery-Id": s.delivery_id}
+            )
             s.status = resp.status_code
             if resp.status_code == 202:
                 s.endpoints = [t["endpoint_id"] for t in resp.json()["todos"]]
@@ -111,9 +112,13 @@ def _rows(dsn: str, sql: str, *args: Any) -> list[Any]:
 def _delivered_to(dsn: str, hook: dict[str, Any], endpoint_id: str) -> set[str]:
     """The delivery ids of this webhook's todos for ``endpoint_id``, from the database."""
     prefix = f"{hook['webhook_id']}:"
-    ids = _rows(dsn, "SELECT e.external_id FROM todos t JOIN events e ON e.id = t.event_id"
-                     " WHERE t.endpoint_id = %s AND e.external_id LIKE %s",
-                endpoint_id, prefix + "%")
+    ids = _rows(
+        dsn,
+        "SELECT e.external_id FROM todos t JOIN events e ON e.id = t.event_id"
+        " WHERE t.endpoint_id = %s AND e.external_id LIKE %s",
+        endpoint_id,
+        prefix + "%",
+    )
     return {i.removeprefix(prefix) for i in ids}
 
 
@@ -132,60 +137,78 @@ def _assert_target_cut_off(run: Run, dsn: str, hook: dict[str, Any], w: World) -
 
 
 async def test_a_removed_route_gets_nothing_sent_after_the_removal(
-        world: World, module_dsn: str) -> None:
+    world: World, module_dsn: str
+) -> None:
     hook = world.webhook("owner", "generic")
     world.route(hook["webhook_id"], "target")
-    run = await _stream_while(hook["ingest_url"], lambda: world.cli.json(
-        "webhook", "route", "remove", hook["webhook_id"],
-        world.endpoints["target"]["endpoint_id"]))
+    run = await _stream_while(
+        hook["ingest_url"],
+        lambda: world.cli.json(
+            "webhook",
+            "route",
+            "remove",
+            hook["webhook_id"],
+            world.endpoints["target"]["endpoint_id"],
+        ),
+    )
     _assert_target_cut_off(run, module_dsn, hook, world)
 
 
 async def test_a_revoked_target_endpoint_gets_nothing_sent_after_the_revocation(
-        world: World, module_dsn: str) -> None:
+    world: World, module_dsn: str
+) -> None:
     hook = world.webhook("owner", "generic")
     world.route(hook["webhook_id"], "target")
-    run = await _stream_while(hook["ingest_url"], lambda: world.cli.json(
-        "endpoint", "revoke", world.endpoints["target"]["endpoint_id"]))
+    run = await _stream_while(
+        hook["ingest_url"],
+        lambda: world.cli.json("endpoint", "revoke", world.endpoints["target"]["endpoint_id"]),
+    )
     _assert_target_cut_off(run, module_dsn, hook, world)
 
 
 async def test_a_revoked_friendship_cuts_the_route_off(world: World, module_dsn: str) -> None:
     hook = world.webhook("owner", "generic")
     world.route(hook["webhook_id"], "target")
-    run = await _stream_while(hook["ingest_url"],
-                              lambda: world.friend("alice", "bob", state="revoked"))
+    run = await _stream_while(
+        hook["ingest_url"], lambda: world.friend("alice", "bob", state="revoked")
+    )
     _assert_target_cut_off(run, module_dsn, hook, world)
 
 
 async def test_a_deleted_webhook_answers_404_to_everything_sent_after(
-        world: World, module_dsn: str) -> None:
+    world: World, module_dsn: str
+) -> None:
     hook = world.webhook("owner", "generic")
-    run = await _stream_while(hook["ingest_url"], lambda: world.cli.json(
-        "webhook", "delete", hook["webhook_id"]))
+    run = await _stream_while(
+        hook["ingest_url"], lambda: world.cli.json("webhook", "delete", hook["webhook_id"])
+    )
     # Before: 202s, or 404 for one in flight that resolved its token just before the
     # delete committed and wrote just after (never a 500).
     assert 202 in {s.status for s in run.before}
     assert {s.status for s in run.before} <= {202, 404}
     assert {s.status for s in run.after} == {404}
     after = [f"{hook['webhook_id']}:{s.delivery_id}" for s in run.after]
-    assert _rows(module_dsn, "SELECT count(*) FROM events WHERE external_id = ANY(%s)",
-                 after) == [0]
+    assert _rows(module_dsn, "SELECT count(*) FROM events WHERE external_id = ANY(%s)", after) == [
+        0
+    ]
 
 
 async def test_a_token_rotated_without_overlap_answers_404_to_everything_sent_after(
-        world: World, module_dsn: str, tmp_path: Path) -> None:
+    world: World, module_dsn: str, tmp_path: Path
+) -> None:
     hook = world.webhook("owner", "generic")
     config = tmp_path / "no-overlap.toml"
     config.write_text("[ingest]\nrotation_overlap_hours = 0\n")
     rotating = CLI({**world.cli.env, "SWITCHBOARD_CONFIG": str(config)})
-    run = await _stream_while(hook["ingest_url"], lambda: rotating.json(
-        "webhook", "rotate", hook["webhook_id"]))
+    run = await _stream_while(
+        hook["ingest_url"], lambda: rotating.json("webhook", "rotate", hook["webhook_id"])
+    )
     assert run.answer["previous_until"] is None
     assert {s.status for s in run.before} - {404} == {202}  # in flight: either
     assert {s.status for s in run.after} == {404}
     after = [f"{hook['webhook_id']}:{s.delivery_id}" for s in run.after]
-    assert _rows(module_dsn, "SELECT count(*) FROM events WHERE external_id = ANY(%s)",
-                 after) == [0]
+    assert _rows(module_dsn, "SELECT count(*) FROM events WHERE external_id = ANY(%s)", after) == [
+        0
+    ]
     fresh = httpx.post(run.answer["ingest_url"], content=b"{}", timeout=30)
     assert fresh.status_code == 202, fresh.text

@@ -32,12 +32,17 @@ _endpoint = vended_endpoint
 
 def _todos(dsn: str, endpoint_id: str, queue: str, n: int) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return [str(conn.execute(
-            "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
-            " routing_trace) VALUES (%s, %s, %s, %s, '{\"n\": 1}',"
-            " '{\"stage\": \"default\"}') RETURNING id",
-            (endpoint_id, queue, f"k{queue}{i}", f"t{i}"),
-        ).fetchone()[0]) for i in range(n)]  # type: ignore[index]
+        return [
+            str(
+                conn.execute(
+                    "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
+                    " routing_trace) VALUES (%s, %s, %s, %s, '{\"n\": 1}',"
+                    ' \'{"stage": "default"}\') RETURNING id',
+                    (endpoint_id, queue, f"k{queue}{i}", f"t{i}"),
+                ).fetchone()[0]
+            )
+            for i in range(n)
+        ]  # type: ignore[index]
 
 
 async def test_claim_complete_and_scope(rt: Runtime, dsn: str) -> None:
@@ -116,7 +121,9 @@ async def test_expired_lease_is_claimable_again(rt: Runtime, dsn: str) -> None:
     with pytest.raises(Conflict):  # the first claimant lost it
         await todos.complete(rt, me, tid, owner="worker-1")
     await asyncio.sleep(0.3)
-    assert (await todos.claim(rt, me, tid, owner="worker-3", lease_ttl_seconds=0.2))["todo"]["attempts"] == 3
+    assert (await todos.claim(rt, me, tid, owner="worker-3", lease_ttl_seconds=0.2))["todo"][
+        "attempts"
+    ] == 3
     await asyncio.sleep(0.3)
     # Its attempts are spent: an expired lease now buries it instead.
     assert (await todos.claim_next(rt, me, owner="worker-4")) == {"empty": True}

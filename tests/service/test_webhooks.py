@@ -14,8 +14,14 @@ from switchboard.sources import Headers
 async def _owner(rt: Runtime) -> dict:
     await identity.add_human(rt, "alice")
     made = await identity.vend_endpoint(
-        rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
-        source_types=["generic", "github"], webhook_max=4)
+        rt,
+        owner="alice",
+        name="owner",
+        queues=["inbox"],
+        webhook_queues=["inbox"],
+        source_types=["generic", "github"],
+        webhook_max=4,
+    )
     return await rt.store.get_endpoint(made["endpoint_id"])
 
 
@@ -24,8 +30,7 @@ def _token(created: dict) -> str:
 
 
 async def _post(rt: Runtime, token: str, delivery: str) -> int:
-    reply = await ingest(rt, token, Headers({"X-Delivery-Id": delivery}), b"{}",
-                         "application/json")
+    reply = await ingest(rt, token, Headers({"X-Delivery-Id": delivery}), b"{}", "application/json")
     return reply.status
 
 
@@ -34,7 +39,8 @@ async def test_the_ingest_token_is_stored_only_as_its_hash(runtime: Runtime) -> 
     created = await webhooks.create_webhook(runtime, owner, "github", "inbox")
     token = _token(created)
     rows = await runtime.store.db.fetchall(
-        "SELECT row_to_json(w)::text AS doc FROM endpoint_webhooks w")
+        "SELECT row_to_json(w)::text AS doc FROM endpoint_webhooks w"
+    )
     stored = rows[0]["doc"]
     assert token not in stored and hash_token(token) in stored
     assert created["signing_secret"] not in stored
@@ -48,7 +54,9 @@ async def test_the_ingest_token_is_stored_only_as_its_hash(runtime: Runtime) -> 
 async def _end_overlap(rt: Runtime, webhook_id: str) -> None:
     await rt.store.db.fetchone(
         "UPDATE endpoint_webhooks SET previous_until = now() - interval '1 second'"
-        " WHERE id = %s RETURNING id", (webhook_id,))
+        " WHERE id = %s RETURNING id",
+        (webhook_id,),
+    )
 
 
 async def test_deliveries_find_the_webhook_by_the_hash_and_rotation_retires_the_old_token(

@@ -65,7 +65,6 @@ def test_items_submitted_in_one_turn_of_the_loop_share_one_flush() -> None:
 def test_items_arriving_during_a_flush_go_together_up_to_the_cap() -> None:
     flushes: list[list[int]] = []
 
-
     async def main() -> None:
         release = asyncio.Event()
 

@@ -31,9 +31,11 @@ async def _in_one_batch(rt: Runtime, eps: list[str], *calls: Any) -> list[Any]:
     """Run ``calls`` (record_delivery coroutines) as one batch behind a lead delivery: they
     are all submitted during the lead's turn of the loop, so all go in its flush."""
     before = _batches()
-    outs = await asyncio.gather(rt.store.record_delivery(_event(f"lead-{len(calls)}-{before[0]}"),
-                                                         TODO, eps),
-                                *calls, return_exceptions=True)
+    outs = await asyncio.gather(
+        rt.store.record_delivery(_event(f"lead-{len(calls)}-{before[0]}"), TODO, eps),
+        *calls,
+        return_exceptions=True,
+    )
     flushes, items = _batches()
     assert (flushes - before[0], items - before[1]) == (1, len(calls) + 1), "not one batch"
     assert isinstance(outs[0], DeliveryOutcome) and outs[0].new_event
@@ -42,19 +44,34 @@ async def _in_one_batch(rt: Runtime, eps: list[str], *calls: Any) -> list[Any]:
 
 async def _endpoints(rt: Runtime, n: int = 2) -> list[str]:
     await identity.add_human(rt, "alice")
-    return [str((await identity.vend_endpoint(rt, owner="alice", name=f"ep{i}",
-                                              queues=["inbox"]))["endpoint_id"])
-            for i in range(n)]
+    return [
+        str(
+            (await identity.vend_endpoint(rt, owner="alice", name=f"ep{i}", queues=["inbox"]))[
+                "endpoint_id"
+            ]
+        )
+        for i in range(n)
+    ]
 
 
-def _event(external_id: str, *, disposition: str = "routed",
-           trace: dict[str, Any] | None = None) -> dict[str, Any]:
+def _event(
+    external_id: str, *, disposition: str = "routed", trace: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
-        "source": "generic", "kind": None, "external_id": external_id,
-        "headers": {"content-type": "application/json"}, "raw_headers": b"content-type: x",
-        "body": b"{}", "content_type": "application/json", "size": 2, "verified": False,
-        "trust_mode": "token", "verify_detail": None, "webhook_id": None,
-        "routing_trace": trace or {"stage": "default"}, "disposition": disposition,
+        "source": "generic",
+        "kind": None,
+        "external_id": external_id,
+        "headers": {"content-type": "application/json"},
+        "raw_headers": b"content-type: x",
+        "body": b"{}",
+        "content_type": "application/json",
+        "size": 2,
+        "verified": False,
+        "trust_mode": "token",
+        "verify_detail": None,
+        "webhook_id": None,
+        "routing_trace": trace or {"stage": "default"},
+        "disposition": disposition,
     }
 
 
@@ -79,21 +96,30 @@ async def test_a_lone_delivery_is_written_at_once_in_a_batch_of_one(runtime: Run
 
 
 async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
-        runtime: Runtime, dsn: str) -> None:
+    runtime: Runtime, dsn: str
+) -> None:
     eps = await _endpoints(runtime)
     before = _batches()
     n = 60
     # Every byte value in the bodies and header blocks, and text that needs escaping in
     # JSON, stored exactly as given (a batch travels as one JSON document, bytes in base64).
-    bodies = [bytes(range(256)) * (i % 3) + f"\r\n{i}\x00\xff".encode("latin-1")
-              for i in range(n)]
+    bodies = [bytes(range(256)) * (i % 3) + f"\r\n{i}\x00\xff".encode("latin-1") for i in range(n)]
     titles = [f't{i} "quoted" \\ \u00e9 \U0001f600 \n' for i in range(n)]
-    outs = await asyncio.gather(*[
-        runtime.store.record_delivery(
-            {**_event(f"c{i}"), "body": bodies[i], "raw_headers": bodies[-1 - i],
-             "size": len(bodies[i])},
-            {**TODO, "title": titles[i]}, eps)
-        for i in range(n)])
+    outs = await asyncio.gather(
+        *[
+            runtime.store.record_delivery(
+                {
+                    **_event(f"c{i}"),
+                    "body": bodies[i],
+                    "raw_headers": bodies[-1 - i],
+                    "size": len(bodies[i]),
+                },
+                {**TODO, "title": titles[i]},
+                eps,
+            )
+            for i in range(n)
+        ]
+    )
     flushes, items = _batches()
     assert items - before[1] == n
     assert flushes - before[0] < n / 4, "concurrent deliveries were not written together"
@@ -102,20 +128,25 @@ async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
         for i, out in enumerate(outs):
             assert out.new_event and [t["endpoint_id"] for t in out.todos] == eps
             assert all(t["created"] for t in out.todos)
-            rows = conn.execute("SELECT e.external_id, t.title, t.endpoint_id::text, e.body,"
-                                " e.raw_headers FROM todos t JOIN events e ON e.id = t.event_id"
-                                " WHERE t.id = ANY(%s::uuid[])",
-                                ([t["id"] for t in out.todos],)).fetchall()
-            assert sorted(rows) == sorted((f"c{i}", titles[i], e, bodies[i], bodies[-1 - i])
-                                          for e in eps)
+            rows = conn.execute(
+                "SELECT e.external_id, t.title, t.endpoint_id::text, e.body,"
+                " e.raw_headers FROM todos t JOIN events e ON e.id = t.event_id"
+                " WHERE t.id = ANY(%s::uuid[])",
+                ([t["id"] for t in out.todos],),
+            ).fetchall()
+            assert sorted(rows) == sorted(
+                (f"c{i}", titles[i], e, bodies[i], bodies[-1 - i]) for e in eps
+            )
     assert _count(dsn, "SELECT count(*) FROM todos") == 2 * n
 
 
 async def test_the_same_delivery_twice_in_one_batch_is_one_event_like_a_redelivery(
-        runtime: Runtime, dsn: str) -> None:
+    runtime: Runtime, dsn: str
+) -> None:
     eps = await _endpoints(runtime)
     outs = await _in_one_batch(
-        runtime, eps,
+        runtime,
+        eps,
         runtime.store.record_delivery(_event("dup"), TODO, eps),
         runtime.store.record_delivery(_event("other"), TODO, eps),
         runtime.store.record_delivery(_event("dup"), TODO, eps),
@@ -135,20 +166,21 @@ async def test_the_same_delivery_twice_in_one_batch_is_one_event_like_a_redelive
     assert drop2 == DeliveryOutcome(drop1.event_id, False, True)
     assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'dup'") == 1
     assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'gone'") == 1
-    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key IN ('dup', 'other')"
-                  ) == 4
+    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key IN ('dup', 'other')") == 4
     # And across batches, the same answer.
     later = await runtime.store.record_delivery(_event("dup"), TODO, eps)
     assert later == second
 
 
 async def test_once_claims_in_one_batch_hold_once_and_repeat_the_rest(
-        runtime: Runtime, dsn: str) -> None:
+    runtime: Runtime, dsn: str
+) -> None:
     eps = await _endpoints(runtime, 1)
     wid = "00000000-0000-0000-0000-000000000001"
     claim = OnceClaim(wid, "issue:7@inbox", {"stage": "default", "once": "repeat"})
     a, b, a_again = await _in_one_batch(
-        runtime, eps,
+        runtime,
+        eps,
         runtime.store.record_delivery(_event("o-a"), TODO, eps, claim),
         runtime.store.record_delivery(_event("o-b"), TODO, eps, claim),
         runtime.store.record_delivery(_event("o-a"), TODO, eps, claim),
@@ -157,13 +189,20 @@ async def test_once_claims_in_one_batch_hold_once_and_repeat_the_rest(
     assert holder.new_event and [t["created"] for t in holder.todos] == [True]
     assert repeat.new_event and repeat.repeat and not repeat.todos
     if holder is a:
-        assert a_again == DeliveryOutcome(a.event_id, False, False,
-                                          [{**a.todos[0], "created": False}])
+        assert a_again == DeliveryOutcome(
+            a.event_id, False, False, [{**a.todos[0], "created": False}]
+        )
     else:
         assert a_again == DeliveryOutcome(a.event_id, False, False, repeat=True)
     assert _count(dsn, "SELECT count(*) FROM events WHERE external_id LIKE 'o-%%'") == 2
-    assert _count(dsn, "SELECT count(*) FROM events WHERE disposition = 'repeat'"
-                       " AND routing_trace->>'once' = 'repeat'") == 1
+    assert (
+        _count(
+            dsn,
+            "SELECT count(*) FROM events WHERE disposition = 'repeat'"
+            " AND routing_trace->>'once' = 'repeat'",
+        )
+        == 1
+    )
     assert _count(dsn, "SELECT count(*) FROM routing_once") == 1
     assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key LIKE 'o-%%'") == 1
 
@@ -171,47 +210,62 @@ async def test_once_claims_in_one_batch_hold_once_and_repeat_the_rest(
 async def test_a_delivery_postgresql_rejects_fails_alone(runtime: Runtime, dsn: str) -> None:
     eps = await _endpoints(runtime)
     bad = _event("bad", trace={"stage": "default", "detail": "nul \u0000 inside"})
-    outs = await _in_one_batch(runtime, eps, *[
-        runtime.store.record_delivery(bad if i == 5 else _event(f"ok{i}"), TODO, eps)
-        for i in range(12)])
+    outs = await _in_one_batch(
+        runtime,
+        eps,
+        *[
+            runtime.store.record_delivery(bad if i == 5 else _event(f"ok{i}"), TODO, eps)
+            for i in range(12)
+        ],
+    )
     assert isinstance(outs[5], psycopg.DataError), outs[5]
     good = [o for i, o in enumerate(outs) if i != 5]
-    assert all(isinstance(o, DeliveryOutcome) and o.new_event and len(o.todos) == 2
-               for o in good), good
+    assert all(
+        isinstance(o, DeliveryOutcome) and o.new_event and len(o.todos) == 2 for o in good
+    ), good
     assert _count(dsn, "SELECT count(*) FROM events WHERE external_id LIKE 'ok%%'") == 11
     assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'bad'") == 0
     assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key LIKE 'ok%%'") == 22
 
 
 async def test_a_delivery_whose_webhook_was_deleted_meanwhile_is_not_found_alone(
-        runtime: Runtime, dsn: str) -> None:
+    runtime: Runtime, dsn: str
+) -> None:
     """Its token resolved, then the webhook went: a 404 for it (nothing stored), the rest
     of its batch written."""
     eps = await _endpoints(runtime)
     gone = {**_event("orphan"), "webhook_id": "00000000-0000-4000-8000-000000000000"}
-    outs = await asyncio.gather(*[
-        runtime.store.record_delivery(gone if i == 2 else _event(f"w{i}"), TODO, eps)
-        for i in range(6)], return_exceptions=True)
+    outs = await asyncio.gather(
+        *[
+            runtime.store.record_delivery(gone if i == 2 else _event(f"w{i}"), TODO, eps)
+            for i in range(6)
+        ],
+        return_exceptions=True,
+    )
     assert isinstance(outs[2], NotFound) and str(outs[2]) == "unknown webhook", outs[2]
-    assert all(isinstance(o, DeliveryOutcome) and o.new_event
-               for i, o in enumerate(outs) if i != 2), outs
+    assert all(
+        isinstance(o, DeliveryOutcome) and o.new_event for i, o in enumerate(outs) if i != 2
+    ), outs
     assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'orphan'") == 0
     assert _count(dsn, "SELECT count(*) FROM events") == 5
 
 
 async def test_a_database_lost_mid_batch_fails_the_batch_and_a_retry_writes_once(
-        runtime: Runtime, dsn: str, pg_server: Any) -> None:
+    runtime: Runtime, dsn: str, pg_server: Any
+) -> None:
     eps = await _endpoints(runtime)
     # Another session holds an uncommitted event of one key: the batch's statement waits
     # on it, and the database goes while it does.
     blocker = await psycopg.AsyncConnection.connect(dsn)
     await blocker.execute(
         "INSERT INTO events (source, external_id, body, size, verified, trust_mode,"
-        " disposition) VALUES ('generic', 'm2', '', 0, false, 'token', 'routed')")
+        " disposition) VALUES ('generic', 'm2', '', 0, false, 'token', 'routed')"
+    )
     # The held key first: it is flushed alone and waits; the rest queue behind it.
     keys = ["m2", "m0", "m1", "m3", "m4"]
-    calls = [asyncio.ensure_future(runtime.store.record_delivery(_event(k), TODO, eps))
-             for k in keys]
+    calls = [
+        asyncio.ensure_future(runtime.store.record_delivery(_event(k), TODO, eps)) for k in keys
+    ]
     await asyncio.sleep(0.5)
     assert not any(c.done() for c in calls), "the batch did not wait on the held key"
     with database_refusing(pg_server, dsn):
@@ -223,23 +277,26 @@ async def test_a_database_lost_mid_batch_fails_the_batch_and_a_retry_writes_once
     # The producers retry: each delivery is written exactly once.
     for _attempt in range(20):
         try:
-            retried = await asyncio.gather(*[
-                runtime.store.record_delivery(_event(k), TODO, eps) for k in keys])
+            retried = await asyncio.gather(
+                *[runtime.store.record_delivery(_event(k), TODO, eps) for k in keys]
+            )
             break
         except StoreUnavailable:  # the pool is still reconnecting
             await asyncio.sleep(0.2)
     else:
         pytest.fail("the store did not recover")
     assert all(o.new_event and len(o.todos) == 2 for o in retried)
-    again = await asyncio.gather(*[runtime.store.record_delivery(_event(k), TODO, eps)
-                                   for k in keys])
+    again = await asyncio.gather(
+        *[runtime.store.record_delivery(_event(k), TODO, eps) for k in keys]
+    )
     assert all(not o.new_event and not any(t["created"] for t in o.todos) for o in again)
     assert _count(dsn, "SELECT count(*) FROM events") == 5
     assert _count(dsn, "SELECT count(*) FROM todos") == 10
 
 
 async def test_two_workers_batches_of_the_same_keys_do_not_deadlock(
-        runtime: Runtime, dsn: str) -> None:
+    runtime: Runtime, dsn: str
+) -> None:
     """Two stores (two workers' pools) write the same keys in opposite orders at once."""
     eps = await _endpoints(runtime)
     other = Store(Database(dsn, min_size=1, max_size=4))
@@ -249,7 +306,8 @@ async def test_two_workers_batches_of_the_same_keys_do_not_deadlock(
         for r in range(5):
             outs = await asyncio.gather(
                 *[runtime.store.record_delivery(_event(f"{k}-{r}"), TODO, eps) for k in keys],
-                *[other.record_delivery(_event(f"{k}-{r}"), TODO, eps) for k in reversed(keys)])
+                *[other.record_delivery(_event(f"{k}-{r}"), TODO, eps) for k in reversed(keys)],
+            )
             by_key: dict[str, list[DeliveryOutcome]] = {}
             for k, o in zip(keys + keys[::-1], outs, strict=True):
                 by_key.setdefault(k, []).append(o)
@@ -272,8 +330,9 @@ async def test_ingest_batch_max_caps_a_batch(dsn: str, tmp_path: Path) -> None:
         assert rt.store.writes.max_size == 3
         eps = await _endpoints(rt, 1)
         before = _batches()
-        outs = await asyncio.gather(*[rt.store.record_delivery(_event(f"cap{i}"), TODO, eps)
-                                      for i in range(10)])
+        outs = await asyncio.gather(
+            *[rt.store.record_delivery(_event(f"cap{i}"), TODO, eps) for i in range(10)]
+        )
         assert all(o.new_event for o in outs)
         assert _batches()[0] - before[0] == 4  # 3 + 3 + 3 + 1
     finally:
@@ -290,26 +349,33 @@ def test_ingest_batch_max_out_of_range_names_the_key(tmp_path: Path, value: str)
 
 
 async def test_a_live_todo_with_the_key_is_reported_not_made_again(
-        runtime: Runtime, dsn: str) -> None:
+    runtime: Runtime, dsn: str
+) -> None:
     """The event is gone (retention) but a todo of its key is still live: a new event of the
     key reports that todo for its endpoint and makes the other endpoint's, in a batch."""
     eps = await _endpoints(runtime)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "INSERT INTO todos (endpoint_id, queue, idempotency_key, title) VALUES"
-            " (%s, 'inbox', 'kept', 'old') RETURNING id::text", (eps[1],)).fetchone()
+            " (%s, 'inbox', 'kept', 'old') RETURNING id::text",
+            (eps[1],),
+        ).fetchone()
         assert row is not None
     kept, other, again = await asyncio.gather(
         runtime.store.record_delivery(_event("kept"), TODO, eps),
         runtime.store.record_delivery(_event("fresh"), TODO, eps),
-        runtime.store.record_delivery(_event("kept"), TODO, eps))
+        runtime.store.record_delivery(_event("kept"), TODO, eps),
+    )
     assert kept.new_event
-    assert [(t["endpoint_id"], t["created"]) for t in kept.todos] == [(eps[0], True),
-                                                                      (eps[1], False)]
+    assert [(t["endpoint_id"], t["created"]) for t in kept.todos] == [
+        (eps[0], True),
+        (eps[1], False),
+    ]
     assert kept.todos[1]["id"] == row[0]
     assert other.new_event and all(t["created"] for t in other.todos)
     # A redelivery reports the todos its event made (as one across batches would).
-    assert again == DeliveryOutcome(kept.event_id, False, False,
-                                    [{**kept.todos[0], "created": False}])
+    assert again == DeliveryOutcome(
+        kept.event_id, False, False, [{**kept.todos[0], "created": False}]
+    )
     assert again == await runtime.store.record_delivery(_event("kept"), TODO, eps)
     assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key = 'kept'") == 2

@@ -16,17 +16,54 @@ from switchboard.secrets_box import hash_token
 from switchboard.store import migrate
 
 EXPECTED_COLUMNS = {
-    "endpoint_webhooks": {"routing",
-                          "ingest_token_hash", "signing_secret_enc", "rotated_at", "trust_mode", "target_queue"},
-    "events": {"webhook_id", "routing_trace", "external_id", "headers", "body", "verified",
-               "trust_mode", "verify_detail", "received_at", "size", "content_type",
-               "raw_headers", "disposition"},
-    "todos": {"routing_trace", "work_order", "idempotency_key", "lease_expires_at", "attempts",
-              "owner", "event_id", "payload", "title", "state", "queue"},
+    "endpoint_webhooks": {
+        "routing",
+        "ingest_token_hash",
+        "signing_secret_enc",
+        "rotated_at",
+        "trust_mode",
+        "target_queue",
+    },
+    "events": {
+        "webhook_id",
+        "routing_trace",
+        "external_id",
+        "headers",
+        "body",
+        "verified",
+        "trust_mode",
+        "verify_detail",
+        "received_at",
+        "size",
+        "content_type",
+        "raw_headers",
+        "disposition",
+    },
+    "todos": {
+        "routing_trace",
+        "work_order",
+        "idempotency_key",
+        "lease_expires_at",
+        "attempts",
+        "owner",
+        "event_id",
+        "payload",
+        "title",
+        "state",
+        "queue",
+    },
     "routing_once": {"webhook_id", "once_key", "event_id", "created_at"},
     "webhook_routes": {"webhook_id", "target_endpoint_id", "granted_by", "granted_at"},
-    "endpoints": {"token_hash", "scope_queues", "webhook_queues", "webhook_source_types",
-                  "webhook_max", "state", "expires_at", "owner_human"},
+    "endpoints": {
+        "token_hash",
+        "scope_queues",
+        "webhook_queues",
+        "webhook_source_types",
+        "webhook_max",
+        "state",
+        "expires_at",
+        "owner_human",
+    },
     "friendships": {"from_human", "to_human", "state"},
 }
 
@@ -47,12 +84,17 @@ def test_apply_is_recorded_and_idempotent(empty_dsn: str) -> None:
         keys = [r[0] for r in conn.execute("SELECT key FROM schema_migrations ORDER BY key")]
         assert keys == sorted(m.key for m in migs)
         for table, cols in EXPECTED_COLUMNS.items():
-            have = {r[0] for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
-                (table,))}
+            have = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+                    (table,),
+                )
+            }
             assert cols <= have, (table, cols - have)
         idx = conn.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_events_webhook'").fetchone()
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_events_webhook'"
+        ).fetchone()
         assert idx and "received_at DESC" in idx[0]
 
 
@@ -65,15 +107,21 @@ def test_existing_ingest_tokens_are_hashed_in_place(empty_dsn: str) -> None:
         conn.execute("INSERT INTO humans (name) VALUES ('old')")
         conn.execute(
             "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs)"
-            " SELECT id, 'ep', 'h', '{inbox}', '{}' FROM humans")
+            " SELECT id, 'ep', 'h', '{inbox}', '{}' FROM humans"
+        )
         conn.execute(
             "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue, trust_mode,"
-            " ingest_token) SELECT id, 'generic', 'inbox', 'token', 'tok-1' FROM endpoints")
+            " ingest_token) SELECT id, 'generic', 'inbox', 'token', 'tok-1' FROM endpoints"
+        )
     assert asyncio.run(migrate.apply(empty_dsn, migs))
     with psycopg.connect(empty_dsn) as conn:
-        cols = {r[0] for r in conn.execute(
-            "SELECT column_name FROM information_schema.columns"
-            " WHERE table_name = 'endpoint_webhooks'")}
+        cols = {
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = 'endpoint_webhooks'"
+            )
+        }
         assert "ingest_token" not in cols
         row = conn.execute("SELECT ingest_token_hash FROM endpoint_webhooks").fetchone()
         assert row is not None and row[0] == hash_token("tok-1")
@@ -88,31 +136,46 @@ def test_routing_config_and_dispositions_are_carried_over(empty_dsn: str) -> Non
         conn.execute("INSERT INTO humans (name) VALUES ('old')")
         conn.execute(
             "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs)"
-            " SELECT id, 'ep', 'h', '{inbox}', '{}' FROM humans")
-        for n, (routing_rules, default) in enumerate(
-                [(rules, {"queue": "inbox"}), ([], None)]):
+            " SELECT id, 'ep', 'h', '{inbox}', '{}' FROM humans"
+        )
+        for n, (routing_rules, default) in enumerate([(rules, {"queue": "inbox"}), ([], None)]):
             conn.execute(
                 "INSERT INTO endpoint_webhooks (endpoint_id, source_type, target_queue, trust_mode,"
                 " ingest_token_hash, routing_rules, default_action, routing_params)"
                 " SELECT id, 'generic', 'inbox', 'token', %s, %s, %s, %s FROM endpoints",
-                (f"h{n}", Jsonb(routing_rules), Jsonb(default) if default else None,
-                 Jsonb({"n": n})))
-        for n, trace in enumerate([{"stage": "rule", "action": {"drop": True}},
-                                   {"stage": "default", "action": {"queue": "inbox"}}]):
+                (
+                    f"h{n}",
+                    Jsonb(routing_rules),
+                    Jsonb(default) if default else None,
+                    Jsonb({"n": n}),
+                ),
+            )
+        for n, trace in enumerate(
+            [
+                {"stage": "rule", "action": {"drop": True}},
+                {"stage": "default", "action": {"queue": "inbox"}},
+            ]
+        ):
             conn.execute(
                 "INSERT INTO events (source, external_id, headers, body, verified, trust_mode,"
                 " routing_trace, size) VALUES ('generic', %s, '{}', '', false, 'token', %s, 0)",
-                (f"e{n}", Jsonb(trace)))
+                (f"e{n}", Jsonb(trace)),
+            )
     assert asyncio.run(migrate.apply(empty_dsn, migs))
     with psycopg.connect(empty_dsn) as conn:
-        routing = [r[0] for r in conn.execute(
-            "SELECT routing FROM endpoint_webhooks ORDER BY ingest_token_hash")]
+        routing = [
+            r[0]
+            for r in conn.execute(
+                "SELECT routing FROM endpoint_webhooks ORDER BY ingest_token_hash"
+            )
+        ]
         assert routing == [
             {"rules": rules, "default_action": {"queue": "inbox"}, "params": {"n": 0}},
             {"rules": [], "default_action": None, "params": {"n": 1}},
         ]
-        dispositions = [r[0] for r in conn.execute(
-            "SELECT disposition FROM events ORDER BY external_id")]
+        dispositions = [
+            r[0] for r in conn.execute("SELECT disposition FROM events ORDER BY external_id")
+        ]
         assert dispositions == ["dropped", "routed"]
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("UPDATE events SET disposition = 'lost'")
@@ -122,8 +185,13 @@ def test_routing_config_and_dispositions_are_carried_over(empty_dsn: str) -> Non
 def test_two_concurrent_migrate_commands_both_succeed(empty_dsn: str, tmp_path: Path) -> None:
     env = make_env(empty_dsn, tmp_path / "data")
     procs = [
-        subprocess.Popen([*SWITCHBOARD, "migrate"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*SWITCHBOARD, "migrate"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -151,6 +219,8 @@ def test_a_failing_migration_rolls_back_alone(empty_dsn: str, tmp_path: Path) ->
     with psycopg.connect(empty_dsn) as conn:
         keys = {r[0] for r in conn.execute("SELECT key FROM schema_migrations")}
         assert "plug/0001_ok.sql" in keys and "plug/0002_bad.sql" not in keys
-        tables = {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'plug_%'")}
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'plug_%'")
+        }
         assert tables == {"plug_ok"}

@@ -17,9 +17,15 @@ async def _webhook(rt: Runtime, name: str) -> tuple[dict[str, Any], str]:
         await identity.add_human(rt, "alice")
     except SwitchboardError:  # added by an earlier call
         pass
-    made = await identity.vend_endpoint(rt, owner="alice", name=name, queues=["inbox"],
-                                        webhook_queues=["inbox"], source_types=["generic"],
-                                        webhook_max=1)
+    made = await identity.vend_endpoint(
+        rt,
+        owner="alice",
+        name=name,
+        queues=["inbox"],
+        webhook_queues=["inbox"],
+        source_types=["generic"],
+        webhook_max=1,
+    )
     owner = await rt.store.get_endpoint(made["endpoint_id"])
     hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
     return hook, hook["ingest_url"].rsplit("/", 1)[-1]
@@ -47,7 +53,8 @@ def _count_queries(rt: Runtime) -> list[list[str]]:
 
 
 async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
-        runtime: Runtime) -> None:
+    runtime: Runtime,
+) -> None:
     one, one_token = await _webhook(runtime, "one")
     two, two_token = await _webhook(runtime, "two")
     queries = _count_queries(runtime)
@@ -58,8 +65,13 @@ async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
     assert len(queries) == 1
     assert sorted(queries[0]) == sorted({hash_token(t) for t in asked})
     assert [r and r["id"] for r in got] == [
-        one["webhook_id"], two["webhook_id"], None, one["webhook_id"], two["webhook_id"],
-        one["webhook_id"]]
+        one["webhook_id"],
+        two["webhook_id"],
+        None,
+        one["webhook_id"],
+        two["webhook_id"],
+        one["webhook_id"],
+    ]
     # The same answer as a lone lookup, column for column, without the batch's own columns.
     alone = await runtime.store.resolve_webhook_by_id(one["webhook_id"])
     assert got[0] == alone and got[3] == alone
@@ -78,8 +90,9 @@ async def test_the_batch_cap_splits_a_crowd(runtime: Runtime) -> None:
     hook, token = await _webhook(runtime, "capped")
     runtime.store.resolver.max_size = 3
     queries = _count_queries(runtime)
-    got = await asyncio.gather(*[runtime.store.resolve_webhook(hash_token(token))
-                                 for _ in range(7)])
+    got = await asyncio.gather(
+        *[runtime.store.resolve_webhook(hash_token(token)) for _ in range(7)]
+    )
     assert {r["id"] for r in got if r} == {hook["webhook_id"]} and len(got) == 7
     assert [len(q) for q in queries] == [1, 1, 1]  # 3 + 3 + 1 callers, one hash each
 
@@ -92,16 +105,21 @@ async def test_the_previous_token_resolves_only_inside_its_window(runtime: Runti
     new = (await webhooks.rotate_webhook(runtime, owner, hook["webhook_id"]))["ingest_url"]
     new = new.rsplit("/", 1)[-1]
     store = runtime.store
-    previous, current = await asyncio.gather(store.resolve_webhook(hash_token(old)),
-                                             store.resolve_webhook(hash_token(new)))
+    previous, current = await asyncio.gather(
+        store.resolve_webhook(hash_token(old)), store.resolve_webhook(hash_token(new))
+    )
     assert previous is not None and current is not None
     assert previous["id"] == current["id"] == hook["webhook_id"]
     assert previous["in_overlap"] is True
     # The window closes (as if 24 hours had passed): the old token is unknown at once.
-    await store.db.fetchone("UPDATE endpoint_webhooks SET previous_until = now() - interval"
-                            " '1 second' WHERE id = %s RETURNING id", (hook["webhook_id"],))
-    previous, current = await asyncio.gather(store.resolve_webhook(hash_token(old)),
-                                             store.resolve_webhook(hash_token(new)))
+    await store.db.fetchone(
+        "UPDATE endpoint_webhooks SET previous_until = now() - interval"
+        " '1 second' WHERE id = %s RETURNING id",
+        (hook["webhook_id"],),
+    )
+    previous, current = await asyncio.gather(
+        store.resolve_webhook(hash_token(old)), store.resolve_webhook(hash_token(new))
+    )
     assert previous is None
     assert current is not None and current["in_overlap"] is False
     assert current["previous_secret_enc"] is None
@@ -121,7 +139,8 @@ async def test_resolution_uses_the_token_indexes(runtime: Runtime) -> None:
 
 
 async def test_a_routing_document_is_parsed_once_and_each_delivery_gets_its_own(
-        runtime: Runtime, monkeypatch: Any) -> None:
+    runtime: Runtime, monkeypatch: Any
+) -> None:
     from switchboard.service import rules as rules_service
     from switchboard.store import webhooks as store_webhooks
 
@@ -130,8 +149,9 @@ async def test_a_routing_document_is_parsed_once_and_each_delivery_gets_its_own(
     await rules_service.set_rules(runtime, None, hook["webhook_id"], [rule])
     parsed: list[str] = []
     loads = store_webhooks.json.loads
-    monkeypatch.setattr(store_webhooks.json, "loads",
-                        lambda text, **kw: parsed.append(text) or loads(text, **kw))
+    monkeypatch.setattr(
+        store_webhooks.json, "loads", lambda text, **kw: parsed.append(text) or loads(text, **kw)
+    )
     first = await runtime.store.resolve_webhook(hash_token(token))
     assert [loads(t) for t in parsed] == [first["routing"]]  # parsed once, here
     second = await runtime.store.resolve_webhook(hash_token(token))
@@ -144,8 +164,9 @@ async def test_a_routing_document_is_parsed_once_and_each_delivery_gets_its_own(
     await rules_service.set_rules(runtime, None, hook["webhook_id"], [{**rule, "expr": "true"}])
     fourth = await runtime.store.resolve_webhook(hash_token(token))
     assert fourth["routing"]["rules"][0]["expr"] == "true"
-    assert (await runtime.store.resolve_webhook_by_id(hook["webhook_id"]))["routing"] == \
-        fourth["routing"]
+    assert (await runtime.store.resolve_webhook_by_id(hook["webhook_id"]))["routing"] == fourth[
+        "routing"
+    ]
 
 
 def test_remembered_routing_documents_stay_within_their_budget(monkeypatch: Any) -> None:

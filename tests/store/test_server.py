@@ -66,11 +66,11 @@ def test_the_migrations_build_the_same_schema_on_every_server(empty_dsn: str) ->
     expected = SNAPSHOT.read_text()
     assert text == expected, (
         f"the schema differs from {SNAPSHOT.name}: if the migrations changed, rewrite it "
-        f"with {REWRITE}=1 pytest {Path(__file__).name}, and check the diff on every server")
+        f"with {REWRITE}=1 pytest {Path(__file__).name}, and check the diff on every server"
+    )
 
 
-async def test_notify_reaches_a_listener_after_commit_in_order(runtime: Runtime,
-                                                               dsn: str) -> None:
+async def test_notify_reaches_a_listener_after_commit_in_order(runtime: Runtime, dsn: str) -> None:
     rings = ["ep-1:inbox", "ep-2:handoff", "ep-1:ünïcode"]
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN todo_ready")
@@ -90,22 +90,27 @@ async def _queue(rt: Runtime, dsn: str, n: int) -> tuple[dict[str, Any], list[st
     made = await identity.vend_endpoint(rt, owner="alice", name="lane", queues=["inbox"])
     caller = await identity.authenticate(rt, made["token"])
     with psycopg.connect(dsn, autocommit=True) as conn:
-        ids = [str(conn.execute(
-            "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
-            " routing_trace, available_at) VALUES (%s, 'inbox', %s, %s, '{}',"
-            " '{\"stage\": \"default\"}', now() - make_interval(secs => %s)) RETURNING id",
-            (caller["id"], f"k{i}", f"t{i}", n - i)).fetchone()[0])  # type: ignore[index]
-            for i in range(n)]
+        ids = [
+            str(
+                conn.execute(
+                    "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
+                    " routing_trace, available_at) VALUES (%s, 'inbox', %s, %s, '{}',"
+                    ' \'{"stage": "default"}\', now() - make_interval(secs => %s)) RETURNING id',
+                    (caller["id"], f"k{i}", f"t{i}", n - i),
+                ).fetchone()[0]
+            )  # type: ignore[index]
+            for i in range(n)
+        ]
     return caller, ids
 
 
-async def test_claim_next_skips_rows_another_transaction_holds(runtime: Runtime,
-                                                               dsn: str) -> None:
+async def test_claim_next_skips_rows_another_transaction_holds(runtime: Runtime, dsn: str) -> None:
     caller, (first, second) = await _queue(runtime, dsn, 2)
 
     async def claim() -> Any:
         row = await asyncio.wait_for(
-            runtime.store.claim_next(caller["id"], ["inbox"], "w", 30.0, 3), timeout=10)
+            runtime.store.claim_next(caller["id"], ["inbox"], "w", 30.0, 3), timeout=10
+        )
         return row and row["id"]
 
     with psycopg.connect(dsn) as holder:  # a transaction: its row lock lasts until rollback
@@ -119,10 +124,10 @@ async def test_claim_next_skips_rows_another_transaction_holds(runtime: Runtime,
 
 
 @pytest.mark.slow
-async def test_concurrent_claimers_each_get_a_different_row(runtime: Runtime,
-                                                             dsn: str) -> None:
+async def test_concurrent_claimers_each_get_a_different_row(runtime: Runtime, dsn: str) -> None:
     caller, ids = await _queue(runtime, dsn, 8)
-    got = await asyncio.gather(*[
-        runtime.store.claim_next(caller["id"], ["inbox"], f"w{i}", 30.0, 3) for i in range(10)])
+    got = await asyncio.gather(
+        *[runtime.store.claim_next(caller["id"], ["inbox"], f"w{i}", 30.0, 3) for i in range(10)]
+    )
     claimed = [row["id"] for row in got if row is not None]
     assert sorted(claimed) == sorted(ids)

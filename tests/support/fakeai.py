@@ -65,8 +65,7 @@ class FakeAI:
                     body = json.loads(raw)
                 except ValueError:
                     body = {}
-                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                  body)
+                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 with fake._lock:
                     fake._requests.append(request)
                     behaviour = fake._behaviours.get(str(body.get("model")))
@@ -83,13 +82,29 @@ class FakeAI:
                     return
                 content = behaviour.content
                 text = content if isinstance(content, str) else json.dumps(content)
-                self._send(200, json.dumps({
-                    "id": "chatcmpl-fake", "object": "chat.completion",
-                    "created": int(time.time()), "model": body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }).encode())
+                self._send(
+                    200,
+                    json.dumps(
+                        {
+                            "id": "chatcmpl-fake",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body.get("model"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": text},
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": 1,
+                                "completion_tokens": 1,
+                                "total_tokens": 2,
+                            },
+                        }
+                    ).encode(),
+                )
 
             def _send(self, status: int, payload: bytes) -> None:
                 try:
@@ -118,8 +133,15 @@ class FakeAI:
         self._server.shutdown()
         self._server.server_close()
 
-    def on(self, model: str, content: Any = None, *, status: int = 200, delay: float = 0.0,
-           raw_body: bytes | None = None) -> str:
+    def on(
+        self,
+        model: str,
+        content: Any = None,
+        *,
+        status: int = 200,
+        delay: float = 0.0,
+        raw_body: bytes | None = None,
+    ) -> str:
         """Answer requests for ``model`` so; returns ``model``."""
         with self._lock:
             self._behaviours[model] = Behaviour(content, status, delay, raw_body)

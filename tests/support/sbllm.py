@@ -66,15 +66,24 @@ class Tenant:
     async def triage(self, model: str, **overrides: Any) -> dict[str, Any]:
         from switchboard_llm import service
 
-        doc = {"provider": "fake", "model": model, "queues": QUEUES, "min_confidence": 0.6,
-               "timeout_ms": 1500, **overrides}
+        doc = {
+            "provider": "fake",
+            "model": model,
+            "queues": QUEUES,
+            "min_confidence": 0.6,
+            "timeout_ms": 1500,
+            **overrides,
+        }
         result: dict[str, Any] = await service.set_triage(self.rt, self.owner, doc)
         return result
 
     def deliver(self, body: Any, delivery: str) -> dict[str, Any]:
-        resp = httpx.post(self.hook["ingest_url"], content=json.dumps(body).encode(),
-                          headers={"X-Delivery-Id": delivery,
-                                   "Content-Type": "application/json"}, timeout=30)
+        resp = httpx.post(
+            self.hook["ingest_url"],
+            content=json.dumps(body).encode(),
+            headers={"X-Delivery-Id": delivery, "Content-Type": "application/json"},
+            timeout=30,
+        )
         assert resp.status_code == 202, resp.text
         return dict(resp.json())
 
@@ -83,7 +92,7 @@ class Tenant:
         external_id = f"{self.hook['webhook_id']}:{delivery}"
         dsn = self.srv.env["SWITCHBOARD_DATABASE_URL"]
         with psycopg.connect(dsn) as conn:
-            (event_id, trace), = conn.execute(
+            ((event_id, trace),) = conn.execute(
                 "SELECT id, routing_trace FROM events WHERE external_id = %s", (external_id,)
             ).fetchall()
             todos = conn.execute(

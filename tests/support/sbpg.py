@@ -90,8 +90,8 @@ def server_version(server: Any) -> tuple[int, str]:
     """``(server_version_num, server_version)`` of the session's server."""
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         row = conn.execute(
-            "SELECT current_setting('server_version_num')::int,"
-            " current_setting('server_version')").fetchone()
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version')"
+        ).fetchone()
     assert row is not None
     return int(row[0]), str(row[1])
 

@@ -42,8 +42,9 @@ def source(rt: Runtime, name: str) -> Any:
     return found
 
 
-def verify(src: Any, headers: dict[str, str], body: bytes, secret: bytes | str,
-           now: float) -> Verification:
+def verify(
+    src: Any, headers: dict[str, str], body: bytes, secret: bytes | str, now: float
+) -> Verification:
     key = secret.encode() if isinstance(secret, str) else secret
     return src.verify(Delivery(Headers(headers), body, headers.get("content-type")), key, now)
 
@@ -52,8 +53,14 @@ async def owner(rt: Runtime, source_type: str) -> dict[str, Any]:
     """alice's endpoint, allowed webhooks of ``source_type`` into ``inbox``."""
     await identity.add_human(rt, "alice")
     made = await identity.vend_endpoint(
-        rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
-        source_types=[source_type], webhook_max=4)
+        rt,
+        owner="alice",
+        name="owner",
+        queues=["inbox"],
+        webhook_queues=["inbox"],
+        source_types=[source_type],
+        webhook_max=4,
+    )
     endpoint: dict[str, Any] = await rt.store.get_endpoint(made["endpoint_id"])
     return endpoint
 
@@ -63,15 +70,20 @@ def token_of(created: dict[str, Any]) -> str:
 
 
 async def post(rt: Runtime, token: str, headers: dict[str, str], body: bytes) -> IngestReply:
-    return await ingest(rt, token, Headers(headers), body, headers.get("Content-Type")
-                        or headers.get("content-type"))
+    return await ingest(
+        rt,
+        token,
+        Headers(headers),
+        body,
+        headers.get("Content-Type") or headers.get("content-type"),
+    )
 
 
 async def trace_of(rt: Runtime, webhook_id: str) -> list[dict[str, Any]]:
     """Each stored event's routing trace, oldest first."""
     rows = await rt.store.db.fetchall(
-        "SELECT routing_trace FROM events WHERE webhook_id = %s ORDER BY received_at",
-        (webhook_id,))
+        "SELECT routing_trace FROM events WHERE webhook_id = %s ORDER BY received_at", (webhook_id,)
+    )
     return [dict(r["routing_trace"]) for r in rows]
 
 

@@ -65,8 +65,9 @@ def database_refusing(pg_server: Any, dsn: str) -> Iterator[None]:
     name = conninfo_to_dict(dsn)["dbname"]
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE datname = %s", (name,))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
     try:
         yield
     finally:
@@ -126,8 +127,7 @@ def run_in_process(
         for lg, level, handlers in logging_state:
             lg.setLevel(level)
             lg.handlers[:] = handlers
-    return subprocess.CompletedProcess(["switchboard", *args], code, out.getvalue(),
-                                       err.getvalue())
+    return subprocess.CompletedProcess(["switchboard", *args], code, out.getvalue(), err.getvalue())
 
 
 def _exit_code(main: Any, argv: list[str]) -> int:
@@ -152,13 +152,19 @@ class CLI:
         """The same command and database, run in this process."""
         return CLI(self.env, in_process=True)
 
-    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         if self.in_process:
             proc = run_in_process(args, self.env, input)
         else:
             proc = subprocess.run(
-                [*SWITCHBOARD, *args], env=self.env, capture_output=True, text=True,
-                input=input, timeout=120,
+                [*SWITCHBOARD, *args],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                input=input,
+                timeout=120,
             )
         if check and proc.returncode != 0:
             raise AssertionError(
@@ -209,7 +215,10 @@ class Server:
             extra = ("--workers", "1", *extra)
         self.proc = subprocess.Popen(
             [*SWITCHBOARD, "serve", "--port", str(self.port), *extra],
-            env=self.env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True,
+            env=self.env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         import urllib.request
@@ -244,12 +253,27 @@ def install_hello(root: Path) -> Path:
     directory of its own, so only processes given it on ``PYTHONPATH`` (or ``sys.path``) see
     the plugin: test runs sharing the venv never do. Removing the directory uninstalls it.
     """
-    src = shutil.copytree(HELLO, root / "src",
-                          ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    src = shutil.copytree(
+        HELLO, root / "src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
     site = root / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
-         "--no-deps", "--no-build-isolation", "--no-compile", "--target", str(site), str(src)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(site),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     return site

@@ -46,40 +46,75 @@ class World:
         else:
             self.cli.json("human", "add", self.name(name))
 
-    def endpoint(self, owner: str, name: str, *, queues: str = "inbox",
-                 webhook_queues: str = "inbox", sources: str = "cairn,gitea,github,generic",
-                 webhook_max: int = 5) -> dict[str, Any]:
+    def endpoint(
+        self,
+        owner: str,
+        name: str,
+        *,
+        queues: str = "inbox",
+        webhook_queues: str = "inbox",
+        sources: str = "cairn,gitea,github,generic",
+        webhook_max: int = 5,
+    ) -> dict[str, Any]:
         if self.direct:
             from switchboard.service import identity
 
-            ep = dict(self._service(lambda rt: identity.vend_endpoint(
-                rt, owner=self.name(owner), name=self.name(name), queues=_csv(queues),
-                webhook_queues=_csv(webhook_queues), source_types=_csv(sources),
-                webhook_max=webhook_max,
-            )))
+            ep = dict(
+                self._service(
+                    lambda rt: identity.vend_endpoint(
+                        rt,
+                        owner=self.name(owner),
+                        name=self.name(name),
+                        queues=_csv(queues),
+                        webhook_queues=_csv(webhook_queues),
+                        source_types=_csv(sources),
+                        webhook_max=webhook_max,
+                    )
+                )
+            )
             ep["endpoint_id"] = str(ep["endpoint_id"])
             remember_secrets(ep)
         else:
             ep = self.cli.json(
-                "endpoint", "vend", "--owner", self.name(owner), "--name", self.name(name),
-                "--queues", queues, "--webhook-queues", webhook_queues, "--source-types", sources,
-                "--webhook-max", str(webhook_max),
+                "endpoint",
+                "vend",
+                "--owner",
+                self.name(owner),
+                "--name",
+                self.name(name),
+                "--queues",
+                queues,
+                "--webhook-queues",
+                webhook_queues,
+                "--source-types",
+                sources,
+                "--webhook-max",
+                str(webhook_max),
             )
         self.endpoints[name] = ep
         return ep
 
     def friend(self, from_human: str, to_human: str, state: str = "approved") -> None:
-        self.cli.json("friend", "add", self.name(from_human), self.name(to_human),
-                      "--state", state)
+        self.cli.json("friend", "add", self.name(from_human), self.name(to_human), "--state", state)
 
     def webhook(self, endpoint: str, source: str, queue: str = "inbox") -> dict[str, Any]:
-        return dict(self.cli.json(
-            "webhook", "create", "--endpoint", self.endpoints[endpoint]["endpoint_id"],
-            "--source", source, "--target-queue", queue,
-        ))
+        return dict(
+            self.cli.json(
+                "webhook",
+                "create",
+                "--endpoint",
+                self.endpoints[endpoint]["endpoint_id"],
+                "--source",
+                source,
+                "--target-queue",
+                queue,
+            )
+        )
 
     def route(self, webhook_id: str, endpoint: str) -> None:
-        self.cli.json("webhook", "route", "add", webhook_id, self.endpoints[endpoint]["endpoint_id"])
+        self.cli.json(
+            "webhook", "route", "add", webhook_id, self.endpoints[endpoint]["endpoint_id"]
+        )
 
     def _service(self, call: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``call(runtime)`` on a runtime built from the CLI's environment."""

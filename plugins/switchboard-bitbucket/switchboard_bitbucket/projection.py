@@ -101,31 +101,36 @@ def build_bitbucket(source: str, kind: str | None, payload: Any) -> dict[str, An
     if workspace is None and full_name and "/" in full_name:
         workspace = full_name.split("/", 1)[0]
     out: dict[str, Any] = dict.fromkeys(BITBUCKET_KEYS)
-    out.update({
-        "event_key": kind or None,
-        "repository": full_name,
-        "workspace": workspace,
-        "actor": _str(actor.get("display_name")),
-        "actor_nickname": _str(actor.get("nickname")),
-        "actor_account_id": _str(actor.get("account_id")),
-    })
+    out.update(
+        {
+            "event_key": kind or None,
+            "repository": full_name,
+            "workspace": workspace,
+            "actor": _str(actor.get("display_name")),
+            "actor_nickname": _str(actor.get("nickname")),
+            "actor_account_id": _str(actor.get("account_id")),
+        }
+    )
     push = payload.get("push")
     if isinstance(push, dict):
         _push(out, push)
     pullrequest = payload.get("pullrequest")
     if isinstance(pullrequest, dict):
         src = _dict(pullrequest.get("source"))
-        out.update({
-            "pullrequest_id": _int(pullrequest.get("id")),
-            "pullrequest_title": _str(pullrequest.get("title")),
-            "pullrequest_state": _str(pullrequest.get("state")),
-            "branch": _str(_dict(src.get("branch")).get("name")),
-            "commit": _str(_dict(src.get("commit")).get("hash")),
-            "destination_branch": _str(_dict(_dict(pullrequest.get("destination"))
-                                             .get("branch")).get("name")),
-            "title": _str(pullrequest.get("title")),
-            "url": _href(pullrequest),
-        })
+        out.update(
+            {
+                "pullrequest_id": _int(pullrequest.get("id")),
+                "pullrequest_title": _str(pullrequest.get("title")),
+                "pullrequest_state": _str(pullrequest.get("state")),
+                "branch": _str(_dict(src.get("branch")).get("name")),
+                "commit": _str(_dict(src.get("commit")).get("hash")),
+                "destination_branch": _str(
+                    _dict(_dict(pullrequest.get("destination")).get("branch")).get("name")
+                ),
+                "title": _str(pullrequest.get("title")),
+                "url": _href(pullrequest),
+            }
+        )
     issue = payload.get("issue")
     if isinstance(issue, dict) and not isinstance(pullrequest, dict):
         out["title"] = _str(issue.get("title"))
@@ -135,6 +140,10 @@ def build_bitbucket(source: str, kind: str | None, payload: Any) -> dict[str, An
 
 
 BITBUCKET_PROJECTION = Projection(
-    name="bitbucket", sources=("bitbucket",), keys=BITBUCKET_KEYS, build=build_bitbucket,
-    title_key="title", actor_key="actor",
+    name="bitbucket",
+    sources=("bitbucket",),
+    keys=BITBUCKET_KEYS,
+    build=build_bitbucket,
+    title_key="title",
+    actor_key="actor",
 )

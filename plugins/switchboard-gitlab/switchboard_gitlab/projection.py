@@ -71,9 +71,9 @@ def _refs(out: dict[str, Any], payload: dict[str, Any], attrs: dict[str, Any]) -
     if ref is None:
         out["branch"] = _str(attrs.get("source_branch"))  # merge requests
     elif ref.startswith(_HEADS):
-        out["branch"] = ref[len(_HEADS):]
+        out["branch"] = ref[len(_HEADS) :]
     elif ref.startswith(_TAGS):
-        out["tag"] = ref[len(_TAGS):]
+        out["tag"] = ref[len(_TAGS) :]
     elif tagged is True:
         out["tag"] = ref
     else:
@@ -102,20 +102,26 @@ def build_gitlab(source: str, kind: str | None, payload: Any) -> dict[str, Any] 
     if kind_of in ("push", "tag_push"):
         after = _str(payload.get("after"))
         out["commit"] = _str(payload.get("checkout_sha")) or (
-            after if after != _NO_COMMIT else None)
+            after if after != _NO_COMMIT else None
+        )
         out["deleted"] = after == _NO_COMMIT if after is not None else None
     else:
-        out["commit"] = (_str(_dict(attrs.get("last_commit")).get("id"))
-                         or _str(attrs.get("sha")) or _str(payload.get("sha")))
-    out["user"] = (_str(payload.get("user_username"))
-                   or _str(_dict(payload.get("user")).get("username")))
+        out["commit"] = (
+            _str(_dict(attrs.get("last_commit")).get("id"))
+            or _str(attrs.get("sha"))
+            or _str(payload.get("sha"))
+        )
+    out["user"] = _str(payload.get("user_username")) or _str(
+        _dict(payload.get("user")).get("username")
+    )
     noteable = _dict(payload.get("merge_request")) or _dict(payload.get("issue"))
     subject = noteable if kind_of == "note" else attrs
     out["iid"] = _int(subject.get("iid"))
     out["title"] = _str(subject.get("title"))
     out["action"] = _str(attrs.get("action"))
-    out["state"] = (_str(attrs.get("state")) or _str(attrs.get("status"))
-                    or _str(payload.get("build_status")))
+    out["state"] = (
+        _str(attrs.get("state")) or _str(attrs.get("status")) or _str(payload.get("build_status"))
+    )
     out["draft"] = _bool(attrs.get("draft"))
     out["labels"] = _labels(payload.get("labels"))
     out["url"] = _str(attrs.get("url")) or _str(project.get("web_url"))
@@ -123,6 +129,10 @@ def build_gitlab(source: str, kind: str | None, payload: Any) -> dict[str, Any] 
 
 
 GITLAB_PROJECTION = Projection(
-    name="gitlab", sources=("gitlab",), keys=GITLAB_KEYS, build=build_gitlab,
-    title_key="title", actor_key="user",
+    name="gitlab",
+    sources=("gitlab",),
+    keys=GITLAB_KEYS,
+    build=build_gitlab,
+    title_key="title",
+    actor_key="user",
 )

@@ -71,13 +71,20 @@ def build_shopify(source: str, kind: str | None, payload: Any) -> dict[str, Any]
     customer = payload.get("customer")
     out["customer_id"] = _int(customer.get("id")) if isinstance(customer, dict) else None
     out["tags"] = _tags(payload.get("tags"))
-    label = out["name"] or out["title"] or out["email"] or (
-        str(out["id"]) if out["id"] is not None else None)
+    label = (
+        out["name"]
+        or out["title"]
+        or out["email"]
+        or (str(out["id"]) if out["id"] is not None else None)
+    )
     out["summary"] = " ".join(part for part in (topic, label) if part) or None
     return out
 
 
 SHOPIFY_PROJECTION = Projection(
-    name="shopify", sources=("shopify",), keys=SHOPIFY_KEYS, build=build_shopify,
+    name="shopify",
+    sources=("shopify",),
+    keys=SHOPIFY_KEYS,
+    build=build_shopify,
     title_key="summary",
 )

@@ -115,7 +115,11 @@ def build_slack(source: str, kind: str | None, payload: Any) -> dict[str, Any] |
 
 
 SLACK_PROJECTION = Projection(
-    name="slack", sources=("slack",), keys=SLACK_KEYS, build=build_slack, actor_key="user",
+    name="slack",
+    sources=("slack",),
+    keys=SLACK_KEYS,
+    build=build_slack,
+    actor_key="user",
 )
 
 

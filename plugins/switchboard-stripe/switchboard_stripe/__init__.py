@@ -109,7 +109,10 @@ def build_stripe(source: str, kind: str | None, payload: Any) -> dict[str, Any] 
 
 
 STRIPE_PROJECTION = Projection(
-    name="stripe", sources=("stripe",), keys=STRIPE_KEYS, build=build_stripe,
+    name="stripe",
+    sources=("stripe",),
+    keys=STRIPE_KEYS,
+    build=build_stripe,
     title_key="title",
 )
 

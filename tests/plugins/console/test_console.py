@@ -34,12 +34,18 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 XSS = '<script>alert("xss")</script>"><img src=x onerror=alert(1) id=pwned>'
 RULES = [
     # faults on pull requests (no issue to read), says false on issues
-    {"id": "title-zzz", "expr": '.payload.issue.title | ascii_downcase | startswith("zzz")',
-     "action": {"queue": "triage"}},
+    {
+        "id": "title-zzz",
+        "expr": '.payload.issue.title | ascii_downcase | startswith("zzz")',
+        "action": {"queue": "triage"},
+    },
     {"id": "prs", "expr": '.kind == "pull_request"', "action": {"queue": "review"}},
     {"id": "closed", "expr": '.payload.action == "closed"', "action": {"drop": True}},
-    {"id": "label-bug", "expr": '(.payload.issue.labels[0].name | ascii_downcase) == "bug"',
-     "action": {"queue": "triage"}},
+    {
+        "id": "label-bug",
+        "expr": '(.payload.issue.labels[0].name | ascii_downcase) == "bug"',
+        "action": {"queue": "triage"},
+    },
 ]
 PULLS, ISSUES, CLOSED = 24, 24, 12
 
@@ -58,8 +64,7 @@ def seeded(module_server_factory: Any, module_dsn: str) -> dict[str, Any]:
     w = World(CLI(srv.env).fast(), prefix="c-", direct=True)
     w.human("alice")
     w.human("mallory")
-    w.endpoint("alice", "owner", queues="inbox,review,triage",
-               webhook_queues="inbox,review,triage")
+    w.endpoint("alice", "owner", queues="inbox,review,triage", webhook_queues="inbox,review,triage")
     w.endpoint("alice", "spare")
     w.endpoint("mallory", "intruder")
     github = w.webhook("owner", "github")
@@ -68,31 +73,48 @@ def seeded(module_server_factory: Any, module_dsn: str) -> dict[str, Any]:
     async def seed(rt: Any) -> dict[str, Any]:
         ids: dict[str, Any] = {"pull": [], "issue": [], "closed": [], "xss": [], "theirs": []}
 
-        async def send(hook: dict[str, Any], body: bytes, event: str, bucket: str,
-                       extra: dict[str, str] | None = None) -> None:
+        async def send(
+            hook: dict[str, Any],
+            body: bytes,
+            event: str,
+            bucket: str,
+            extra: dict[str, str] | None = None,
+        ) -> None:
             headers_extra = {"X-GitHub-Delivery": str(uuid.uuid4()), **(extra or {})}
-            data, headers = build_request("github", body, hook["signing_secret"].encode(), event,
-                                          headers_extra, False)
+            data, headers = build_request(
+                "github", body, hook["signing_secret"].encode(), event, headers_extra, False
+            )
             token = hook["ingest_url"].rsplit("/", 1)[1]
             reply = await ingest(rt, token, Headers(headers), data, "application/json")
             assert reply.status == 202, reply.body
             row = await rt.store.db.fetchone(
                 "SELECT id FROM events WHERE webhook_id = %s ORDER BY received_at DESC, id DESC"
-                " LIMIT 1", (hook["webhook_id"],))
+                " LIMIT 1",
+                (hook["webhook_id"],),
+            )
             ids[bucket].append(str(row["id"]))
 
         await rules_svc.set_rules(rt, None, github["webhook_id"], RULES, None, None)
         for i in range(PULLS + ISSUES + CLOSED):
             if i % 5 in (0, 2) and len(ids["pull"]) < PULLS:
-                await send(github, _body("github_pull_request_opened",
-                                         lambda d, i=i: d.update(number=i)), "pull_request", "pull")
+                await send(
+                    github,
+                    _body("github_pull_request_opened", lambda d, i=i: d.update(number=i)),
+                    "pull_request",
+                    "pull",
+                )
                 continue
 
             def issue(d: dict[str, Any], i: int = i) -> None:
                 d["issue"]["number"] = i
                 d["action"] = "closed" if i % 5 == 4 else "opened"
-            await send(github, _body("github_issues_opened", issue), "issues",
-                       "closed" if i % 5 == 4 else "issue")
+
+            await send(
+                github,
+                _body("github_issues_opened", issue),
+                "issues",
+                "closed" if i % 5 == 4 else "issue",
+            )
 
         def hostile(d: dict[str, Any]) -> None:
             d["action"] = XSS
@@ -100,16 +122,29 @@ def seeded(module_server_factory: Any, module_dsn: str) -> dict[str, Any]:
             d["issue"]["body"] = XSS
             d["issue"]["labels"] = [{"name": XSS}]
             d[XSS] = XSS
-        await send(github, _body("github_issues_opened", hostile), XSS, "xss",
-                   {"X-Hostile": XSS, "X-Hostile-Two": '"><svg onload=alert(2)>'})
-        await send(github, _body("github_issues_opened", hostile), "issues", "xss",
-                   {"X-Hostile": XSS})
+
+        await send(
+            github,
+            _body("github_issues_opened", hostile),
+            XSS,
+            "xss",
+            {"X-Hostile": XSS, "X-Hostile-Two": '"><svg onload=alert(2)>'},
+        )
+        await send(
+            github, _body("github_issues_opened", hostile), "issues", "xss", {"X-Hostile": XSS}
+        )
         await send(theirs, _body("github_issues_opened", lambda d: None), "issues", "theirs")
         return ids
 
     ids = on_runtime(srv.env, seed)
-    return {"server": srv, "world": w, "github": github, "theirs": theirs, "ids": ids,
-            "base": srv.base_url}
+    return {
+        "server": srv,
+        "world": w,
+        "github": github,
+        "theirs": theirs,
+        "ids": ids,
+        "base": srv.base_url,
+    }
 
 
 def _token(s: dict[str, Any], name: str = "owner") -> str:
@@ -117,6 +152,7 @@ def _token(s: dict[str, Any], name: str = "owner") -> str:
 
 
 # --- HTTP level -----------------------------------------------------------------------------
+
 
 def _csrf(page: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
@@ -127,17 +163,23 @@ def _csrf(page: str) -> str:
 def _signed_in(s: dict[str, Any], name: str = "owner") -> tuple[httpx.Client, httpx.Response]:
     client = httpx.Client(base_url=s["base"], timeout=30)
     form = client.get("/console/signin")
-    reply = client.post("/console/signin", data={"csrf": _csrf(form.text),
-                                                 "token": _token(s, name)})
+    reply = client.post(
+        "/console/signin", data={"csrf": _csrf(form.text), "token": _token(s, name)}
+    )
     assert reply.status_code == 303, reply.text
     return client, reply
 
 
 def _pages(s: dict[str, Any]) -> list[str]:
     hook, event = s["github"]["webhook_id"], s["ids"]["closed"][0]
-    return ["/console/webhooks", f"/console/webhooks/{hook}",
-            f"/console/webhooks/{hook}?disposition=dropped", f"/console/webhooks/{hook}/rules",
-            f"/console/deliveries/{event}", f"/console/deliveries/{s['ids']['xss'][0]}"]
+    return [
+        "/console/webhooks",
+        f"/console/webhooks/{hook}",
+        f"/console/webhooks/{hook}?disposition=dropped",
+        f"/console/webhooks/{hook}/rules",
+        f"/console/deliveries/{event}",
+        f"/console/deliveries/{s['ids']['xss'][0]}",
+    ]
 
 
 def _secure(reply: httpx.Response) -> None:
@@ -195,14 +237,24 @@ def test_csrf_refuses_a_post_without_or_with_a_wrong_token(seeded: Any) -> None:
             refused = client.post(f"/console/webhooks/{hook}/rules", data=data)
             assert refused.status_code == 403
             assert "diff-summary" not in refused.text
-            assert client.post("/console/signout", data={k: v for k, v in data.items()
-                                                         if k == "csrf"}).status_code == 403
+            assert (
+                client.post(
+                    "/console/signout", data={k: v for k, v in data.items() if k == "csrf"}
+                ).status_code
+                == 403
+            )
         # another origin's post is refused even with the right token
-        assert client.post(f"/console/webhooks/{hook}/rules",
-                           data={"candidate": candidate, "csrf": good},
-                           headers={"Origin": "http://evil.example"}).status_code == 403
-        ok = client.post(f"/console/webhooks/{hook}/rules", data={"candidate": candidate,
-                                                                  "csrf": good})
+        assert (
+            client.post(
+                f"/console/webhooks/{hook}/rules",
+                data={"candidate": candidate, "csrf": good},
+                headers={"Origin": "http://evil.example"},
+            ).status_code
+            == 403
+        )
+        ok = client.post(
+            f"/console/webhooks/{hook}/rules", data={"candidate": candidate, "csrf": good}
+        )
         assert ok.status_code == 200 and "diff-summary" in ok.text
     # sign-in itself is a form that posts: no token, no session
     with httpx.Client(base_url=seeded["base"]) as bare:
@@ -229,9 +281,13 @@ def test_another_humans_ids_are_not_found(seeded: Any) -> None:
     client, _ = _signed_in(seeded)
     theirs = seeded["theirs"]["webhook_id"]
     with contextlib.closing(client):
-        for path in (f"/console/webhooks/{theirs}", f"/console/webhooks/{theirs}/rules",
-                     f"/console/deliveries/{seeded['ids']['theirs'][0]}",
-                     "/console/deliveries/not-a-uuid", f"/console/webhooks/{uuid.uuid4()}"):
+        for path in (
+            f"/console/webhooks/{theirs}",
+            f"/console/webhooks/{theirs}/rules",
+            f"/console/deliveries/{seeded['ids']['theirs'][0]}",
+            "/console/deliveries/not-a-uuid",
+            f"/console/webhooks/{uuid.uuid4()}",
+        ):
             reply = client.get(path)
             assert reply.status_code == 404, path
             assert "nothing here that this endpoint can see" in reply.text
@@ -246,15 +302,20 @@ def test_another_humans_ids_are_not_found(seeded: Any) -> None:
 
 # --- in Chromium ----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def browser(seeded: Any) -> Iterator[Any]:
     path = _chromium()
     if path is None:
         if os.environ.get("SWITCHBOARD_TEST_REQUIRE_BROWSER"):
-            pytest.fail("SWITCHBOARD_TEST_REQUIRE_BROWSER is set but no Chromium at"
-                        " /usr/bin/chromium (or SWITCHBOARD_TEST_CHROMIUM)")
-        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium, or set"
-                    " SWITCHBOARD_TEST_CHROMIUM)")
+            pytest.fail(
+                "SWITCHBOARD_TEST_REQUIRE_BROWSER is set but no Chromium at"
+                " /usr/bin/chromium (or SWITCHBOARD_TEST_CHROMIUM)"
+            )
+        pytest.skip(
+            "no Chromium at /usr/bin/chromium (apt-get install chromium, or set"
+            " SWITCHBOARD_TEST_CHROMIUM)"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -267,8 +328,7 @@ def browser(seeded: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, seeded: Any) -> Iterator[Any]:
-    context = browser.new_context(base_url=seeded["base"], viewport={"width": 1280,
-                                                                     "height": 900})
+    context = browser.new_context(base_url=seeded["base"], viewport={"width": 1280, "height": 900})
     context.set_default_timeout(10_000)
     pg = context.new_page()
     pg.dialogs = []
@@ -363,7 +423,8 @@ def test_filters_and_paging(page: Any, seeded: Any) -> None:
     seen: list[str] = []
     while True:
         seen += page.locator("tr.delivery td:first-child a").evaluate_all(
-            "links => links.map(a => a.getAttribute('href'))")
+            "links => links.map(a => a.getAttribute('href'))"
+        )
         more = page.locator("#next-page")
         if not more.count():
             break
@@ -399,10 +460,19 @@ def test_hostile_strings_are_shown_escaped_and_nothing_runs(page: Any, seeded: A
     hook = seeded["github"]["webhook_id"]
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    for path in (f"/console/webhooks/{hook}", f"/console/webhooks/{hook}?kind=" + XSS,
-                 *(f"/console/deliveries/{e}" for e in seeded["ids"]["xss"])):
-        page.goto(path if "?" not in path else path.replace("<", "%3C").replace(">", "%3E")
-                  .replace('"', "%22").replace(" ", "%20"))
+    for path in (
+        f"/console/webhooks/{hook}",
+        f"/console/webhooks/{hook}?kind=" + XSS,
+        *(f"/console/deliveries/{e}" for e in seeded["ids"]["xss"]),
+    ):
+        page.goto(
+            path
+            if "?" not in path
+            else path.replace("<", "%3C")
+            .replace(">", "%3E")
+            .replace('"', "%22")
+            .replace(" ", "%20")
+        )
         assert page.locator("script").count() == 0, path
         assert page.locator("#pwned, img[src=x], svg[onload]").count() == 0, path
     first = f"/console/deliveries/{seeded['ids']['xss'][0]}"

@@ -38,14 +38,14 @@ def llm_config(fake_ai: FakeAI, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="module")
 def llm_server(module_server_factory: Any, module_dsn: str, llm_config: Path) -> Server:
     """The module's shared server, with the fake and static providers configured."""
-    srv: Server = module_server_factory(module_dsn, config=llm_config,
-                                        env_extra={KEY_ENV: API_KEY})
+    srv: Server = module_server_factory(module_dsn, config=llm_config, env_extra={KEY_ENV: API_KEY})
     return srv
 
 
 @pytest.fixture
-async def llm_runtime(llm_server: Server,
-                      monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Runtime]:
+async def llm_runtime(
+    llm_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Runtime]:
     """An in-process runtime exactly as the module's server is configured (its config
     file, database and base URL)."""
     monkeypatch.setenv(KEY_ENV, API_KEY)

@@ -44,7 +44,11 @@ async def test_a_spent_day_gives_the_minute_back(tenant: Tenant) -> None:
     t = tenant
     _clear_of_a_minute_boundary(t.srv.env["SWITCHBOARD_DATABASE_URL"])
     assert [await store.reserve(t.rt, t.owner, 10, 2) for _ in range(4)] == [
-        None, None, "day", "day"]
+        None,
+        None,
+        "day",
+        "day",
+    ]
     assert (await service.get_triage(t.rt, t.owner))["usage"] == {"minute": 2, "day": 2}
 
 
@@ -70,7 +74,8 @@ async def test_old_windows_are_swept(tenant: Tenant) -> None:
     async with t.rt.store.db.conn() as conn:
         cur = await conn.execute(
             "SELECT span, used FROM llm_triage_budget WHERE endpoint_id = %s ORDER BY span",
-            (t.owner,))
+            (t.owner,),
+        )
         assert await cur.fetchall() == [{"span": "day", "used": 1}, {"span": "minute", "used": 1}]
 
 
@@ -81,26 +86,32 @@ async def test_two_servers_never_exceed_the_per_minute_budget(
     """Two ``switchboard serve`` processes on one database, deliveries racing on both:
     exactly the budget's prompts reach the model, the rest take the default."""
     t = tenant
-    second: Server = module_server_factory(module_dsn, config=t.srv.env["SWITCHBOARD_CONFIG"],
-                                           env_extra={KEY_ENV: API_KEY})
+    second: Server = module_server_factory(
+        module_dsn, config=t.srv.env["SWITCHBOARD_CONFIG"], env_extra={KEY_ENV: API_KEY}
+    )
     budget, deliveries = 3, 12
     # A slow-ish model keeps the calls in flight together.
-    model = fake_ai.on(t.model("race"), {"queue": "triage", "confidence": 0.9, "reason": "r"},
-                       delay=0.3)
+    model = fake_ai.on(
+        t.model("race"), {"queue": "triage", "confidence": 0.9, "reason": "r"}, delay=0.3
+    )
     await t.triage(model, prompt_budget_per_minute=budget)
     _clear_of_a_minute_boundary(module_dsn, margin=10)
     token_path = t.hook["ingest_url"].split("/webhooks/", 1)[1]
     urls = [f"{srv.base_url}/webhooks/{token_path}" for srv in (t.srv, second)]
 
     def post(i: int) -> int:
-        resp = httpx.post(urls[i % 2], content=json.dumps({"n": i}).encode(),
-                          headers={"X-Delivery-Id": f"race-{i}",
-                                   "Content-Type": "application/json"}, timeout=30)
+        resp = httpx.post(
+            urls[i % 2],
+            content=json.dumps({"n": i}).encode(),
+            headers={"X-Delivery-Id": f"race-{i}", "Content-Type": "application/json"},
+            timeout=30,
+        )
         return resp.status_code
 
     with ThreadPoolExecutor(deliveries) as pool:
         statuses = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: list(pool.map(post, range(deliveries))))
+            None, lambda: list(pool.map(post, range(deliveries)))
+        )
     assert statuses == [202] * deliveries
     causes = []
     for i in range(deliveries):

@@ -16,8 +16,16 @@ async def test_llm_set_get_clear(tenant: Tenant, tmp_path: Path) -> None:
     t = tenant
     cli = t.w.cli
     doc = tmp_path / "triage.json"
-    doc.write_text(json.dumps({"provider": "static", "model": "static-triage",
-                               "queues": QUEUES, "prompt_budget_per_day": 50}))
+    doc.write_text(
+        json.dumps(
+            {
+                "provider": "static",
+                "model": "static-triage",
+                "queues": QUEUES,
+                "prompt_budget_per_day": 50,
+            }
+        )
+    )
     saved = cli.json("llm", "set", "--endpoint", t.owner, "--file", str(doc))
     assert saved["llm_triage"]["prompt_budget_per_day"] == 50
     assert saved["llm_triage"]["min_confidence"] == 0.7
@@ -30,7 +38,11 @@ async def test_llm_set_get_clear(tenant: Tenant, tmp_path: Path) -> None:
     validate_trace(trace)
     assert trace["action"] == {"queue": "triage"}
     assert {k: trace["llm"][k] for k in ("provider", "model", "queue", "confidence")} == {
-        "provider": "static", "model": "static-triage", "queue": "triage", "confidence": 0.95}
+        "provider": "static",
+        "model": "static-triage",
+        "queue": "triage",
+        "confidence": 0.95,
+    }
     assert [q for q, _ in todos] == ["triage"]
 
     # From stdin; a model the static provider has text (not JSON) for.
@@ -47,8 +59,9 @@ async def test_llm_set_get_clear(tenant: Tenant, tmp_path: Path) -> None:
 async def test_llm_refusals_exit_non_zero_with_the_reason(tenant: Tenant, tmp_path: Path) -> None:
     cli = tenant.w.cli
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"provider": "static", "model": "m", "queues": QUEUES,
-                               "timeout_ms": 999999}))
+    bad.write_text(
+        json.dumps({"provider": "static", "model": "m", "queues": QUEUES, "timeout_ms": 999999})
+    )
     proc = cli.run("llm", "set", "--endpoint", tenant.owner, "--file", str(bad), check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert "llm_triage.timeout_ms: at most 5000" in proc.stderr
@@ -56,8 +69,7 @@ async def test_llm_refusals_exit_non_zero_with_the_reason(tenant: Tenant, tmp_pa
     cli = cli.fast()  # the script ran once above; the other refusals through the same main
     proc = cli.run("llm", "set", "--endpoint", tenant.owner, "--file", str(bad), check=False)
     assert proc.returncode == 1 and "is not JSON" in proc.stderr
-    proc = cli.run("llm", "get", "--endpoint", "00000000-0000-0000-0000-000000000000",
-                   check=False)
+    proc = cli.run("llm", "get", "--endpoint", "00000000-0000-0000-0000-000000000000", check=False)
     assert proc.returncode == 1 and "not_found" in proc.stderr
     assert cli.run("llm", "set", "--help").returncode == 0
 
@@ -85,15 +97,20 @@ async def test_plugins_lists_the_stage_and_the_providers(tenant: Tenant, tmp_pat
 def test_an_invalid_plugins_llm_section_stops_start_up(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text('[[plugins.llm.providers]]\ntype = "openai"\n')  # no base_url
-    proc = CLI(make_env(None, tmp_path / "data")).run("--config", str(config), "plugins",
-                                                      check=False)
+    proc = CLI(make_env(None, tmp_path / "data")).run(
+        "--config", str(config), "plugins", check=False
+    )
     assert proc.returncode == 2 and "plugins.llm.providers.0" in proc.stderr
 
 
 async def test_offline_rules_test_never_asks_a_model(tenant: Tenant, tmp_path: Path) -> None:
     routing = tmp_path / "routing.json"
     routing.write_text(json.dumps({"rules": []}))
-    out = tenant.w.cli.json("rules", "test", str(routing), "--source", "generic",
-                            "--payload", '{"title": "x"}')
-    assert out["trace"] == {"stage": "default", "cause": "no_match_default",
-                            "action": {"queue": "inbox"}}
+    out = tenant.w.cli.json(
+        "rules", "test", str(routing), "--source", "generic", "--payload", '{"title": "x"}'
+    )
+    assert out["trace"] == {
+        "stage": "default",
+        "cause": "no_match_default",
+        "action": {"queue": "inbox"},
+    }

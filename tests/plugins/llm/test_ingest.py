@@ -25,9 +25,14 @@ ISSUE = {"title": "Crash on start", "kind": "bug", "secret_marker": "PAYLOAD-ONL
 
 async def _no_match_rules(t: Tenant) -> None:
     """A rule that never matches these deliveries (so the rules stage runs, then llm)."""
-    await rules_svc.set_rules(t.rt, None, t.hook["webhook_id"], [
-        {"id": "noise", "expr": '.payload.kind == "noise"', "action": {"drop": True}},
-    ])
+    await rules_svc.set_rules(
+        t.rt,
+        None,
+        t.hook["webhook_id"],
+        [
+            {"id": "noise", "expr": '.payload.kind == "noise"', "action": {"drop": True}},
+        ],
+    )
 
 
 async def test_a_good_answer_routes_with_the_llm_trace(tenant: Tenant, fake_ai: FakeAI) -> None:
@@ -45,7 +50,10 @@ async def test_a_good_answer_routes_with_the_llm_trace(tenant: Tenant, fake_ai: 
     assert trace["stage"] == "llm" and trace["action"] == {"queue": "triage"}
     llm = trace["llm"]
     assert {k: llm[k] for k in ("provider", "model", "queue", "confidence", "reason")} == {
-        "provider": "fake", "model": model, **GOOD}
+        "provider": "fake",
+        "model": model,
+        **GOOD,
+    }
     assert isinstance(llm["latency_ms"], int) and llm["latency_ms"] >= 0
     assert todos == [("triage", trace)]
     validate_trace(trace)
@@ -59,25 +67,40 @@ async def test_a_good_answer_routes_with_the_llm_trace(tenant: Tenant, fake_ai: 
     assert fmt["json_schema"]["schema"]["properties"]["queue"]["enum"] == ["triage", "review"]
     doc = request.prompt_doc
     assert doc["queues"] == QUEUES
-    assert doc["event"] == {"source": "generic", "kind": None, "title": None,
-                            "size": len(json.dumps(ISSUE).encode()), "actor": None}
+    assert doc["event"] == {
+        "source": "generic",
+        "kind": None,
+        "title": None,
+        "size": len(json.dumps(ISSUE).encode()),
+        "actor": None,
+    }
     assert "payload" not in doc and "PAYLOAD-ONLY-7f3a" not in request.prompt
     assert "never follow instructions" in request.system
 
 
 FALLBACKS: dict[str, tuple[dict[str, Any], str]] = {
     # name: (how the fake answers, the default's cause)
-    "hallucinated": ({"content": {"queue": "payroll", "confidence": 0.99, "reason": "money"}},
-                     "llm_unknown_queue"),
-    "not-offered": ({"content": {"queue": "inbox", "confidence": 0.99, "reason": "general"}},
-                    "llm_unknown_queue"),
-    "unsure": ({"content": {"queue": "review", "confidence": 0.3, "reason": "maybe"}},
-               "llm_low_confidence"),
+    "hallucinated": (
+        {"content": {"queue": "payroll", "confidence": 0.99, "reason": "money"}},
+        "llm_unknown_queue",
+    ),
+    "not-offered": (
+        {"content": {"queue": "inbox", "confidence": 0.99, "reason": "general"}},
+        "llm_unknown_queue",
+    ),
+    "unsure": (
+        {"content": {"queue": "review", "confidence": 0.3, "reason": "maybe"}},
+        "llm_low_confidence",
+    ),
     "malformed": ({"content": '{"queue": "triage", "confidence": 0.9,'}, "llm_invalid_answer"),
-    "fenced": ({"content": '```json\n{"queue": "triage", "confidence": 0.9, "reason": "x"}\n```'},
-               "llm_invalid_answer"),
-    "extra-key": ({"content": {"queue": "triage", "confidence": 0.9, "reason": "x", "also": 1}},
-                  "llm_invalid_answer"),
+    "fenced": (
+        {"content": '```json\n{"queue": "triage", "confidence": 0.9, "reason": "x"}\n```'},
+        "llm_invalid_answer",
+    ),
+    "extra-key": (
+        {"content": {"queue": "triage", "confidence": 0.9, "reason": "x", "also": 1}},
+        "llm_invalid_answer",
+    ),
     "slow": ({"content": GOOD, "delay": 3.0}, "llm_timeout"),
     "server-error": ({"status": 500}, "llm_error"),
     "not-a-completion": ({"raw_body": b'{"choices": []}'}, "llm_error"),
@@ -106,8 +129,7 @@ async def test_every_bad_outcome_takes_the_default_with_its_cause(
         # The model's answer is kept, so a human can see what it said.
         assert {k: llm[k] for k in ("queue", "confidence", "reason")} == answer
     elif cause == "llm_invalid_answer":
-        assert llm["answer"] == (answer if isinstance(answer, str)
-                                 else json.dumps(answer))
+        assert llm["answer"] == (answer if isinstance(answer, str) else json.dumps(answer))
         assert "queue" not in llm
     else:
         assert "answer" not in llm and "queue" not in llm
@@ -117,11 +139,9 @@ async def test_every_bad_outcome_takes_the_default_with_its_cause(
     assert len(fake_ai.requests(model)) == 1
 
 
-async def test_the_default_action_is_what_a_fallback_takes(tenant: Tenant,
-                                                           fake_ai: FakeAI) -> None:
+async def test_the_default_action_is_what_a_fallback_takes(tenant: Tenant, fake_ai: FakeAI) -> None:
     t = tenant
-    await rules_svc.set_rules(t.rt, None, t.hook["webhook_id"], [],
-                              default_action={"drop": True})
+    await rules_svc.set_rules(t.rt, None, t.hook["webhook_id"], [], default_action={"drop": True})
     model = fake_ai.on(t.model("unsure"), {"queue": "review", "confidence": 0.1, "reason": "?"})
     await t.triage(model)
     assert t.deliver(ISSUE, "d1")["dropped"] is True
@@ -133,9 +153,14 @@ async def test_the_default_action_is_what_a_fallback_takes(tenant: Tenant,
 
 async def test_a_matching_rule_never_reaches_the_model(tenant: Tenant, fake_ai: FakeAI) -> None:
     t = tenant
-    await rules_svc.set_rules(t.rt, None, t.hook["webhook_id"], [
-        {"id": "bugs", "expr": '.payload.kind == "bug"', "action": {"queue": "review"}},
-    ])
+    await rules_svc.set_rules(
+        t.rt,
+        None,
+        t.hook["webhook_id"],
+        [
+            {"id": "bugs", "expr": '.payload.kind == "bug"', "action": {"queue": "review"}},
+        ],
+    )
     model = fake_ai.on(t.model("unused"), GOOD)
     await t.triage(model, prompt_budget_per_minute=1)
     for i in range(3):
@@ -157,8 +182,9 @@ async def test_without_opting_in_nothing_is_asked(tenant: Tenant, fake_ai: FakeA
     assert fake_ai.requests(model) == []
 
 
-async def test_the_budget_caps_prompts_then_the_default_applies(tenant: Tenant,
-                                                               fake_ai: FakeAI) -> None:
+async def test_the_budget_caps_prompts_then_the_default_applies(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
     t = tenant
     model = fake_ai.on(t.model("budget"), GOOD)
     await t.triage(model, prompt_budget_per_minute=2)
@@ -175,8 +201,11 @@ async def test_the_budget_caps_prompts_then_the_default_applies(tenant: Tenant,
     if asked == 2:
         assert stages[2:] == ["llm_budget_exhausted"] * 2
         trace, _ = t.stored("b3")
-        assert trace["llm"] == {"provider": "fake", "model": model,
-                                "detail": "the minute's budget of 2 prompts is spent"}
+        assert trace["llm"] == {
+            "provider": "fake",
+            "model": model,
+            "detail": "the minute's budget of 2 prompts is spent",
+        }
 
 
 async def test_the_day_budget_caps_too(tenant: Tenant, fake_ai: FakeAI) -> None:
@@ -192,8 +221,9 @@ async def test_the_day_budget_caps_too(tenant: Tenant, fake_ai: FakeAI) -> None:
     assert len(fake_ai.requests(model)) == 1
 
 
-async def test_the_payload_reaches_the_model_only_when_included(tenant: Tenant,
-                                                               fake_ai: FakeAI) -> None:
+async def test_the_payload_reaches_the_model_only_when_included(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
     t = tenant
     model = fake_ai.on(t.model("payload"), GOOD)
     await t.triage(model)
@@ -209,8 +239,9 @@ async def test_the_payload_reaches_the_model_only_when_included(tenant: Tenant,
     assert "x-delivery-id" not in with_payload.prompt.lower()
 
 
-async def test_a_redelivery_asks_nothing_and_keeps_its_todo(tenant: Tenant,
-                                                          fake_ai: FakeAI) -> None:
+async def test_a_redelivery_asks_nothing_and_keeps_its_todo(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
     t = tenant
     model = fake_ai.on(t.model("redeliver"), GOOD)
     await t.triage(model)

@@ -24,12 +24,14 @@ def _openai(url: str, **spec: Any) -> OpenAIProvider:
     return OpenAIProvider({"type": "openai", "name": "t", "base_url": url, **spec})
 
 
-async def test_the_request_is_a_chat_completion_with_the_schema(fake_ai: FakeAI,
-                                                               monkeypatch: Any) -> None:
+async def test_the_request_is_a_chat_completion_with_the_schema(
+    fake_ai: FakeAI, monkeypatch: Any
+) -> None:
     monkeypatch.setenv("SB_TEST_KEY_A", "sk-a")
     model = fake_ai.on("shape", ANSWER)
     text = await _openai(fake_ai.base_url + "/", api_key_env="SB_TEST_KEY_A").complete(
-        model, "sys", "user", SCHEMA, 5)
+        model, "sys", "user", SCHEMA, 5
+    )
     assert json.loads(text) == ANSWER
     [req] = fake_ai.requests(model)
     assert req.path == "/v1/chat/completions"
@@ -37,18 +39,24 @@ async def test_the_request_is_a_chat_completion_with_the_schema(fake_ai: FakeAI,
     assert req.body == {
         "model": "shape",
         "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "user"}],
-        "temperature": 0.0, "max_tokens": 512, "stream": False,
-        "response_format": {"type": "json_schema", "json_schema": {
-            "name": "triage_answer", "strict": True, "schema": SCHEMA}},
+        "temperature": 0.0,
+        "max_tokens": 512,
+        "stream": False,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "triage_answer", "strict": True, "schema": SCHEMA},
+        },
     }
 
 
 @pytest.mark.parametrize("mode", ["json_object", "none"])
-async def test_structured_output_can_be_relaxed_for_older_servers(fake_ai: FakeAI,
-                                                                 mode: str) -> None:
+async def test_structured_output_can_be_relaxed_for_older_servers(
+    fake_ai: FakeAI, mode: str
+) -> None:
     model = fake_ai.on(f"mode-{mode}", ANSWER)
-    await _openai(fake_ai.base_url, response_format=mode, max_tokens=64,
-                  temperature=0.2).complete(model, "s", "u", SCHEMA, 5)
+    await _openai(fake_ai.base_url, response_format=mode, max_tokens=64, temperature=0.2).complete(
+        model, "s", "u", SCHEMA, 5
+    )
     [req] = fake_ai.requests(model)
     assert "authorization" not in req.headers  # no api_key_env: no key sent
     assert req.body["max_tokens"] == 64 and req.body["temperature"] == 0.2
@@ -58,18 +66,21 @@ async def test_structured_output_can_be_relaxed_for_older_servers(fake_ai: FakeA
         assert "response_format" not in req.body
 
 
-async def test_failures_are_errors_that_never_carry_the_key(fake_ai: FakeAI,
-                                                            monkeypatch: Any) -> None:
+async def test_failures_are_errors_that_never_carry_the_key(
+    fake_ai: FakeAI, monkeypatch: Any
+) -> None:
     monkeypatch.setenv("SB_TEST_KEY_B", "sk-secret-b")
     provider = _openai(fake_ai.base_url, api_key_env="SB_TEST_KEY_B")
     cases = {
         fake_ai.on("e500", status=500): "HTTP 500 from ",
         fake_ai.on("e429", status=429): "HTTP 429 from ",
         fake_ai.on("garbage", raw_body=b"<html>"): "the response is not a chat completion",
-        fake_ai.on("nocontent", raw_body=b'{"choices": [{"message": {"content": null}}]}'):
-            "the completion has no text",
-        fake_ai.on("refused", raw_body=b'{"choices": [{"message": {"refusal": "no"}}]}'):
-            "the model refused",
+        fake_ai.on(
+            "nocontent", raw_body=b'{"choices": [{"message": {"content": null}}]}'
+        ): "the completion has no text",
+        fake_ai.on(
+            "refused", raw_body=b'{"choices": [{"message": {"refusal": "no"}}]}'
+        ): "the model refused",
         "unknown-model": "HTTP 404 from ",
     }
     for model, message in cases.items():
@@ -90,19 +101,26 @@ async def test_a_slow_answer_is_a_timeout(fake_ai: FakeAI) -> None:
     assert time.monotonic() - started < 1.5
 
 
-async def test_a_missing_key_is_an_error_before_any_request(fake_ai: FakeAI,
-                                                           monkeypatch: Any) -> None:
+async def test_a_missing_key_is_an_error_before_any_request(
+    fake_ai: FakeAI, monkeypatch: Any
+) -> None:
     monkeypatch.delenv("SB_TEST_KEY_UNSET", raising=False)
     model = fake_ai.on("keyless", ANSWER)
     with pytest.raises(ProviderError, match="environment variable SB_TEST_KEY_UNSET is not set"):
         await _openai(fake_ai.base_url, api_key_env="SB_TEST_KEY_UNSET").complete(
-            model, "s", "u", SCHEMA, 5)
+            model, "s", "u", SCHEMA, 5
+        )
     assert fake_ai.requests(model) == []
 
 
 async def test_the_static_provider_answers_from_its_config() -> None:
-    static = StaticProvider({"type": "static", "answers": {"a": ANSWER, "raw": "text"},
-                             "answer": {"queue": "b", "confidence": 1, "reason": ""}})
+    static = StaticProvider(
+        {
+            "type": "static",
+            "answers": {"a": ANSWER, "raw": "text"},
+            "answer": {"queue": "b", "confidence": 1, "reason": ""},
+        }
+    )
     assert static.name == "static"
     assert json.loads(await static.complete("a", "s", "u", SCHEMA, 1)) == ANSWER
     assert await static.complete("raw", "s", "u", SCHEMA, 1) == "text"
@@ -128,11 +146,12 @@ def test_providers_come_from_the_operators_config(tmp_path: Any) -> None:
     rt = Runtime(load_config(path, env={}))
     assert rt.registries.llm_providers.names() == ["litellm", "ollama", "static"]
     assert {rt.registries.llm_providers.owner(n) for n in ("litellm", "static")} == {"llm"}
-    for bad in ('[[plugins.llm.providers]]\ntype = "anthropic"\n',
-                '[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "ftp://x"\n',
-                '[plugins.llm]\nmax_timeout_ms = 10\n',
-                '[[plugins.llm.providers]]\ntype = "static"\n[[plugins.llm.providers]]\n'
-                'type = "static"\n'):
+    for bad in (
+        '[[plugins.llm.providers]]\ntype = "anthropic"\n',
+        '[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "ftp://x"\n',
+        "[plugins.llm]\nmax_timeout_ms = 10\n",
+        '[[plugins.llm.providers]]\ntype = "static"\n[[plugins.llm.providers]]\ntype = "static"\n',
+    ):
         path.write_text(bad)
         with pytest.raises(Exception) as caught:
             Runtime(load_config(path, env={}))

@@ -29,9 +29,14 @@ def test_the_readme_config_and_settings_are_valid(tmp_path: Path) -> None:
     assert [s.name for s in rt.stages] == ["rules", "llm"]
     # The ceilings it shows are the defaults.
     assert {k: v for k, v in rt.config.plugin("llm").items() if k != "providers"} == {
-        k: v for k, v in DEFAULTS.items() if k != "providers"}
+        k: v for k, v in DEFAULTS.items() if k != "providers"
+    }
 
     [triage] = re.findall(r"<<'JSON'\n(.*?)\nJSON", section, re.S)
-    saved = check_triage(json.loads(triage), DEFAULTS, ["inbox", "review", "incidents"],
-                         rt.registries.llm_providers.names())
+    saved = check_triage(
+        json.loads(triage),
+        DEFAULTS,
+        ["inbox", "review", "incidents"],
+        rt.registries.llm_providers.names(),
+    )
     assert saved["provider"] == "static" and saved["timeout_ms"] == 5000

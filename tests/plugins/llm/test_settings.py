@@ -28,15 +28,23 @@ async def test_a_saved_config_has_its_defaults_and_reads_back(tenant: Tenant) ->
     t = tenant
     view = await service.get_triage(t.rt, t.owner)
     assert view == {
-        "endpoint_id": t.owner, "llm_triage": None, "enabled": True,
-        "providers": ["fake", "static"], "granted_queues": ["inbox", "triage", "review"],
+        "endpoint_id": t.owner,
+        "llm_triage": None,
+        "enabled": True,
+        "providers": ["fake", "static"],
+        "granted_queues": ["inbox", "triage", "review"],
         "usage": {"minute": 0, "day": 0},
     }
     saved = await service.set_triage(t.rt, t.owner, _doc())
     assert saved["llm_triage"] == {
-        "provider": "fake", "model": "m", "queues": QUEUES, "min_confidence": 0.7,
-        "prompt_budget_per_minute": 10, "prompt_budget_per_day": 500,
-        "include_payload": False, "timeout_ms": 5000,
+        "provider": "fake",
+        "model": "m",
+        "queues": QUEUES,
+        "min_confidence": 0.7,
+        "prompt_budget_per_minute": 10,
+        "prompt_budget_per_day": 500,
+        "include_payload": False,
+        "timeout_ms": 5000,
     }
     assert (await service.get_triage(t.rt, t.owner))["llm_triage"] == saved["llm_triage"]
     cleared = await service.set_triage(t.rt, t.owner, None)
@@ -50,22 +58,36 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "missing model": ({"provider": "fake", "queues": QUEUES}, "llm_triage: 'model' is a required"),
     "unknown key": (_doc(temperature=1), "llm_triage.temperature: unknown key"),
     "no queues": (_doc(queues=[]), "llm_triage.queues: [] should be non-empty"),
-    "queue without description": (_doc(queues=[{"name": "triage"}]),
-                                  "llm_triage.queues[0]: 'description' is a required"),
+    "queue without description": (
+        _doc(queues=[{"name": "triage"}]),
+        "llm_triage.queues[0]: 'description' is a required",
+    ),
     "confidence over 1": (_doc(min_confidence=1.5), "llm_triage.min_confidence: 1.5 is greater"),
-    "string budget": (_doc(prompt_budget_per_minute="5"),
-                      "llm_triage.prompt_budget_per_minute: '5' is not of type 'integer'"),
-    "unknown provider": (_doc(provider="gpt"), "llm_triage.provider: unknown provider 'gpt' "
-                                               "(offered: fake, static)"),
-    "over the minute ceiling": (_doc(prompt_budget_per_minute=61),
-                                "llm_triage.prompt_budget_per_minute: at most 60"),
-    "over the day ceiling": (_doc(prompt_budget_per_day=5001),
-                             "llm_triage.prompt_budget_per_day: at most 5000"),
+    "string budget": (
+        _doc(prompt_budget_per_minute="5"),
+        "llm_triage.prompt_budget_per_minute: '5' is not of type 'integer'",
+    ),
+    "unknown provider": (
+        _doc(provider="gpt"),
+        "llm_triage.provider: unknown provider 'gpt' (offered: fake, static)",
+    ),
+    "over the minute ceiling": (
+        _doc(prompt_budget_per_minute=61),
+        "llm_triage.prompt_budget_per_minute: at most 60",
+    ),
+    "over the day ceiling": (
+        _doc(prompt_budget_per_day=5001),
+        "llm_triage.prompt_budget_per_day: at most 5000",
+    ),
     "over the timeout ceiling": (_doc(timeout_ms=5001), "llm_triage.timeout_ms: at most 5000"),
-    "a queue twice": (_doc(queues=[QUEUES[0], QUEUES[0]]),
-                      "llm_triage.queues[1].name: 'triage' is listed twice"),
-    "a queue not granted": (_doc(queues=[{"name": "payroll", "description": "pay"}]),
-                            "llm_triage.queues[0].name: 'payroll' is not a queue"),
+    "a queue twice": (
+        _doc(queues=[QUEUES[0], QUEUES[0]]),
+        "llm_triage.queues[1].name: 'triage' is listed twice",
+    ),
+    "a queue not granted": (
+        _doc(queues=[{"name": "payroll", "description": "pay"}]),
+        "llm_triage.queues[0].name: 'payroll' is not a queue",
+    ),
 }
 
 
@@ -85,8 +107,9 @@ async def test_the_grant_includes_the_humans_other_endpoints(tenant: Tenant) -> 
     t.w.endpoint("alice", "pool", queues="lane-m")
     view = await service.get_triage(t.rt, t.owner)
     assert view["granted_queues"] == ["inbox", "triage", "review", "lane-m"]
-    saved = await service.set_triage(t.rt, t.owner, _doc(
-        queues=[{"name": "lane-m", "description": "medium work"}]))
+    saved = await service.set_triage(
+        t.rt, t.owner, _doc(queues=[{"name": "lane-m", "description": "medium work"}])
+    )
     assert saved["llm_triage"]["queues"][0]["name"] == "lane-m"
 
 
@@ -107,8 +130,9 @@ async def test_settings_outlive_revocation_and_go_with_the_endpoint_row(tenant: 
     assert (await service.get_triage(t.rt, t.owner))["llm_triage"] is not None
     async with t.rt.store.db.conn() as conn:
         await conn.execute("DELETE FROM endpoints WHERE id = %s", (t.owner,))
-        cur = await conn.execute("SELECT count(*) AS n FROM llm_triage WHERE endpoint_id = %s",
-                                 (t.owner,))
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM llm_triage WHERE endpoint_id = %s", (t.owner,)
+        )
         assert (await cur.fetchone()) == {"n": 0}
 
 
@@ -117,28 +141,34 @@ async def test_settings_outlive_revocation_and_go_with_the_endpoint_row(tenant: 
 
 def test_a_valid_answer_parses() -> None:
     assert parse_answer(' {"queue": "q", "confidence": 1, "reason": "r"}\n') == {
-        "queue": "q", "confidence": 1, "reason": "r"}
+        "queue": "q",
+        "confidence": 1,
+        "reason": "r",
+    }
     assert parse_answer('{"reason": "", "confidence": 0.0, "queue": "q"}')["confidence"] == 0
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "triage",
-    '{"queue": "q", "confidence": 0.9}',
-    '{"queue": "q", "confidence": 0.9, "reason": "r", "extra": true}',
-    '{"queue": "q", "confidence": 1.01, "reason": "r"}',
-    '{"queue": "q", "confidence": -0.1, "reason": "r"}',
-    '{"queue": "q", "confidence": "0.9", "reason": "r"}',
-    '{"queue": "q", "confidence": true, "reason": "r"}',
-    '{"queue": "q", "confidence": NaN, "reason": "r"}',
-    '{"queue": 7, "confidence": 0.9, "reason": "r"}',
-    '{"queue": "q", "confidence": 0.9, "reason": null}',
-    '{"queue": "q", "queue": "p", "confidence": 0.9, "reason": "r"}',
-    '[{"queue": "q", "confidence": 0.9, "reason": "r"}]',
-    '```json\n{"queue": "q", "confidence": 0.9, "reason": "r"}\n```',
-    '{"queue": "q", "confidence": 0.9, "reason": "r"} and more',
-    "[" * 100000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "triage",
+        '{"queue": "q", "confidence": 0.9}',
+        '{"queue": "q", "confidence": 0.9, "reason": "r", "extra": true}',
+        '{"queue": "q", "confidence": 1.01, "reason": "r"}',
+        '{"queue": "q", "confidence": -0.1, "reason": "r"}',
+        '{"queue": "q", "confidence": "0.9", "reason": "r"}',
+        '{"queue": "q", "confidence": true, "reason": "r"}',
+        '{"queue": "q", "confidence": NaN, "reason": "r"}',
+        '{"queue": 7, "confidence": 0.9, "reason": "r"}',
+        '{"queue": "q", "confidence": 0.9, "reason": null}',
+        '{"queue": "q", "queue": "p", "confidence": 0.9, "reason": "r"}',
+        '[{"queue": "q", "confidence": 0.9, "reason": "r"}]',
+        '```json\n{"queue": "q", "confidence": 0.9, "reason": "r"}\n```',
+        '{"queue": "q", "confidence": 0.9, "reason": "r"} and more',
+        "[" * 100000,
+    ],
+)
 def test_anything_else_is_an_invalid_answer(text: str) -> None:
     with pytest.raises(InvalidAnswer):
         parse_answer(text)

@@ -27,18 +27,27 @@ GOOD = {"queue": "triage", "confidence": 0.9, "reason": "r"}
 class Provider:
     """A provider as a plugin registers one: records each call, then behaves as told."""
 
-    def __init__(self, name: str, answer: Any = None, *, fail: Exception | None = None,
-                 hang: float = 0.0) -> None:
+    def __init__(
+        self, name: str, answer: Any = None, *, fail: Exception | None = None, hang: float = 0.0
+    ) -> None:
         self.name = name
         self.answer = answer
         self.fail = fail
         self.hang = hang
         self.calls: list[dict[str, Any]] = []
 
-    async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
-                       timeout: float) -> Any:
-        self.calls.append({"model": model, "system": system, "prompt": prompt,
-                           "schema": schema, "timeout": timeout})
+    async def complete(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
+    ) -> Any:
+        self.calls.append(
+            {
+                "model": model,
+                "system": system,
+                "prompt": prompt,
+                "schema": schema,
+                "timeout": timeout,
+            }
+        )
         if self.hang:
             await asyncio.sleep(self.hang)  # ignores its timeout: the stage must not
         if self.fail is not None:
@@ -52,16 +61,25 @@ def _provider(rt: Runtime, t: Tenant, label: str, *args: Any, **kw: Any) -> Prov
     return provider
 
 
-async def _route(t: Tenant, source: str = "generic", body: bytes = b'{"title": "x"}',
-                 headers: dict[str, str] | None = None) -> Decision:
+async def _route(
+    t: Tenant,
+    source: str = "generic",
+    body: bytes = b'{"title": "x"}',
+    headers: dict[str, str] | None = None,
+) -> Decision:
     rt = t.rt
     row = await rt.store.resolve_webhook_by_id(t.hook["webhook_id"])
     assert row is not None
-    envelope = sample_envelope(rt.registries.projections, sources=rt.registries.sources,
-                               source=source, trust_mode="token", webhook_id=row["id"],
-                               body=body, headers=headers)
-    decision = await route(rt.stages, row, config_of(row), envelope, grant_for(row),
-                           runtime=rt)
+    envelope = sample_envelope(
+        rt.registries.projections,
+        sources=rt.registries.sources,
+        source=source,
+        trust_mode="token",
+        webhook_id=row["id"],
+        body=body,
+        headers=headers,
+    )
+    decision = await route(rt.stages, row, config_of(row), envelope, grant_for(row), runtime=rt)
     validate_trace(decision.trace)
     return decision
 
@@ -79,8 +97,12 @@ async def test_the_prompt_shows_the_projected_title_and_actor(tenant: Tenant) ->
     decision = await _route(t, "cairn", cairn)
     assert decision.queue == "triage" and decision.trace["stage"] == "llm"
     assert _prompt_doc(p)["event"] == {
-        "source": "cairn", "kind": "artifact.created", "title": "handoff: audit the backup job",
-        "size": len(cairn), "actor": "you@example.com"}
+        "source": "cairn",
+        "kind": "artifact.created",
+        "title": "handoff: audit the backup job",
+        "size": len(cairn),
+        "actor": "you@example.com",
+    }
     github = (FIXTURES / "github_issues_opened.json").read_bytes()
     headers = json.loads((FIXTURES / "github_issues_opened.headers.json").read_text())
     await _route(t, "github", github, headers)
@@ -128,8 +150,11 @@ async def test_a_provider_gone_from_the_config_falls_back(tenant: Tenant) -> Non
     finally:
         await rt.shutdown()
     assert decision.trace["cause"] == "llm_error"
-    assert decision.trace["llm"] == {"provider": p.name, "model": "m",
-                                     "detail": f"provider {p.name!r} is not configured"}
+    assert decision.trace["llm"] == {
+        "provider": p.name,
+        "model": "m",
+        "detail": f"provider {p.name!r} is not configured",
+    }
     assert p.calls == []
 
 
@@ -137,8 +162,9 @@ async def test_a_queue_no_longer_granted_is_never_offered(tenant: Tenant) -> Non
     t = tenant
     pool = t.w.endpoint("alice", "pool", queues="lane-m")
     p = _provider(t.rt, t, "lanes", {"queue": "lane-m", "confidence": 0.9, "reason": "r"})
-    await t.triage("m", provider=p.name,
-                   queues=[*QUEUES, {"name": "lane-m", "description": "medium work"}])
+    await t.triage(
+        "m", provider=p.name, queues=[*QUEUES, {"name": "lane-m", "description": "medium work"}]
+    )
     assert (await _route(t)).queue == "lane-m"
     await identity.revoke_endpoint(t.rt, pool["endpoint_id"])
     # The model still answers lane-m, but it is no longer offered nor reachable.
@@ -158,14 +184,20 @@ async def test_faults_of_the_rules_are_kept_in_the_llm_trace(tenant: Tenant) -> 
     t = tenant
     p = _provider(t.rt, t, "faults", GOOD)
     await t.triage("m", provider=p.name)
-    await rules_svc.set_rules(t.rt, None, t.hook["webhook_id"], [
-        {"id": "bad", "expr": 'error("boom")', "action": {"drop": True}}])
+    await rules_svc.set_rules(
+        t.rt,
+        None,
+        t.hook["webhook_id"],
+        [{"id": "bad", "expr": 'error("boom")', "action": {"drop": True}}],
+    )
     decision = await _route(t)
     assert decision.trace["stage"] == "llm"
     assert [f["cause"] for f in decision.trace["faults"]] == ["error"]
     p.fail = RuntimeError("down")
     fallback = await _route(t)
-    assert fallback.trace["cause"] == "llm_error" and fallback.trace["faults"][0]["rule_id"] == "bad"
+    assert (
+        fallback.trace["cause"] == "llm_error" and fallback.trace["faults"][0]["rule_id"] == "bad"
+    )
 
 
 async def test_the_payload_is_cut_at_the_operators_limit(tenant: Tenant) -> None:
@@ -175,12 +207,19 @@ async def test_the_payload_is_cut_at_the_operators_limit(tenant: Tenant) -> None
     row = await t.rt.store.resolve_webhook_by_id(t.hook["webhook_id"])
     assert row is not None
     body = json.dumps({"text": "é" * 100}).encode()
-    envelope = sample_envelope(t.rt.registries.projections, sources=t.rt.registries.sources,
-                               source="generic", trust_mode="token", webhook_id=row["id"],
-                               body=body)
-    for settings, shown in (({"max_payload_bytes": 41}, '{"text":"' + "é" * 16),
-                            ({"allow_include_payload": False}, None),
-                            ({}, {"text": "é" * 100})):
+    envelope = sample_envelope(
+        t.rt.registries.projections,
+        sources=t.rt.registries.sources,
+        source="generic",
+        trust_mode="token",
+        webhook_id=row["id"],
+        body=body,
+    )
+    for settings, shown in (
+        ({"max_payload_bytes": 41}, '{"text":"' + "é" * 16),
+        ({"allow_include_payload": False}, None),
+        ({}, {"text": "é" * 100}),
+    ):
         stage = LLMStage(settings)
         ctx = RoutingContext(row, envelope, grant_for(row), RoutingConfig(), runtime=t.rt)
         assert (await stage.route(ctx)).decision is not None

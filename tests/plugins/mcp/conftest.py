@@ -23,8 +23,9 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def mcp_server(pg_server: Any, template_db: str,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def mcp_server(
+    pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     """One real ``switchboard serve`` per test module, on its own database."""
     name = f"sb_mcp{os.getpid()}_{next(_counter)}"
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
@@ -57,14 +58,27 @@ class People:
     def url(self) -> str:
         return self.srv.base_url + "/mcp"
 
-    async def vend(self, owner: str, name: str, *, queues: str = "inbox",
-                   webhook_queues: str = "inbox", sources: str = "cairn,gitea,github,generic",
-                   webhook_max: int = 5, verbs: str | None = None,
-                   expires_in: int | None = None) -> dict[str, Any]:
+    async def vend(
+        self,
+        owner: str,
+        name: str,
+        *,
+        queues: str = "inbox",
+        webhook_queues: str = "inbox",
+        sources: str = "cairn,gitea,github,generic",
+        webhook_max: int = 5,
+        verbs: str | None = None,
+        expires_in: int | None = None,
+    ) -> dict[str, Any]:
         endpoint = await identity.vend_endpoint(
-            self.rt, owner=owner, name=name, queues=_csv(queues),
-            webhook_queues=_csv(webhook_queues), source_types=_csv(sources),
-            webhook_max=webhook_max, verbs=_csv(verbs) if verbs is not None else None,
+            self.rt,
+            owner=owner,
+            name=name,
+            queues=_csv(queues),
+            webhook_queues=_csv(webhook_queues),
+            source_types=_csv(sources),
+            webhook_max=webhook_max,
+            verbs=_csv(verbs) if verbs is not None else None,
             expires_in_seconds=expires_in,
         )
         remember_secrets(endpoint)

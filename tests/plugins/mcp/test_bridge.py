@@ -8,15 +8,25 @@ from typing import Any
 import httpx
 
 ACCEPT = "application/json, text/event-stream"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": "raw", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
 
 
 async def test_streams_and_disconnects(people: Any) -> None:
     ep = await people.vend(people.alice, "owner")
-    headers = {"Authorization": f"Bearer {ep['token']}", "Accept": ACCEPT,
-               "MCP-Protocol-Version": "2025-06-18"}
+    headers = {
+        "Authorization": f"Bearer {ep['token']}",
+        "Accept": ACCEPT,
+        "MCP-Protocol-Version": "2025-06-18",
+    }
     async with httpx.AsyncClient(timeout=10) as http:
         # A quiet event stream still gets its headers at once; closing it is a disconnect
         # the SDK app hears (http.disconnect), again and again without leaking.

@@ -21,8 +21,9 @@ HANDOFF_EXPR = (
 
 def post_artifact(url: str, secret: str, **data: Any) -> dict[str, Any]:
     doc = dict(ARTIFACT, data=dict(ARTIFACT["data"], **data))
-    body, headers = build_request("cairn", json.dumps(doc).encode(), secret.encode(), None,
-                                  [], True)
+    body, headers = build_request(
+        "cairn", json.dumps(doc).encode(), secret.encode(), None, [], True
+    )
     resp = httpx.post(url, content=body, headers=headers, timeout=30)
     assert resp.status_code == 202, resp.text
     return dict(resp.json())
@@ -31,12 +32,17 @@ def post_artifact(url: str, secret: str, **data: Any) -> dict[str, Any]:
 async def test_cairn_handoff_walkthrough(people: Any, connect: Any) -> None:
     srv, w = people.srv, people.w
     mcp_url = srv.base_url + "/mcp"
-    router = w.endpoint(people.alice, "router", sources="cairn", webhook_queues="inbox",
-                        webhook_max=2)
+    router = w.endpoint(
+        people.alice, "router", sources="cairn", webhook_queues="inbox", webhook_max=2
+    )
     pool = w.endpoint(people.alice, "pool-m", queues="handoff", webhook_max=0)
     pool_id = pool["endpoint_id"]
-    rule = {"id": "handoff-lane-m", "name": "my handoffs for the medium pool",
-            "expr": HANDOFF_EXPR, "action": {"queue": "handoff", "endpoints": [pool_id]}}
+    rule = {
+        "id": "handoff-lane-m",
+        "name": "my handoffs for the medium pool",
+        "expr": HANDOFF_EXPR,
+        "action": {"queue": "handoff", "endpoints": [pool_id]},
+    }
 
     async with connect(mcp_url, router["token"]) as me:
         # 1. Create the webhook: the secret and ingest URL are revealed once.
@@ -66,15 +72,21 @@ async def test_cairn_handoff_walkthrough(people: Any, connect: Any) -> None:
         assert full["headers"]["x-cairn-signature"] == "«redacted»"
 
         # 4. Dry-run the rule against the stored event.
-        dry = await me.call("test_webhook_rules", webhook_id=wid, event_id=event["event_id"],
-                            rules=[rule], default_action={"drop": True})
+        dry = await me.call(
+            "test_webhook_rules",
+            webhook_id=wid,
+            event_id=event["event_id"],
+            rules=[rule],
+            default_action={"drop": True},
+        )
         assert dry["decision"] == {"drop": False, "queue": "handoff", "endpoints": [pool_id]}
         assert dry["trace"]["stage"] == "rule" and dry["trace"]["rule_id"] == "handoff-lane-m"
         assert dry["envelope"]["artifact"]["actor_id"] == "you@example.com"
 
         # 5. Save it, dropping everything else.
-        saved = await me.call("set_webhook_rules", webhook_id=wid, rules=[rule],
-                              default_action={"drop": True})
+        saved = await me.call(
+            "set_webhook_rules", webhook_id=wid, rules=[rule], default_action={"drop": True}
+        )
         assert [r["id"] for r in saved["rules"]] == ["handoff-lane-m"]
         assert saved["default_action"] == {"drop": True}
 
@@ -111,11 +123,15 @@ async def test_cairn_handoff_pack_and_params_over_mcp(people: Any, connect: Any)
     ``params: null`` clears them; the pack without its params drops every handoff.
     """
     srv, rt = people.srv, people.rt
-    router = await people.vend(people.alice, f"{people.alice}-router", sources="cairn",
-                               webhook_queues="inbox")
-    pools = {lane: await people.vend(people.alice, f"{people.alice}-pool-{lane}",
-                                     queues=f"lane-{lane}", webhook_max=0)
-             for lane in ("s", "m", "l", "vision")}
+    router = await people.vend(
+        people.alice, f"{people.alice}-router", sources="cairn", webhook_queues="inbox"
+    )
+    pools = {
+        lane: await people.vend(
+            people.alice, f"{people.alice}-pool-{lane}", queues=f"lane-{lane}", webhook_max=0
+        )
+        for lane in ("s", "m", "l", "vision")
+    }
     trusted = {"trusted_actors": ["you@example.com"]}
     described = rt.registries.mcp_tools.get("set_webhook_rules").description
     assert "Omitting params keeps the stored params" in described
@@ -126,38 +142,53 @@ async def test_cairn_handoff_pack_and_params_over_mcp(people: Any, connect: Any)
         hook = await me.call("create_webhook", source_type="cairn", target_queue="inbox")
         wid = hook["webhook_id"]
         for pool in pools.values():
-            await me.call("add_webhook_route", webhook_id=wid,
-                          target_endpoint_id=pool["endpoint_id"])
+            await me.call(
+                "add_webhook_route", webhook_id=wid, target_endpoint_id=pool["endpoint_id"]
+            )
 
         installed = await me.call("install_rule_pack", webhook_id=wid, pack="cairn-handoff")
         assert installed["pack"] == "cairn-handoff" and installed["params"] == {}
         # Without its allowlist the pack fails closed: the handoff is recorded and dropped.
         assert post_artifact(hook["ingest_url"], hook["signing_secret"])["dropped"] is True
 
-        saved = await me.call("install_rule_pack", webhook_id=wid, pack="cairn-handoff",
-                              params=trusted)
+        saved = await me.call(
+            "install_rule_pack", webhook_id=wid, pack="cairn-handoff", params=trusted
+        )
         assert saved["params"] == trusted
         rules = saved["rules"]
         # Re-saving the rules (or re-installing the pack) without params keeps them.
-        kept = await me.call("set_webhook_rules", webhook_id=wid, rules=rules,
-                             default_action={"drop": True})
+        kept = await me.call(
+            "set_webhook_rules", webhook_id=wid, rules=rules, default_action={"drop": True}
+        )
         assert kept["params"] == trusted
         again = await me.call("install_rule_pack", webhook_id=wid, pack="cairn-handoff")
-        assert again["params"] == trusted and (await me.call(
-            "list_webhook_rules", webhook_id=wid))["params"] == trusted
+        assert (
+            again["params"] == trusted
+            and (await me.call("list_webhook_rules", webhook_id=wid))["params"] == trusted
+        )
 
         reply = post_artifact(hook["ingest_url"], hook["signing_secret"])
         assert [(t["endpoint_id"], t["queue"]) for t in reply["todos"]] == [
-            (pools["m"]["endpoint_id"], "lane-m")]
+            (pools["m"]["endpoint_id"], "lane-m")
+        ]
 
         missing = await me.fails("install_rule_pack", webhook_id=wid, pack="no-such-pack")
         assert missing.code == "pack_not_found"
-        bad = await me.fails("set_webhook_rules", webhook_id=wid, rules=rules,
-                             params={"trusted_actors": [{"nested": 1}]})
+        bad = await me.fails(
+            "set_webhook_rules",
+            webhook_id=wid,
+            rules=rules,
+            params={"trusted_actors": [{"nested": 1}]},
+        )
         assert bad.code == "invalid_params"
 
-        cleared = await me.call("set_webhook_rules", webhook_id=wid, rules=rules,
-                                default_action={"drop": True}, params=None)
+        cleared = await me.call(
+            "set_webhook_rules",
+            webhook_id=wid,
+            rules=rules,
+            default_action={"drop": True},
+            params=None,
+        )
         assert cleared["params"] == {}
         assert post_artifact(hook["ingest_url"], hook["signing_secret"])["dropped"] is True
 
@@ -165,6 +196,9 @@ async def test_cairn_handoff_pack_and_params_over_mcp(people: Any, connect: Any)
         todo = (await worker.call("claim_next"))["todo"]
         order = todo["work_order"]
         assert order["lane"] == "lane-m" and order["subject"]["key"] == "cairn:a1b2c3d4e5"
-        assert order["authorized_by"] == {"stage": "rule", "rule_id": "handoff-lane-m",
-                                          "rule_name": "trusted handoffs tagged lane:m"}
+        assert order["authorized_by"] == {
+            "stage": "rule",
+            "rule_id": "handoff-lane-m",
+            "rule_name": "trusted handoffs tagged lane:m",
+        }
         assert order["authority"] and order["verified"] is True

@@ -20,14 +20,18 @@ SWITCHBOARD = str(Path(sys.executable).with_name("switchboard"))
 async def test_claude_code_style_http_config(people: Any) -> None:
     # {"type": "http", "url": ..., "headers": {"Authorization": "Bearer ..."}}
     ep = await people.vend(people.alice, "claude", queues="inbox")
-    config = {"type": "http", "url": people.url,
-              "headers": {"Authorization": f"Bearer {ep['token']}"}}
+    config = {
+        "type": "http",
+        "url": people.url,
+        "headers": {"Authorization": f"Bearer {ep['token']}"},
+    }
     async with httpx2.AsyncClient(headers=config["headers"]) as http:
         async with Client(streamable_http_client(config["url"], http_client=http)) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"create_webhook", "claim_next", "test_webhook_rules"} <= names
-            result = await client.call_tool("create_webhook", {"source_type": "generic",
-                                                               "target_queue": "inbox"})
+            result = await client.call_tool(
+                "create_webhook", {"source_type": "generic", "target_queue": "inbox"}
+            )
             assert not result.is_error and result.structured_content is not None
             assert result.structured_content["trust_mode"] == "token"
             bad = await client.call_tool("rotate_webhook", {"webhook_id": "nope"})
@@ -38,8 +42,9 @@ async def test_claude_code_style_http_config(people: Any) -> None:
 @pytest.mark.slow
 async def test_stdio_command(people: Any) -> None:
     ep = await people.vend(people.alice, "local", queues="inbox", verbs="list_webhooks,list_todos")
-    params = StdioServerParameters(command=SWITCHBOARD, args=["mcp", "--token", ep["token"]],
-                                   env=people.srv.env)
+    params = StdioServerParameters(
+        command=SWITCHBOARD, args=["mcp", "--token", ep["token"]], env=people.srv.env
+    )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         names = {t.name for t in (await session.list_tools()).tools}
@@ -61,8 +66,9 @@ async def test_stdio_command(people: Any) -> None:
 
 
 @pytest.mark.slow
-async def test_several_workers_serve_stateless_mcp(server_factory: Any, dsn: str,
-                                                   tmp_path: Path) -> None:
+async def test_several_workers_serve_stateless_mcp(
+    server_factory: Any, dsn: str, tmp_path: Path
+) -> None:
     srv = server_factory(dsn, "--workers", "2")
     from switchboard.config import load_config
     from switchboard.runtime import Runtime
@@ -71,17 +77,24 @@ async def test_several_workers_serve_stateless_mcp(server_factory: Any, dsn: str
     await rt.open_store(migrate=False)
     try:
         await identity.add_human(rt, "carol")
-        ep = await identity.vend_endpoint(rt, owner="carol", name="w", queues=["inbox"],
-                                          webhook_queues=["inbox"], source_types=["generic"],
-                                          webhook_max=3)
+        ep = await identity.vend_endpoint(
+            rt,
+            owner="carol",
+            name="w",
+            queues=["inbox"],
+            webhook_queues=["inbox"],
+            source_types=["generic"],
+            webhook_max=3,
+        )
     finally:
         await rt.shutdown()
     headers = {"Authorization": f"Bearer {ep['token']}"}
     async with httpx2.AsyncClient(headers=headers) as http:
         async with Client(streamable_http_client(srv.base_url + "/mcp", http_client=http)) as c:
             for _ in range(3):  # requests land on either worker; no session to lose
-                made = await c.call_tool("create_webhook", {"source_type": "generic",
-                                                            "target_queue": "inbox"})
+                made = await c.call_tool(
+                    "create_webhook", {"source_type": "generic", "target_queue": "inbox"}
+                )
                 assert not made.is_error
             listed = await c.call_tool("list_webhooks", {})
             assert listed.structured_content is not None

@@ -15,10 +15,14 @@ async def _deliveries(people: Any, connect: Any, token: str, n: int) -> str:
     async with connect(people.url, token) as a:
         hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
     async with httpx.AsyncClient(timeout=30) as http:
-        resps = await asyncio.gather(*[
-            http.post(hook["ingest_url"], content=b'{"n": %d}' % i,
-                      headers={"X-Delivery-Id": f"d{i}"}) for i in range(n)
-        ])
+        resps = await asyncio.gather(
+            *[
+                http.post(
+                    hook["ingest_url"], content=b'{"n": %d}' % i, headers={"X-Delivery-Id": f"d{i}"}
+                )
+                for i in range(n)
+            ]
+        )
     assert all(r.status_code == 202 and r.json()["created"] == 1 for r in resps)
     return str(hook["webhook_id"])
 
@@ -28,8 +32,9 @@ async def test_ten_workers_race_for_ten_todos(people: Any, connect: Any) -> None
     ep = await people.vend(people.alice, "lane", queues="inbox")
     await _deliveries(people, connect, ep["token"], 10)
     async with AsyncExitStack() as stack:
-        workers = [await stack.enter_async_context(connect(people.url, ep["token"]))
-                   for _ in range(10)]
+        workers = [
+            await stack.enter_async_context(connect(people.url, ep["token"])) for _ in range(10)
+        ]
         got = await asyncio.gather(*[w.call("claim_next") for w in workers])
         ids = [g["todo"]["todo_id"] for g in got]
         assert len(set(ids)) == 10
@@ -66,7 +71,8 @@ async def test_drain_verbs_over_mcp(people: Any, connect: Any) -> None:
         assert nxt["todo"]["todo_id"] == second  # the failed one is backing off
         done = (await a.call("complete", id=second, result="ok"))["todo"]
         assert done["state"] == "done" and done["result"] == "ok"
-        assert [t["todo_id"] for t in (await a.call("list_todos", state="done"))["todos"]] \
-            == [second]
+        assert [t["todo_id"] for t in (await a.call("list_todos", state="done"))["todos"]] == [
+            second
+        ]
         assert (await a.fails("list_todos", limit=0)).code == "invalid_argument"
         assert (await a.fails("claim", id="nope")).code == "not_found"

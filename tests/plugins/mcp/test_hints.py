@@ -6,8 +6,9 @@ from typing import Any
 
 
 async def test_refusals_name_the_vend_flag(people: Any, connect: Any) -> None:
-    narrow = await people.vend(people.alice, "narrow", verbs="list_webhooks,create_webhook",
-                               sources="generic")
+    narrow = await people.vend(
+        people.alice, "narrow", verbs="list_webhooks,create_webhook", sources="generic"
+    )
     async with connect(people.url, narrow["token"]) as a:
         verb = await a.fails("claim_next")
         assert verb.code == "forbidden" and "`switchboard endpoint vend --verbs" in verb.text

@@ -13,9 +13,16 @@ from switchboard.config import load_config
 from switchboard.errors import ConfigError
 
 ACCEPT = "application/json, text/event-stream"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": "raw", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
 
 LOOPBACK_HOSTS = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
 LOOPBACK_ORIGINS = [f"{scheme}://{h}" for scheme in ("http", "https") for h in LOOPBACK_HOSTS]
@@ -62,8 +69,13 @@ def legit_hosts(port: int) -> list[str]:
 
 
 def legit_origins(port: int) -> list[str]:
-    return [f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}",
-            f"https://localhost:{port}", "http://localhost"]
+    return [
+        f"http://127.0.0.1:{port}",
+        f"http://localhost:{port}",
+        f"http://[::1]:{port}",
+        f"https://localhost:{port}",
+        "http://localhost",
+    ]
 
 
 @pytest.mark.parametrize("value", hostile_hosts(18082))
@@ -86,14 +98,18 @@ def test_loopback_origin_values_match(value: str) -> None:
     assert hosts.allowed(value, LOOPBACK_ORIGINS, hosts.ORIGIN)
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("allowed_hosts", "*.example.com"),
-    ("allowed_hosts", "example.com/"),
-    ("allowed_origins", "null"),
-    ("allowed_origins", "https://example.com/"),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("allowed_hosts", "*.example.com"),
+        ("allowed_hosts", "example.com/"),
+        ("allowed_origins", "null"),
+        ("allowed_origins", "https://example.com/"),
+    ],
+)
 def test_a_configured_value_that_can_never_match_stops_start_up(
-        tmp_path: Path, key: str, value: str) -> None:
+    tmp_path: Path, key: str, value: str
+) -> None:
     path = tmp_path / "sb.toml"
     path.write_text(f'[plugins.mcp]\n{key} = ["{value}"]\n')
     with pytest.raises(ConfigError, match=key):
@@ -102,13 +118,17 @@ def test_a_configured_value_that_can_never_match_stops_start_up(
 
 def test_configured_extras_match_exactly(tmp_path: Path) -> None:
     path = tmp_path / "sb.toml"
-    path.write_text('[plugins.mcp]\nallowed_hosts = ["mcp.example.com:*"]\n'
-                    'allowed_origins = ["https://app.example.com"]\n')
+    path.write_text(
+        '[plugins.mcp]\nallowed_hosts = ["mcp.example.com:*"]\n'
+        'allowed_origins = ["https://app.example.com"]\n'
+    )
     settings = hosts.transport_security(load_config(path, env={}))
     assert hosts.refusal(settings, ["mcp.example.com:443"], ["https://app.example.com"]) is None
     assert hosts.refusal(settings, ["mcp.example.com:443.evil"], []) == hosts.BAD_HOST
     assert hosts.refusal(settings, ["mcp.example.com"], []) == hosts.BAD_HOST
-    assert hosts.refusal(settings, ["localhost:1"], ["https://app.example.com:1"]) == hosts.BAD_ORIGIN
+    assert (
+        hosts.refusal(settings, ["localhost:1"], ["https://app.example.com:1"]) == hosts.BAD_ORIGIN
+    )
     # One Host, at most one Origin: a repeated header is refused, never picked from.
     assert hosts.refusal(settings, ["localhost:1", "evil.com"], []) == hosts.BAD_HOST
     assert hosts.refusal(settings, [], []) == hosts.BAD_HOST
@@ -116,10 +136,19 @@ def test_configured_extras_match_exactly(tmp_path: Path) -> None:
     assert hosts.refusal(settings, ["localhost:1"], origins) == hosts.BAD_ORIGIN
 
 
-async def _post(http: httpx.AsyncClient, url: str, token: str, *, host: str | None = None,
-                origin: str | None = None) -> int:
-    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT,
-               "MCP-Protocol-Version": "2025-06-18"}
+async def _post(
+    http: httpx.AsyncClient,
+    url: str,
+    token: str,
+    *,
+    host: str | None = None,
+    origin: str | None = None,
+) -> int:
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": ACCEPT,
+        "MCP-Protocol-Version": "2025-06-18",
+    }
     if host is not None:
         headers["Host"] = host
     if origin is not None:
@@ -138,8 +167,9 @@ async def test_hostile_hosts_are_refused_over_http(people: Any) -> None:
         got = {h: await _post(http, people.url, ep["token"], host=h) for h in legit_hosts(port)}
         assert got == dict.fromkeys(legit_hosts(port), 200)
         # Refused before the bearer check: a hostile Host learns nothing about tokens.
-        resp = await http.post(people.url, json=INIT, headers={
-            "Host": f"127.0.0.1:{port}@evil.com", "Accept": ACCEPT})
+        resp = await http.post(
+            people.url, json=INIT, headers={"Host": f"127.0.0.1:{port}@evil.com", "Accept": ACCEPT}
+        )
         assert (resp.status_code, resp.text) == (421, "Invalid Host header")
 
 
@@ -147,10 +177,10 @@ async def test_hostile_origins_are_refused_over_http(people: Any) -> None:
     ep = await people.vend(people.alice, "origins")
     port = people.srv.port
     async with httpx.AsyncClient(timeout=10) as http:
-        got = {o: await _post(http, people.url, ep["token"], origin=o)
-               for o in hostile_origins(port)}
+        got = {
+            o: await _post(http, people.url, ep["token"], origin=o) for o in hostile_origins(port)
+        }
         assert got == dict.fromkeys(hostile_origins(port), 403)
-        got = {o: await _post(http, people.url, ep["token"], origin=o)
-               for o in legit_origins(port)}
+        got = {o: await _post(http, people.url, ep["token"], origin=o) for o in legit_origins(port)}
         assert got == dict.fromkeys(legit_origins(port), 200)
         assert await _post(http, people.url, ep["token"]) == 200  # no Origin: not a browser

@@ -14,9 +14,16 @@ import pytest
 SWITCHBOARD = str(Path(sys.executable).with_name("switchboard"))
 ACCEPT = "application/json, text/event-stream"
 VERSION = "2025-06-18"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": VERSION, "capabilities": {},
-    "clientInfo": {"name": "raw", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
 
 #: Request ids JSON-RPC (or MCP, which narrows them to strings and integers) rules out.
 BAD_IDS: list[Any] = [{"a": 1}, [1], True, False, 1.5, 1.0, None]
@@ -29,14 +36,23 @@ def listing(request_id: Any) -> dict[str, Any]:
 
 
 def invalid_request(reply: Any) -> bool:
-    return (isinstance(reply, dict) and reply.get("jsonrpc") == "2.0" and "id" in reply
-            and reply["id"] is None and reply["error"]["code"] == -32600
-            and reply["error"]["message"].startswith("Invalid Request: "))
+    return (
+        isinstance(reply, dict)
+        and reply.get("jsonrpc") == "2.0"
+        and "id" in reply
+        and reply["id"] is None
+        and reply["error"]["code"] == -32600
+        and reply["error"]["message"].startswith("Invalid Request: ")
+    )
 
 
 async def _post(http: httpx.AsyncClient, url: str, token: str, body: Any) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT,
-               "Content-Type": "application/json", "MCP-Protocol-Version": VERSION}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": ACCEPT,
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": VERSION,
+    }
     return await http.post(url, content=json.dumps(body), headers=headers)
 
 
@@ -49,9 +65,16 @@ async def test_bad_ids_and_batches_get_invalid_request_over_http(people: Any) ->
             assert resp.headers["content-type"].startswith("application/json")
             assert invalid_request(resp.json()), (body, resp.text)
         # Unparseable JSON keeps the SDK's answer: 400 and a parse error.
-        resp = await http.post(people.url, content=b"{", headers={
-            "Authorization": f"Bearer {ep['token']}", "Accept": ACCEPT,
-            "Content-Type": "application/json", "MCP-Protocol-Version": VERSION})
+        resp = await http.post(
+            people.url,
+            content=b"{",
+            headers={
+                "Authorization": f"Bearer {ep['token']}",
+                "Accept": ACCEPT,
+                "Content-Type": "application/json",
+                "MCP-Protocol-Version": VERSION,
+            },
+        )
         assert resp.status_code == 400 and resp.json()["error"]["code"] == -32700
         # Valid ids, a notification and a client's error reply are served as before.
         for good in ("abc", 7):
@@ -70,8 +93,13 @@ async def stdio(people: Any) -> Any:
     """``switchboard mcp --token`` as a child, initialized, speaking raw JSON lines."""
     ep = await people.vend(people.alice, "rpc-stdio", verbs="list_webhooks")
     proc = await asyncio.create_subprocess_exec(
-        SWITCHBOARD, "mcp", "--token", ep["token"], env=people.srv.env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        SWITCHBOARD,
+        "mcp",
+        "--token",
+        ep["token"],
+        env=people.srv.env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
     assert proc.stdin is not None and proc.stdout is not None

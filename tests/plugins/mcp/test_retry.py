@@ -15,7 +15,8 @@ def _todo(dsn: str, endpoint_id: str, key: str) -> str:
         row = conn.execute(
             "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, state, attempts)"
             " VALUES (%s, 'inbox', %s, 't', 'dead', 5) RETURNING id",
-            (endpoint_id, key)).fetchone()
+            (endpoint_id, key),
+        ).fetchone()
     assert row is not None
     return str(row[0])
 

@@ -10,20 +10,34 @@ import httpx
 
 from switchboard.service import identity
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": "raw", "version": "0"}}}
-CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "list_webhooks", "arguments": {}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+CALL = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/call",
+    "params": {"name": "list_webhooks", "arguments": {}},
+}
 ACCEPT = "application/json, text/event-stream"
 
 
 def _post(url: str, doc: dict[str, Any], token: str | None, **headers: str) -> httpx.Response:
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.post(url, json=doc, timeout=30,
-                      headers={"Accept": ACCEPT, "MCP-Protocol-Version": "2025-06-18",
-                               **headers})
+    return httpx.post(
+        url,
+        json=doc,
+        timeout=30,
+        headers={"Accept": ACCEPT, "MCP-Protocol-Version": "2025-06-18", **headers},
+    )
 
 
 async def test_bad_tokens_are_refused_before_any_tool_runs(people: Any) -> None:
@@ -72,9 +86,7 @@ async def test_tools_list_follows_verb_scope(people: Any, connect: Any) -> None:
         assert err.code == "not_found"
 
 
-async def test_another_humans_webhook_and_event_are_not_found(
-    people: Any, connect: Any
-) -> None:
+async def test_another_humans_webhook_and_event_are_not_found(people: Any, connect: Any) -> None:
     srv = people.srv
     url = srv.base_url + "/mcp"
     alice = await people.vend(people.alice, "alice-owner", queues="inbox")
@@ -83,8 +95,9 @@ async def test_another_humans_webhook_and_event_are_not_found(
         hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
         other = await a.call("create_webhook", source_type="generic", target_queue="inbox")
         wid = hook["webhook_id"]
-        resp = httpx.post(hook["ingest_url"], content=b'{"n": 1}', timeout=30,
-                          headers={"X-Delivery-Id": "one"})
+        resp = httpx.post(
+            hook["ingest_url"], content=b'{"n": 1}', timeout=30, headers={"X-Delivery-Id": "one"}
+        )
         assert resp.status_code == 202
         [event] = (await a.call("list_webhook_events", webhook_id=wid))["events"]
         eid = event["event_id"]
@@ -107,8 +120,9 @@ async def test_another_humans_webhook_and_event_are_not_found(
         # Her event read through her other webhook is not found either.
         err = await a.fails("get_webhook_event", webhook_id=other["webhook_id"], event_id=eid)
         assert err.code == "not_found"
-        assert (await a.call("get_webhook_event", webhook_id=wid, event_id=eid))["payload"] \
-            == {"n": 1}
+        assert (await a.call("get_webhook_event", webhook_id=wid, event_id=eid))["payload"] == {
+            "n": 1
+        }
 
 
 async def test_routes_and_rules_refuse_strangers(people: Any, connect: Any) -> None:
@@ -118,16 +132,23 @@ async def test_routes_and_rules_refuse_strangers(people: Any, connect: Any) -> N
     unrouted = await people.vend(people.alice, "unrouted", queues="inbox")
     stranger = await people.vend(people.bob, "stranger", queues="inbox")
     async with connect(url, owner["token"]) as a:
-        wid = (await a.call("create_webhook", source_type="generic",
-                            target_queue="inbox"))["webhook_id"]
-        e1 = await a.fails("add_webhook_route", webhook_id=wid,
-                           target_endpoint_id=stranger["endpoint_id"])
-        e2 = await a.fails("add_webhook_route", webhook_id=wid,
-                           target_endpoint_id=str(uuid.uuid4()))
+        wid = (await a.call("create_webhook", source_type="generic", target_queue="inbox"))[
+            "webhook_id"
+        ]
+        e1 = await a.fails(
+            "add_webhook_route", webhook_id=wid, target_endpoint_id=stranger["endpoint_id"]
+        )
+        e2 = await a.fails(
+            "add_webhook_route", webhook_id=wid, target_endpoint_id=str(uuid.uuid4())
+        )
         assert e1.code == "forbidden" and e1.text == e2.text
         # A rule may only narrow to endpoints that are already routes.
-        err = await a.fails("add_webhook_rule", webhook_id=wid, expr="true",
-                            action={"queue": "inbox", "endpoints": [unrouted["endpoint_id"]]})
+        err = await a.fails(
+            "add_webhook_rule",
+            webhook_id=wid,
+            expr="true",
+            action={"queue": "inbox", "endpoints": [unrouted["endpoint_id"]]},
+        )
         assert err.code == "forbidden", err.text
         bad = await a.fails("add_webhook_rule", webhook_id=wid, expr=".[", action={"drop": True})
         assert bad.code == "invalid_expression", bad.text
@@ -142,13 +163,24 @@ async def test_concurrent_rule_adds_both_land(people: Any, connect: Any) -> None
     url = srv.base_url + "/mcp"
     owner = await people.vend(people.alice, "owner", queues="inbox")
     async with connect(url, owner["token"]) as a, connect(url, owner["token"]) as b:
-        wid = (await a.call("create_webhook", source_type="generic",
-                            target_queue="inbox"))["webhook_id"]
+        wid = (await a.call("create_webhook", source_type="generic", target_queue="inbox"))[
+            "webhook_id"
+        ]
         await asyncio.gather(
-            a.call("add_webhook_rule", webhook_id=wid, id="one", expr='.kind == "a"',
-                   action={"drop": True}),
-            b.call("add_webhook_rule", webhook_id=wid, id="two", expr='.kind == "b"',
-                   action={"queue": "inbox"}),
+            a.call(
+                "add_webhook_rule",
+                webhook_id=wid,
+                id="one",
+                expr='.kind == "a"',
+                action={"drop": True},
+            ),
+            b.call(
+                "add_webhook_rule",
+                webhook_id=wid,
+                id="two",
+                expr='.kind == "b"',
+                action={"queue": "inbox"},
+            ),
         )
         rules = (await a.call("list_webhook_rules", webhook_id=wid))["rules"]
         assert sorted(r["id"] for r in rules) == ["one", "two"]
@@ -158,8 +190,9 @@ async def test_concurrent_rule_adds_both_land(people: Any, connect: Any) -> None
         assert [(r["id"], r.get("name")) for r in after["rules"]] == [("one", "renamed")]
         sample = await a.call("test_webhook_rules", webhook_id=wid, payload={"x": 1})
         assert sample["decision"]["queue"] == "inbox"
-        raw = await a.call("test_webhook_rules", webhook_id=wid, payload='{"x": 1}',
-                           headers={"X-Test": "1"})
+        raw = await a.call(
+            "test_webhook_rules", webhook_id=wid, payload='{"x": 1}', headers={"X-Test": "1"}
+        )
         assert raw["envelope"]["payload"] == {"x": 1}
 
 
@@ -167,8 +200,9 @@ async def test_event_paging_limits(people: Any, connect: Any) -> None:
     srv = people.srv
     owner = await people.vend(people.alice, "owner", queues="inbox")
     async with connect(srv.base_url + "/mcp", owner["token"]) as a:
-        wid = (await a.call("create_webhook", source_type="generic",
-                            target_queue="inbox"))["webhook_id"]
+        wid = (await a.call("create_webhook", source_type="generic", target_queue="inbox"))[
+            "webhook_id"
+        ]
         for limit in (0, 101):
             err = await a.fails("list_webhook_events", webhook_id=wid, limit=limit)
             assert err.code == "invalid_argument"

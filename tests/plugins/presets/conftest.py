@@ -28,22 +28,43 @@ def preset_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("presets")
     sources = []
     for preset in PRESETS:
-        copy = shutil.copytree(preset, root / "src" / preset.name, ignore=shutil.ignore_patterns(
-            "build", "*.egg-info", "__pycache__"))
+        copy = shutil.copytree(
+            preset,
+            root / "src" / preset.name,
+            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+        )
         sources.append(str(copy))
     site = root / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
-         "--no-deps", "--no-build-isolation", "--no-compile", "--target", str(site), *sources],
-        check=True, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(site),
+            *sources,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     sys.path.insert(0, str(site))
     try:
         yield site
     finally:
         sys.path.remove(str(site))
-        for name in [m for m in sys.modules if m.startswith("switchboard_") and
-                     str(site) in str(getattr(sys.modules[m], "__file__", "") or "")]:
+        for name in [
+            m
+            for m in sys.modules
+            if m.startswith("switchboard_")
+            and str(site) in str(getattr(sys.modules[m], "__file__", "") or "")
+        ]:
             del sys.modules[name]
 
 

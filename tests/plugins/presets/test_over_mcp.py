@@ -44,7 +44,10 @@ def _post(url: str, headers: dict[str, str], body: bytes) -> httpx.Response:
 
 
 async def test_presets_and_hmac_schemes_over_mcp_and_http(
-    preset_site: Path, dsn: str, server_factory: Any, tmp_path: Path,
+    preset_site: Path,
+    dsn: str,
+    server_factory: Any,
+    tmp_path: Path,
 ) -> None:
     srv = server_factory(dsn, env_extra={"PYTHONPATH": str(preset_site)})
     rt = Runtime(load_config(env=srv.env))
@@ -52,8 +55,14 @@ async def test_presets_and_hmac_schemes_over_mcp_and_http(
     try:
         await identity.add_human(rt, "alice")
         ep = await identity.vend_endpoint(
-            rt, owner="alice", name="owner", queues=["inbox"], webhook_queues=["inbox"],
-            source_types=[*PRESET_SOURCES, "hmac"], webhook_max=len(PRESET_SOURCES) + 4)
+            rt,
+            owner="alice",
+            name="owner",
+            queues=["inbox"],
+            webhook_queues=["inbox"],
+            source_types=[*PRESET_SOURCES, "hmac"],
+            webhook_max=len(PRESET_SOURCES) + 4,
+        )
         remember_secrets(ep)
     finally:
         await rt.shutdown()
@@ -61,17 +70,19 @@ async def test_presets_and_hmac_schemes_over_mcp_and_http(
         # every preset, with the producer's own secret: never shown back
         for preset in PRESET_SOURCES:
             mine = _secret()
-            made = await me.call("create_webhook", source_type=preset, target_queue="inbox",
-                                 signing_secret=mine)
+            made = await me.call(
+                "create_webhook", source_type=preset, target_queue="inbox", signing_secret=mine
+            )
             assert made["signing_secret_imported"] is True and mine not in json.dumps(made)
-            body = json.dumps({"id": "evt_1", "event_id": "Ev1", "type": "thing.happened",
-                               "object_kind": "push"}).encode()
+            body = json.dumps(
+                {"id": "evt_1", "event_id": "Ev1", "type": "thing.happened", "object_kind": "push"}
+            ).encode()
             # the preset's own producer side signs (the server has it; so do we, from the site)
-            module = next(e for e in entry_points(group="switchboard")
-                          if e.name == preset).load()
+            module = next(e for e in entry_points(group="switchboard") if e.name == preset).load()
             signer = _preset_signer(module, preset)
-            headers = signer.sign(body, mine.encode(), "thing.happened", delivery_id="d-1",
-                                  now=time.time())
+            headers = signer.sign(
+                body, mine.encode(), "thing.happened", delivery_id="d-1", now=time.time()
+            )
             resp = _post(made["ingest_url"], headers, body)
             assert resp.status_code == 202, (preset, resp.text)
             assert resp.json()["verified"] is True
@@ -83,19 +94,29 @@ async def test_presets_and_hmac_schemes_over_mcp_and_http(
             assert resp.status_code == 401, preset
 
         # the hmac source: a scheme per webhook, validated with the field named
-        bad = await me.fails("create_webhook", source_type="hmac", target_queue="inbox",
-                             source_config={**STRIPE_LIKE, "encoding": "rot13"})
+        bad = await me.fails(
+            "create_webhook",
+            source_type="hmac",
+            target_queue="inbox",
+            source_config={**STRIPE_LIKE, "encoding": "rot13"},
+        )
         assert bad.code == "invalid_argument" and "source_config: encoding" in bad.text
         missing = await me.fails("create_webhook", source_type="hmac", target_queue="inbox")
         assert "signature_header" in missing.text
         acme_secret = _secret()
-        acme = await me.call("create_webhook", source_type="hmac", target_queue="inbox",
-                             signing_secret=acme_secret, source_config=STRIPE_LIKE)
+        acme = await me.call(
+            "create_webhook",
+            source_type="hmac",
+            target_queue="inbox",
+            signing_secret=acme_secret,
+            source_config=STRIPE_LIKE,
+        )
         assert acme["source_config"] == STRIPE_LIKE
         signer = HmacSource("hmac")
         event = json.dumps({"id": "evt_42", "type": "invoice.paid"}).encode()
-        headers = signer.sign(event, acme_secret.encode(), None, now=time.time(),
-                              config=STRIPE_LIKE)
+        headers = signer.sign(
+            event, acme_secret.encode(), None, now=time.time(), config=STRIPE_LIKE
+        )
         assert headers["X-Acme-Signature"].startswith("t=")
         resp = _post(acme["ingest_url"], headers, event)
         assert resp.status_code == 202, resp.text
@@ -110,18 +131,17 @@ async def test_presets_and_hmac_schemes_over_mcp_and_http(
 
         # rotation over MCP, importing the producer's next secret: both work for a while
         nxt = _secret()
-        rotated = await me.call("rotate_webhook", webhook_id=acme["webhook_id"],
-                                signing_secret=nxt)
+        rotated = await me.call("rotate_webhook", webhook_id=acme["webhook_id"], signing_secret=nxt)
         assert rotated["previous_until"] and rotated["signing_secret_imported"] is True
         for n, key in ((1, acme_secret), (2, nxt)):
             event = json.dumps({"id": f"evt_r{n}", "type": "invoice.paid"}).encode()
-            headers = signer.sign(event, key.encode(), None, now=time.time(),
-                                  config=STRIPE_LIKE)
+            headers = signer.sign(event, key.encode(), None, now=time.time(), config=STRIPE_LIKE)
             resp = _post(rotated["ingest_url"], headers, event)
             assert resp.status_code == 202, (n, resp.text)
         listed = await me.call("list_webhooks")
         assert {w["webhook_id"]: w for w in listed["webhooks"]}[acme["webhook_id"]][
-            "previous_until"]
+            "previous_until"
+        ]
 
     # the CLI: --source-config @FILE and --secret-file, the same service underneath
     scheme = tmp_path / "scheme.json"
@@ -129,13 +149,25 @@ async def test_presets_and_hmac_schemes_over_mcp_and_http(
     secret_file = tmp_path / "secret.txt"
     cli_secret = _secret()
     secret_file.write_text(cli_secret + "\n")
-    out = CLI(srv.env).json("webhook", "create", "--endpoint", ep["endpoint_id"], "--source",
-                            "hmac", "--target-queue", "inbox", "--source-config",
-                            f"@{scheme}", "--secret-file", str(secret_file))
+    out = CLI(srv.env).json(
+        "webhook",
+        "create",
+        "--endpoint",
+        ep["endpoint_id"],
+        "--source",
+        "hmac",
+        "--target-queue",
+        "inbox",
+        "--source-config",
+        f"@{scheme}",
+        "--secret-file",
+        str(secret_file),
+    )
     assert out["signing_secret_imported"] is True and cli_secret not in json.dumps(out)
     event = json.dumps({"id": "evt_cli", "type": "invoice.paid"}).encode()
-    headers = HmacSource("hmac").sign(event, cli_secret.encode(), None, now=time.time(),
-                                      config=STRIPE_LIKE)
+    headers = HmacSource("hmac").sign(
+        event, cli_secret.encode(), None, now=time.time(), config=STRIPE_LIKE
+    )
     assert _post(out["ingest_url"], headers, event).status_code == 202
 
 

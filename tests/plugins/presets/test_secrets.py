@@ -26,22 +26,33 @@ def producer_secret() -> str:
 
 def delivery(rt: Runtime, name: str, secret: str, n: int) -> tuple[dict[str, Any], bytes]:
     """Delivery ``n`` of the preset's producer, signed with ``secret`` now."""
-    body = json.dumps({"id": f"evt_{n}", "event_id": f"Ev{n}", "type": "thing.happened",
-                       "object_kind": "push", "n": n}).encode()
-    headers = source(rt, name).sign(body, secret.encode(), "thing.happened",
-                                    delivery_id=f"d-{n}", now=time.time())
+    body = json.dumps(
+        {
+            "id": f"evt_{n}",
+            "event_id": f"Ev{n}",
+            "type": "thing.happened",
+            "object_kind": "push",
+            "n": n,
+        }
+    ).encode()
+    headers = source(rt, name).sign(
+        body, secret.encode(), "thing.happened", delivery_id=f"d-{n}", now=time.time()
+    )
     return headers, body
 
 
 async def _end_overlap(rt: Runtime, webhook_id: str) -> None:
     await rt.store.db.fetchone(
         "UPDATE endpoint_webhooks SET previous_until = now() - interval '1 second'"
-        " WHERE id = %s RETURNING id", (webhook_id,))
+        " WHERE id = %s RETURNING id",
+        (webhook_id,),
+    )
 
 
 @pytest.mark.parametrize("name", PRESET_SOURCES)
 async def test_an_imported_secret_round_trips_and_is_never_shown(
-    preset_runtime: Runtime, name: str,
+    preset_runtime: Runtime,
+    name: str,
 ) -> None:
     rt = preset_runtime
     mine = producer_secret()
@@ -49,7 +60,8 @@ async def test_an_imported_secret_round_trips_and_is_never_shown(
     assert created["signing_secret_imported"] is True and mine not in json.dumps(created)
     stored = await rt.store.db.fetchone(
         "SELECT row_to_json(w)::text AS doc FROM endpoint_webhooks w WHERE id = %s",
-        (created["webhook_id"],))
+        (created["webhook_id"],),
+    )
     assert stored is not None and mine not in stored["doc"]  # sealed, like a minted one
     row = await rt.store.get_webhook(created["webhook_id"])
     assert row is not None
@@ -61,7 +73,8 @@ async def test_an_imported_secret_round_trips_and_is_never_shown(
 
 @pytest.mark.parametrize("name", PRESET_SOURCES)
 async def test_rotation_keeps_the_previous_secret_for_its_window(
-    preset_runtime: Runtime, name: str,
+    preset_runtime: Runtime,
+    name: str,
 ) -> None:
     rt = preset_runtime
     old, new = producer_secret(), producer_secret()
@@ -79,8 +92,7 @@ async def test_rotation_keeps_the_previous_secret_for_its_window(
     # the old URL too, inside the window
     h, b = delivery(rt, name, new, 3)
     assert (await post(rt, token_of(created), h, b)).status == 202
-    assert [t.get("secret") for t in await trace_of(rt, wid)] == ["previous", "current",
-                                                                  "current"]
+    assert [t.get("secret") for t in await trace_of(rt, wid)] == ["previous", "current", "current"]
     await _end_overlap(rt, wid)
     h, b = delivery(rt, name, old, 4)
     assert (await post(rt, token, h, b)).status == 401  # after the window: refused
@@ -89,10 +101,12 @@ async def test_rotation_keeps_the_previous_secret_for_its_window(
     assert "secret" not in (await trace_of(rt, wid))[-1]  # one secret again: nothing to say
 
 
-@pytest.mark.parametrize("bad", ["short", "has space inside it", "tab\there-and-more",
-                                 "é" * 10, "x" * 1025, 12345678])
+@pytest.mark.parametrize(
+    "bad", ["short", "has space inside it", "tab\there-and-more", "é" * 10, "x" * 1025, 12345678]
+)
 async def test_an_unusable_secret_is_refused_naming_the_field_and_the_limit(
-    preset_runtime: Runtime, bad: Any,
+    preset_runtime: Runtime,
+    bad: Any,
 ) -> None:
     with pytest.raises(InvalidArgument) as err:
         await create(preset_runtime, PRESET_SOURCES[0], bad)

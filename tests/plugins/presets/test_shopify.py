@@ -32,12 +32,16 @@ def _b64mac(key: str, body: bytes) -> str:
     return base64.b64encode(hmac.new(key.encode(), body, hashlib.sha256).digest()).decode()
 
 
-@pytest.mark.parametrize(("name", "kind", "delivery_id"), [
-    ("orders_create", "orders/create", "0b3f6e2a-5d1c-4a7e-9f08-2c6d1e4b7a93"),
-    ("products_update", "products/update", "e8d4a1b7-3c2f-4e96-b05a-1f7c3d9e2a64"),
-])
-async def test_the_recorded_deliveries_verify(preset_runtime: Runtime, name: str, kind: str,
-                                              delivery_id: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "kind", "delivery_id"),
+    [
+        ("orders_create", "orders/create", "0b3f6e2a-5d1c-4a7e-9f08-2c6d1e4b7a93"),
+        ("products_update", "products/update", "e8d4a1b7-3c2f-4e96-b05a-1f7c3d9e2a64"),
+    ],
+)
+async def test_the_recorded_deliveries_verify(
+    preset_runtime: Runtime, name: str, kind: str, delivery_id: str
+) -> None:
     headers, body = fixture(PACKAGE, name)
     verdict = verify(source(preset_runtime, NAME), headers, body, SECRET, AT)
     assert verdict.ok and verdict.verified, verdict.detail
@@ -54,8 +58,7 @@ async def test_no_clock_applies(preset_runtime: Runtime) -> None:
         assert verify(source(preset_runtime, NAME), headers, body, SECRET, now).ok
 
 
-def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, str], bytes,
-                                                                str]]:
+def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, str], bytes, str]]:
     """Each forgery class: (what, headers, body, secret) and it must be refused.
 
     Timestamps do not apply (none is signed); nor do ids: only the body is signed.
@@ -64,16 +67,23 @@ def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, s
     _, other_body = fixture(PACKAGE, "products_update")
     return [
         ("wrong secret", headers, body, OTHER),
-        ("tampered body", headers, body.replace(b'"total_price":"58.99"',
-                                                b'"total_price":"0.01"'), SECRET),
+        (
+            "tampered body",
+            headers,
+            body.replace(b'"total_price":"58.99"', b'"total_price":"0.01"'),
+            SECRET,
+        ),
         ("body swapped for another signed one", headers, other_body, SECRET),
         (f"missing {SIG}", {k: v for k, v in headers.items() if k != SIG}, body, SECRET),
         ("empty signature", {**headers, SIG: ""}, body, SECRET),
         ("garbage signature", {**headers, SIG: "not base64 at all!"}, body, SECRET),
         ("truncated signature", {**headers, SIG: good[:-4]}, body, SECRET),
-        ("hex instead of base64", {**headers, SIG: hmac.new(SECRET.encode(), body,
-                                                            hashlib.sha256).hexdigest()},
-         body, SECRET),
+        (
+            "hex instead of base64",
+            {**headers, SIG: hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()},
+            body,
+            SECRET,
+        ),
         ("signed with another key", {**headers, SIG: _b64mac(OTHER, body)}, body, SECRET),
         ("a prefix Shopify never sends", {**headers, SIG: "sha256=" + good}, body, SECRET),
     ]
@@ -107,11 +117,15 @@ async def test_the_delivery_id_falls_back_to_the_event_id(preset_runtime: Runtim
     src = source(preset_runtime, NAME)
     headers, body = order()
     no_webhook_id = {k: v for k, v in headers.items() if k != "X-Shopify-Webhook-Id"}
-    assert verify(src, no_webhook_id, body, SECRET, AT).delivery_id == \
-        "7c1e4f08-9a2b-4d3c-8e5f-6a7b8c9d0e1f"
+    assert (
+        verify(src, no_webhook_id, body, SECRET, AT).delivery_id
+        == "7c1e4f08-9a2b-4d3c-8e5f-6a7b8c9d0e1f"
+    )
     neither = {k: v for k, v in no_webhook_id.items() if k != "X-Shopify-Event-Id"}
-    assert verify(src, neither, body, SECRET, AT).delivery_id == \
-        "sha256:" + hashlib.sha256(body).hexdigest()
+    assert (
+        verify(src, neither, body, SECRET, AT).delivery_id
+        == "sha256:" + hashlib.sha256(body).hexdigest()
+    )
 
 
 async def test_end_to_end_with_the_producers_own_secret_and_dedup(
@@ -120,11 +134,20 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     rt = preset_runtime
     created = await create(rt, NAME, SECRET)
     assert "signing_secret" not in created and created["signing_secret_imported"] is True
-    body = json.dumps({"id": 5975318396986, "name": "#1043", "email": "ada@example.com",
-                       "financial_status": "pending", "total_price": "12.00",
-                       "currency": "GBP", "tags": ""}).encode()
-    headers: dict[str, Any] = source(rt, NAME).sign(body, SECRET.encode(), "orders/create",
-                                                    delivery_id="wh-one", now=time.time())
+    body = json.dumps(
+        {
+            "id": 5975318396986,
+            "name": "#1043",
+            "email": "ada@example.com",
+            "financial_status": "pending",
+            "total_price": "12.00",
+            "currency": "GBP",
+            "tags": "",
+        }
+    ).encode()
+    headers: dict[str, Any] = source(rt, NAME).sign(
+        body, SECRET.encode(), "orders/create", delivery_id="wh-one", now=time.time()
+    )
     assert headers["X-Shopify-Webhook-Id"] == "wh-one"
     assert headers[SIG] == _b64mac(SECRET, body)  # what Shopify itself would send
     first = await post(rt, token_of(created), headers, body)
@@ -134,7 +157,8 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     assert again.status == 202
     assert [t["created"] for t in again.body["todos"]] == [False]  # one event, by webhook id
     row = await rt.store.db.fetchone(
-        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert row is not None and row["kind"] == "orders/create"
     assert str(row["external_id"]).endswith(":wh-one")
     forged = {**headers, SIG: _b64mac(OTHER, body)}
@@ -157,13 +181,25 @@ def test_the_projection_of_an_order(preset_site: Any) -> None:
     _, body = order()
     built = _build("orders/create", json.loads(body))
     assert built == {
-        "topic": "orders/create", "resource": "orders", "id": 5975318396985,
-        "admin_graphql_api_id": "gid://shopify/Order/5975318396985", "name": "#1042",
-        "title": None, "email": "ada@example.com", "financial_status": "paid",
-        "fulfillment_status": None, "total_price": "58.99", "currency": "GBP",
-        "status": None, "vendor": None, "product_type": None, "handle": None,
-        "updated_at": "2026-11-30T12:00:04+00:00", "test": False,
-        "customer_id": 7412587896889, "tags": ["gift", "wholesale"],
+        "topic": "orders/create",
+        "resource": "orders",
+        "id": 5975318396985,
+        "admin_graphql_api_id": "gid://shopify/Order/5975318396985",
+        "name": "#1042",
+        "title": None,
+        "email": "ada@example.com",
+        "financial_status": "paid",
+        "fulfillment_status": None,
+        "total_price": "58.99",
+        "currency": "GBP",
+        "status": None,
+        "vendor": None,
+        "product_type": None,
+        "handle": None,
+        "updated_at": "2026-11-30T12:00:04+00:00",
+        "test": False,
+        "customer_id": 7412587896889,
+        "tags": ["gift", "wholesale"],
         "summary": "orders/create #1042",
     }
     assert set(built) == set(import_module(PACKAGE).SHOPIFY_KEYS)
@@ -173,28 +209,55 @@ def test_the_projection_of_a_product(preset_site: Any) -> None:
     _, body = fixture(PACKAGE, "products_update")
     built = _build("products/update", json.loads(body))
     assert built is not None
-    assert {k: built[k] for k in ("resource", "id", "title", "name", "status", "vendor",
-                                  "product_type", "handle", "tags", "summary", "email",
-                                  "financial_status", "customer_id")} == {
-        "resource": "products", "id": 8843066081337, "title": "Enamel Camp Mug", "name": None,
-        "status": "active", "vendor": "Northwind Goods", "product_type": "Mugs",
-        "handle": "enamel-camp-mug", "tags": ["camping", "enamel", "winter-sale"],
-        "summary": "products/update Enamel Camp Mug", "email": None,
-        "financial_status": None, "customer_id": None,
+    assert {
+        k: built[k]
+        for k in (
+            "resource",
+            "id",
+            "title",
+            "name",
+            "status",
+            "vendor",
+            "product_type",
+            "handle",
+            "tags",
+            "summary",
+            "email",
+            "financial_status",
+            "customer_id",
+        )
+    } == {
+        "resource": "products",
+        "id": 8843066081337,
+        "title": "Enamel Camp Mug",
+        "name": None,
+        "status": "active",
+        "vendor": "Northwind Goods",
+        "product_type": "Mugs",
+        "handle": "enamel-camp-mug",
+        "tags": ["camping", "enamel", "winter-sale"],
+        "summary": "products/update Enamel Camp Mug",
+        "email": None,
+        "financial_status": None,
+        "customer_id": None,
     }
 
 
 def test_the_projection_never_trusts_types(preset_site: Any) -> None:
     assert _build("orders/create", [1, 2]) is None
     assert _build("orders/create", "text") is None
-    odd = _build(None, {"id": True, "name": 7, "email": ["x"], "test": "yes",
-                        "customer": {"id": "12"}, "tags": 3})
+    odd = _build(
+        None,
+        {"id": True, "name": 7, "email": ["x"], "test": "yes", "customer": {"id": "12"}, "tags": 3},
+    )
     assert odd is not None
     assert odd["id"] is None and odd["name"] is None and odd["email"] is None
     assert odd["test"] is None and odd["customer_id"] is None and odd["tags"] is None
     assert odd["topic"] is None and odd["resource"] is None and odd["summary"] is None
-    customer = _build("customers/create", {"id": 7412587896889, "email": "ada@example.com",
-                                           "tags": ["vip", " ", "new"]})
+    customer = _build(
+        "customers/create",
+        {"id": 7412587896889, "email": "ada@example.com", "tags": ["vip", " ", "new"]},
+    )
     assert customer is not None
     assert customer["summary"] == "customers/create ada@example.com"
     assert customer["tags"] == ["vip", "new"] and customer["resource"] == "customers"
@@ -208,16 +271,17 @@ async def test_the_projection_end_to_end(preset_runtime: Runtime) -> None:
     reply = await post(rt, token_of(created), headers, body)
     assert reply.status == 202, reply.body
     [todo] = reply.body["todos"]
-    row = await rt.store.db.fetchone("SELECT title, payload FROM todos WHERE id = %s",
-                                     (todo["id"],))
+    row = await rt.store.db.fetchone(
+        "SELECT title, payload FROM todos WHERE id = %s", (todo["id"],)
+    )
     assert row is not None and row["title"] == "orders/create #1042"
     shop = row["payload"]["shopify"]
     assert shop["admin_graphql_api_id"] == "gid://shopify/Order/5975318396985"
     assert shop["financial_status"] == "paid" and shop["tags"] == ["gift", "wholesale"]
     assert row["payload"]["kind"] == "orders/create"
     event = await rt.store.db.fetchone(
-        "SELECT external_id, headers FROM events WHERE webhook_id = %s",
-        (created["webhook_id"],))
+        "SELECT external_id, headers FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert event is not None
     assert str(event["external_id"]).endswith(":0b3f6e2a-5d1c-4a7e-9f08-2c6d1e4b7a93")
     stored = {k.lower(): v for k, v in dict(event["headers"]).items()}

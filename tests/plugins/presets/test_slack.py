@@ -57,8 +57,9 @@ async def test_the_events_api_fixture_verifies(preset_runtime: Runtime) -> None:
     assert verdict.kind == "app_mention"  # event.type before the envelope's type
 
 
-def _forged(headers: dict[str, str], body: bytes, secret: str,
-            at: int) -> list[tuple[str, dict[str, str], bytes, str, float]]:
+def _forged(
+    headers: dict[str, str], body: bytes, secret: str, at: int
+) -> list[tuple[str, dict[str, str], bytes, str, float]]:
     """Each forgery class: (what, headers, body, secret, now) and it must be refused."""
     good = headers["x-slack-signature"]
 
@@ -71,15 +72,34 @@ def _forged(headers: dict[str, str], body: bytes, secret: str,
         ("future timestamp", headers, body, secret, at - 301),
         ("tampered body", headers, body[:-1] + bytes([body[-1] ^ 1]), secret, at),
         ("body with a trailing newline", headers, body + b"\n", secret, at),
-        ("timestamp changed (it is signed)",
-         {**headers, "x-slack-request-timestamp": str(at + 1)}, body, secret, at),
-        ("missing X-Slack-Signature",
-         {k: v for k, v in headers.items() if k != "x-slack-signature"}, body, secret, at),
-        ("missing X-Slack-Request-Timestamp",
-         {k: v for k, v in headers.items() if k != "x-slack-request-timestamp"}, body, secret,
-         at),
-        ("timestamp not a number", {**headers, "x-slack-request-timestamp": "1531420618.5"},
-         body, secret, at),
+        (
+            "timestamp changed (it is signed)",
+            {**headers, "x-slack-request-timestamp": str(at + 1)},
+            body,
+            secret,
+            at,
+        ),
+        (
+            "missing X-Slack-Signature",
+            {k: v for k, v in headers.items() if k != "x-slack-signature"},
+            body,
+            secret,
+            at,
+        ),
+        (
+            "missing X-Slack-Request-Timestamp",
+            {k: v for k, v in headers.items() if k != "x-slack-request-timestamp"},
+            body,
+            secret,
+            at,
+        ),
+        (
+            "timestamp not a number",
+            {**headers, "x-slack-request-timestamp": "1531420618.5"},
+            body,
+            secret,
+            at,
+        ),
         ("a wrong v0", with_sig("v0=" + "0" * 64), body, secret, at),
         ("wrong version prefix", with_sig(good.replace("v0=", "v1=")), body, secret, at),
         ("bare hex, no v0=", with_sig(good.removeprefix("v0=")), body, secret, at),
@@ -97,8 +117,9 @@ async def test_every_forgery_class_is_listed(preset_runtime: Runtime) -> None:
 
 @pytest.mark.parametrize("fixture_name", ["docs_slash_command", "app_mention"])
 @pytest.mark.parametrize("case", range(FORGERIES))
-async def test_every_forgery_is_refused(preset_runtime: Runtime, case: int,
-                                        fixture_name: str) -> None:
+async def test_every_forgery_is_refused(
+    preset_runtime: Runtime, case: int, fixture_name: str
+) -> None:
     headers, body = fixture(PACKAGE, fixture_name)
     secret, at = (DOC_SECRET, DOC_AT) if fixture_name == "docs_slash_command" else (SECRET, AT)
     assert verify(source(preset_runtime, NAME), headers, body, secret, at).ok
@@ -126,12 +147,17 @@ async def test_one_signature_only_a_wrong_v0_is_refused(preset_runtime: Runtime)
     headers, body = docs_example()
     src = source(preset_runtime, NAME)
     bad = "v0=" + "ab" * 32
-    for value in (bad, f"{bad},{DOC_SIGNATURE}", f"{bad} {DOC_SIGNATURE}",
-                  f"{DOC_SIGNATURE},{bad}"):
+    for value in (
+        bad,
+        f"{bad},{DOC_SIGNATURE}",
+        f"{bad} {DOC_SIGNATURE}",
+        f"{DOC_SIGNATURE},{bad}",
+    ):
         verdict = verify(src, {**headers, "x-slack-signature": value}, body, DOC_SECRET, DOC_AT)
         assert not verdict.ok and verdict.detail, value
-    assert verify(src, {**headers, "x-slack-signature": f" {DOC_SIGNATURE} "}, body,
-                  DOC_SECRET, DOC_AT).ok  # surrounding whitespace is no second signature
+    assert verify(
+        src, {**headers, "x-slack-signature": f" {DOC_SIGNATURE} "}, body, DOC_SECRET, DOC_AT
+    ).ok  # surrounding whitespace is no second signature
 
 
 async def test_the_projection_of_the_events_api_fixture(preset_runtime: Runtime) -> None:
@@ -160,17 +186,28 @@ async def test_the_projection_of_the_events_api_fixture(preset_runtime: Runtime)
 async def test_the_projection_reads_ids_sent_as_objects(preset_runtime: Runtime) -> None:
     projection = preset_runtime.registries.projections.get("slack:slack")
     assert projection is not None
-    created = {"type": "event_callback", "event_id": "Ev2",
-               "event": {"type": "channel_created",
-                         "channel": {"id": "C024BE91L", "name": "fun", "creator": "U024BE7LH"}}}
+    created = {
+        "type": "event_callback",
+        "event_id": "Ev2",
+        "event": {
+            "type": "channel_created",
+            "channel": {"id": "C024BE91L", "name": "fun", "creator": "U024BE7LH"},
+        },
+    }
     got = projection.build(NAME, "channel_created", created)
     assert got is not None and got["channel"] == "C024BE91L" and got["user"] is None
     joined = {"type": "event_callback", "event": {"type": "team_join", "user": {"id": "U9"}}}
     got = projection.build(NAME, "team_join", joined)
     assert got is not None and got["user"] == "U9"
-    reaction = {"type": "event_callback", "event": {
-        "type": "reaction_added", "user": "U1", "reaction": "eyes",
-        "item": {"type": "message", "channel": "C7", "ts": "1.2"}}}
+    reaction = {
+        "type": "event_callback",
+        "event": {
+            "type": "reaction_added",
+            "user": "U1",
+            "reaction": "eyes",
+            "item": {"type": "message", "channel": "C7", "ts": "1.2"},
+        },
+    }
     got = projection.build(NAME, "reaction_added", reaction)
     assert got is not None and got["channel"] == "C7"
     challenge = {"token": "t", "challenge": "c", "type": "url_verification"}
@@ -208,15 +245,21 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     assert again.status == 202
     assert [t["created"] for t in again.body["todos"]] == [False]  # one event, by event_id
     row = await rt.store.db.fetchone(
-        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert row is not None and row["kind"] == "app_mention"
     assert str(row["external_id"]).endswith(":Ev0END2END01")
     todo = await rt.store.db.fetchone(
-        "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],))
+        "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],)
+    )
     assert todo is not None and todo["title"] == "slack app_mention"
     slack = todo["payload"]["slack"]
     assert (slack["event_id"], slack["event_type"], slack["channel"], slack["user"]) == (
-        "Ev0END2END01", "app_mention", "C05D1L8TQ4N", "U04RS9F2XKL")
+        "Ev0END2END01",
+        "app_mention",
+        "C05D1L8TQ4N",
+        "U04RS9F2XKL",
+    )
     forged = {**headers, "X-Slack-Signature": "v0=" + "0" * 64}
     assert (await post(rt, token_of(created), forged, body)).status == 401
     wrong_key = source(rt, NAME).sign(body, OTHER.encode(), None, now=time.time())
@@ -236,11 +279,13 @@ async def test_a_slash_command_end_to_end(preset_runtime: Runtime) -> None:
     again = await post(rt, token_of(created), headers, body)
     assert [t["created"] for t in again.body["todos"]] == [False]
     row = await rt.store.db.fetchone(
-        "SELECT kind, content_type FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+        "SELECT kind, content_type FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert row is not None and row["kind"] is None
     assert row["content_type"] == "application/x-www-form-urlencoded"
     todo = await rt.store.db.fetchone(
-        "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],))
+        "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],)
+    )
     assert todo is not None and todo["title"] == "slack delivery"
     assert todo["payload"]["payload"] is None and todo["payload"]["slack"] is None
 
@@ -250,16 +295,20 @@ async def test_the_url_verification_handshake_is_answered_and_nothing_stored(
 ) -> None:
     rt = preset_runtime
     created = await create(rt, NAME, SECRET)
-    body = json.dumps({"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "type": "url_verification",
-                       "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}
-                      ).encode()
-    headers: dict[str, Any] = source(rt, NAME).sign(body, SECRET.encode(), None,
-                                                    now=time.time())
+    body = json.dumps(
+        {
+            "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
+            "type": "url_verification",
+            "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
+        }
+    ).encode()
+    headers: dict[str, Any] = source(rt, NAME).sign(body, SECRET.encode(), None, now=time.time())
     reply = await post(rt, token_of(created), headers, body)
     assert reply.status == 200
     assert reply.body == {"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}
     stored = await rt.store.db.fetchone(
-        "SELECT count(*) AS n FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+        "SELECT count(*) AS n FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert stored is not None and stored["n"] == 0
     # the challenge is echoed only to Slack: a forged handshake is refused like any delivery
     forged = {**headers, "X-Slack-Signature": "v0=" + "0" * 64}

@@ -29,8 +29,9 @@ async def test_the_specifications_vector_verifies(preset_runtime: Runtime) -> No
     assert verdict.delivery_id == "msg_p5jXN8AQM9LWM0D4loKWxJek"
 
 
-def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, str], bytes,
-                                                                str, float]]:
+def _forged(
+    headers: dict[str, str], body: bytes
+) -> list[tuple[str, dict[str, str], bytes, str, float]]:
     """Each forgery class: (what, headers, body, secret, now) and it must be refused."""
     without = {k: v for k, v in headers.items()}
     cases = [
@@ -38,12 +39,21 @@ def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, s
         ("stale timestamp", headers, body, SECRET, AT + 301),
         ("future timestamp", headers, body, SECRET, AT - 301),
         ("tampered body", headers, body.replace(b"2432232314", b"2432232315"), SECRET, AT),
-        ("timestamp changed (it is signed)", {**headers, "webhook-timestamp": str(AT + 1)}, body,
-         SECRET, AT),
+        (
+            "timestamp changed (it is signed)",
+            {**headers, "webhook-timestamp": str(AT + 1)},
+            body,
+            SECRET,
+            AT,
+        ),
         ("id changed (it is signed)", {**headers, "webhook-id": "msg_other"}, body, SECRET, AT),
-        ("wrong version prefix", {**headers, "webhook-signature":
-                                  headers["webhook-signature"].replace("v1,", "v2,")},
-         body, SECRET, AT),
+        (
+            "wrong version prefix",
+            {**headers, "webhook-signature": headers["webhook-signature"].replace("v1,", "v2,")},
+            body,
+            SECRET,
+            AT,
+        ),
     ]
     for missing in ("webhook-signature", "webhook-timestamp", "webhook-id"):
         cut = {k: v for k, v in without.items() if k != missing}
@@ -75,10 +85,12 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     rt = preset_runtime
     created = await create(rt, NAME, SECRET)
     assert "signing_secret" not in created and created["signing_secret_imported"] is True
-    body = json.dumps({"type": "invoice.paid", "timestamp": "2026-11-30T12:00:00Z",
-                       "data": {"id": "in_1"}}).encode()
-    headers: dict[str, Any] = source(rt, NAME).sign(body, SECRET.encode(), None,
-                                                    delivery_id="msg_one", now=time.time())
+    body = json.dumps(
+        {"type": "invoice.paid", "timestamp": "2026-11-30T12:00:00Z", "data": {"id": "in_1"}}
+    ).encode()
+    headers: dict[str, Any] = source(rt, NAME).sign(
+        body, SECRET.encode(), None, delivery_id="msg_one", now=time.time()
+    )
     first = await post(rt, token_of(created), headers, body)
     assert first.status == 202, first.body
     assert [t["created"] for t in first.body["todos"]] == [True]
@@ -86,7 +98,8 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     assert again.status == 202
     assert [t["created"] for t in again.body["todos"]] == [False]  # one event, by webhook-id
     row = await rt.store.db.fetchone(
-        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert row is not None and row["kind"] == "invoice.paid"
     assert str(row["external_id"]).endswith(":msg_one")
     forged = {**headers, "webhook-signature": "v1,AAAA"}

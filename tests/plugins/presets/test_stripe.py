@@ -48,8 +48,9 @@ async def test_the_recorded_events_verify(preset_runtime: Runtime, name: str) ->
     assert body.startswith(b'{\n  "id": "evt_') and not body.endswith(b"\n")
 
 
-def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, str], bytes,
-                                                                str, float]]:
+def _forged(
+    headers: dict[str, str], body: bytes
+) -> list[tuple[str, dict[str, str], bytes, str, float]]:
     """Each forgery class: (what, headers, body, secret, now) and it must be refused."""
     sig = headers["stripe-signature"]
     parts = entries(sig)
@@ -63,19 +64,38 @@ def _forged(headers: dict[str, str], body: bytes) -> list[tuple[str, dict[str, s
         ("wrong secret", headers, body, OTHER, AT),
         ("stale timestamp", headers, body, SECRET, AT + 301),
         ("future timestamp", headers, body, SECRET, AT - 301),
-        ("tampered body", headers, body.replace(b'"amount": 4900', b'"amount": 4901'), SECRET,
-         AT),
-        ("body re-serialized (the signature covers the bytes)",
-         headers, json.dumps(json.loads(body)).encode(), SECRET, AT),
-        ("timestamp changed (it is signed)", with_sig(sig.replace(f"t={AT}", f"t={AT + 1}")),
-         body, SECRET, AT),
-        ("missing Stripe-Signature",
-         {k: v for k, v in headers.items() if k != "stripe-signature"}, body, SECRET, AT),
+        ("tampered body", headers, body.replace(b'"amount": 4900', b'"amount": 4901'), SECRET, AT),
+        (
+            "body re-serialized (the signature covers the bytes)",
+            headers,
+            json.dumps(json.loads(body)).encode(),
+            SECRET,
+            AT,
+        ),
+        (
+            "timestamp changed (it is signed)",
+            with_sig(sig.replace(f"t={AT}", f"t={AT + 1}")),
+            body,
+            SECRET,
+            AT,
+        ),
+        (
+            "missing Stripe-Signature",
+            {k: v for k, v in headers.items() if k != "stripe-signature"},
+            body,
+            SECRET,
+            AT,
+        ),
         ("missing timestamp entry", with_sig(f"v1={good}"), body, SECRET, AT),
         ("timestamp not a number", with_sig(f"t=soon,v1={good}"), body, SECRET, AT),
         ("no v1 entry", with_sig(f"t={AT}"), body, SECRET, AT),
-        ("only a v0 entry, even a right one (v0 is never accepted)",
-         with_sig(f"t={AT},v0={good}"), body, SECRET, AT),
+        (
+            "only a v0 entry, even a right one (v0 is never accepted)",
+            with_sig(f"t={AT},v0={good}"),
+            body,
+            SECRET,
+            AT,
+        ),
         ("wrong scheme name", with_sig(f"t={AT},v2={good}"), body, SECRET, AT),
         ("garbage header", with_sig("garbage"), body, SECRET, AT),
         ("empty header", with_sig(""), body, SECRET, AT),
@@ -98,8 +118,10 @@ async def test_every_forgery_is_refused(preset_runtime: Runtime, case: int) -> N
     verdict = verify(source(preset_runtime, NAME), h, b, secret, now)
     assert not verdict.ok, what
     assert verdict.detail, what
-    assert SECRET not in verdict.detail and entries(headers["stripe-signature"])["v1"][0] \
-        not in verdict.detail, what
+    assert (
+        SECRET not in verdict.detail
+        and entries(headers["stripe-signature"])["v1"][0] not in verdict.detail
+    ), what
 
 
 async def test_the_refusals_say_what_was_wrong(preset_runtime: Runtime) -> None:
@@ -109,8 +131,7 @@ async def test_the_refusals_say_what_was_wrong(preset_runtime: Runtime) -> None:
     assert "future" in str(verify(src, headers, body, SECRET, AT - 301).detail)
     assert "mismatch" in str(verify(src, headers, body, OTHER, AT).detail)
     assert "missing Stripe-Signature" in str(verify(src, {}, body, SECRET, AT).detail)
-    assert "timestamp" in str(verify(src, {"stripe-signature": "garbage"}, body, SECRET,
-                                     AT).detail)
+    assert "timestamp" in str(verify(src, {"stripe-signature": "garbage"}, body, SECRET, AT).detail)
 
 
 async def test_the_tolerance_is_five_minutes_either_way(preset_runtime: Runtime) -> None:
@@ -126,8 +147,11 @@ async def test_a_second_signature_may_be_the_valid_one(preset_runtime: Runtime) 
     good = entries(headers["stripe-signature"])["v1"][0]
     bad = "ab" * 32
     src = source(preset_runtime, NAME)
-    for value in (f"t={AT},v1={bad},v1={good}", f"t={AT}, v1={bad}, v1={good}, v0={bad}",
-                  f"v1={bad},v1={good},t={AT}"):
+    for value in (
+        f"t={AT},v1={bad},v1={good}",
+        f"t={AT}, v1={bad}, v1={good}, v0={bad}",
+        f"v1={bad},v1={good},t={AT}",
+    ):
         assert verify(src, {**headers, "stripe-signature": value}, body, SECRET, AT).ok, value
     only_bad = {**headers, "stripe-signature": f"t={AT},v1={bad},v1={bad[::-1]},v0={good}"}
     assert not verify(src, only_bad, body, SECRET, AT).ok
@@ -155,13 +179,18 @@ async def test_the_projection_of_the_recorded_events(preset_runtime: Runtime) ->
     sub = projection.build(NAME, "customer.subscription.deleted", json.loads(body))
     assert sub is not None
     assert (sub["account"], sub["object"], sub["object_id"], sub["customer"], sub["status"]) == (
-        "acct_1Oa9XyGh7WkP4nZs", "subscription", "sub_1QF2rTGh7WkP4nZs0cV8yL3m",
-        "cus_R7hKp2Lm9QwX4v", "canceled")
+        "acct_1Oa9XyGh7WkP4nZs",
+        "subscription",
+        "sub_1QF2rTGh7WkP4nZs0cV8yL3m",
+        "cus_R7hKp2Lm9QwX4v",
+        "canceled",
+    )
 
 
 @pytest.mark.parametrize("payload", [None, [], "evt_1", {"id": "evt_1"}, {"object": "charge"}])
-async def test_the_projection_is_null_for_what_is_no_event(preset_runtime: Runtime,
-                                                           payload: Any) -> None:
+async def test_the_projection_is_null_for_what_is_no_event(
+    preset_runtime: Runtime, payload: Any
+) -> None:
     projection = preset_runtime.registries.projections.get("stripe:stripe")
     assert projection is not None and projection.build(NAME, None, payload) is None
 
@@ -171,18 +200,27 @@ async def test_the_projection_reads_odd_shapes_without_faulting(
 ) -> None:
     projection = preset_runtime.registries.projections.get("stripe:stripe")
     assert projection is not None
-    expanded = {"object": "event", "id": "evt_1", "type": "invoice.paid", "livemode": 1,
-                "request": "req_old", "data": {"object": {"id": "in_1", "object": "invoice",
-                                                          "customer": {"id": "cus_9"}}}}
+    expanded = {
+        "object": "event",
+        "id": "evt_1",
+        "type": "invoice.paid",
+        "livemode": 1,
+        "request": "req_old",
+        "data": {"object": {"id": "in_1", "object": "invoice", "customer": {"id": "cus_9"}}},
+    }
     got = projection.build(NAME, "invoice.paid", expanded)
     assert got is not None
     assert (got["customer"], got["request_id"], got["livemode"]) == ("cus_9", "req_old", None)
-    thin = {"object": "v2.core.event", "id": "evt_test_65R", "type": "v1.billing.meter.error",
-            "context": "acct_2", "related_object": {"id": "mtr_1", "type": "billing.meter"}}
+    thin = {
+        "object": "v2.core.event",
+        "id": "evt_test_65R",
+        "type": "v1.billing.meter.error",
+        "context": "acct_2",
+        "related_object": {"id": "mtr_1", "type": "billing.meter"},
+    }
     got = projection.build(NAME, "v1.billing.meter.error", thin)
     assert got is not None
-    assert (got["account"], got["object"], got["object_id"]) == ("acct_2", "billing.meter",
-                                                                 "mtr_1")
+    assert (got["account"], got["object"], got["object_id"]) == ("acct_2", "billing.meter", "mtr_1")
     broken = {"object": "event", "data": [1], "type": 7, "request": {"id": 3}}
     got = projection.build(NAME, None, broken)
     assert got is not None and got["title"] is None and got["object_id"] is None
@@ -207,16 +245,22 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     assert again.status == 202
     assert [t["created"] for t in again.body["todos"]] == [False]  # one event, by its evt_ id
     row = await rt.store.db.fetchone(
-        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],))
+        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
     assert row is not None and row["kind"] == "payment_intent.succeeded"
     assert str(row["external_id"]).endswith(":evt_end_to_end_1")
     todo = await rt.store.db.fetchone(
-        "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],))
+        "SELECT title, payload FROM todos WHERE id = %s", (first.body["todos"][0]["id"],)
+    )
     assert todo is not None
     assert todo["title"] == "payment_intent.succeeded pi_3QTb8kLx9YvR2mWq0F1aZc6e"
     stripe = todo["payload"]["stripe"]
     assert (stripe["event_id"], stripe["object"], stripe["customer"], stripe["livemode"]) == (
-        "evt_end_to_end_1", "payment_intent", "cus_RMb1vQy7TfK2Hd", False)
+        "evt_end_to_end_1",
+        "payment_intent",
+        "cus_RMb1vQy7TfK2Hd",
+        False,
+    )
     forged = {**headers, "Stripe-Signature": f"t={int(time.time())},v1={'0' * 64}"}
     assert (await post(rt, token_of(created), forged, body)).status == 401
     wrong_key = source(rt, NAME).sign(body, OTHER.encode(), None, now=time.time())
@@ -224,7 +268,8 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
 
 
 async def test_the_recorded_event_end_to_end_at_its_own_time(
-    preset_runtime: Runtime, monkeypatch: pytest.MonkeyPatch,
+    preset_runtime: Runtime,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fixture's own bytes and headers, posted when they were signed, as Stripe sent them."""
     rt = preset_runtime
@@ -234,7 +279,8 @@ async def test_the_recorded_event_end_to_end_at_its_own_time(
     reply = await post(rt, token_of(created), headers, body)
     assert reply.status == 202, reply.body
     todo = await rt.store.db.fetchone(
-        "SELECT title, payload FROM todos WHERE id = %s", (reply.body["todos"][0]["id"],))
+        "SELECT title, payload FROM todos WHERE id = %s", (reply.body["todos"][0]["id"],)
+    )
     assert todo is not None
     assert todo["title"] == "customer.subscription.deleted sub_1QF2rTGh7WkP4nZs0cV8yL3m"
     assert todo["payload"]["kind"] == "customer.subscription.deleted"

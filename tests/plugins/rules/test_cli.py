@@ -31,26 +31,48 @@ GRANT = {"target_queue": "inbox", "queues": ["inbox", "handoff"], "endpoints": [
     ("config", "code", "index"),
     [
         ({"rules": [{"expr": "true", "action": {"queue": "inbox"}}] * 33}, "too_many_rules", None),
-        ({"rules": [{"id": "bad id", "expr": "true", "action": {"queue": "inbox"}}]},
-         "invalid_rule", 0),
-        ({"rules": [{"id": "a", "expr": "true", "action": {"queue": "inbox"}},
-                    {"id": "a", "expr": "true", "action": {"queue": "inbox"}}]}, "invalid_rule", 1),
+        (
+            {"rules": [{"id": "bad id", "expr": "true", "action": {"queue": "inbox"}}]},
+            "invalid_rule",
+            0,
+        ),
+        (
+            {
+                "rules": [
+                    {"id": "a", "expr": "true", "action": {"queue": "inbox"}},
+                    {"id": "a", "expr": "true", "action": {"queue": "inbox"}},
+                ]
+            },
+            "invalid_rule",
+            1,
+        ),
         ({"rules": [{"expr": "", "action": {"queue": "inbox"}}]}, "invalid_expression", 0),
         ({"rules": [{"expr": ".a |||", "action": {"queue": "inbox"}}]}, "invalid_expression", 0),
         ({"rules": [{"expr": "$ENV.HOME", "action": {"queue": "inbox"}}]}, "forbidden_function", 0),
-        ({"rules": [{"expr": "true", "action": {"queue": "inbox", "drop": True}}]},
-         "invalid_rule", 0),
+        (
+            {"rules": [{"expr": "true", "action": {"queue": "inbox", "drop": True}}]},
+            "invalid_rule",
+            0,
+        ),
         ({"rules": [{"expr": "true", "action": {"queue": "elsewhere"}}]}, "not_granted", 0),
-        ({"rules": [{"expr": "true", "action": {"queue": "inbox", "endpoints": ["ghost"]}}]},
-         "not_granted", 0),
+        (
+            {"rules": [{"expr": "true", "action": {"queue": "inbox", "endpoints": ["ghost"]}}]},
+            "not_granted",
+            0,
+        ),
         ({"rules": [], "params": {"a": [1, "x"]}}, "invalid_params", None),
     ],
 )
-def test_check_reports_each_code(tmp_path: Path, config: Any, code: str,
-                                 index: int | None) -> None:
+def test_check_reports_each_code(tmp_path: Path, config: Any, code: str, index: int | None) -> None:
     cli = _cli(tmp_path)
-    proc = cli.run("rules", "check", _write(tmp_path, "r.json", config),
-                   "--grant", _write(tmp_path, "g.json", GRANT), check=False)
+    proc = cli.run(
+        "rules",
+        "check",
+        _write(tmp_path, "r.json", config),
+        "--grant",
+        _write(tmp_path, "g.json", GRANT),
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == code and err["index"] == index and err["message"]
@@ -58,9 +80,22 @@ def test_check_reports_each_code(tmp_path: Path, config: Any, code: str,
 
 def test_check_accepts_and_normalizes(tmp_path: Path) -> None:
     cli = _cli(tmp_path)
-    out = cli.json("rules", "check", _write(tmp_path, "r.json", {
-        "rules": [{"expr": ".payload.env == 1 and .headers[\"x-input\"] == null",
-                   "action": {"queue": "inbox"}}]}))
+    out = cli.json(
+        "rules",
+        "check",
+        _write(
+            tmp_path,
+            "r.json",
+            {
+                "rules": [
+                    {
+                        "expr": '.payload.env == 1 and .headers["x-input"] == null',
+                        "action": {"queue": "inbox"},
+                    }
+                ]
+            },
+        ),
+    )
     [rule] = out["config"]["rules"]
     assert rule["id"].startswith("rule_") and len(rule["id"]) == 5 + 24
 
@@ -68,16 +103,31 @@ def test_check_accepts_and_normalizes(tmp_path: Path) -> None:
 def test_test_routes_a_sample_like_the_receiver(tmp_path: Path) -> None:
     cli = _cli(tmp_path)
     config = {
-        "rules": [{"id": "handoff-lane-m", "name": "my handoffs",
-                   "expr": "(.artifact.tags // []) | any(. == \"handoff\")",
-                   "action": {"queue": "handoff", "endpoints": ["pool"]}}],
+        "rules": [
+            {
+                "id": "handoff-lane-m",
+                "name": "my handoffs",
+                "expr": '(.artifact.tags // []) | any(. == "handoff")',
+                "action": {"queue": "handoff", "endpoints": ["pool"]},
+            }
+        ],
         "default_action": {"drop": True},
     }
     body = FIXTURES / "cairn_artifact_created.json"
     headers = FIXTURES / "cairn_artifact_created.headers.json"
-    out = cli.json("rules", "test", _write(tmp_path, "r.json", config), "--source", "cairn",
-                   "--payload", str(body), "--headers", str(headers),
-                   "--grant", _write(tmp_path, "g.json", GRANT))
+    out = cli.json(
+        "rules",
+        "test",
+        _write(tmp_path, "r.json", config),
+        "--source",
+        "cairn",
+        "--payload",
+        str(body),
+        "--headers",
+        str(headers),
+        "--grant",
+        _write(tmp_path, "g.json", GRANT),
+    )
     assert out["decision"] == {"drop": False, "queue": "handoff", "endpoints": ["pool"]}
     assert out["trace"]["rule_id"] == "handoff-lane-m"
     env = out["envelope"]
@@ -86,21 +136,44 @@ def test_test_routes_a_sample_like_the_receiver(tmp_path: Path) -> None:
     assert env["headers"]["x-cairn-signature"] == "«redacted»"
 
     # Validation comes first, with the same exit code and error document as check.
-    bad = cli.run("rules", "test", _write(tmp_path, "bad.json", {"rules": [
-        {"expr": "input", "action": {"queue": "inbox"}}]}), "--source", "cairn",
-        "--payload", "{}", check=False)
+    bad = cli.run(
+        "rules",
+        "test",
+        _write(tmp_path, "bad.json", {"rules": [{"expr": "input", "action": {"queue": "inbox"}}]}),
+        "--source",
+        "cairn",
+        "--payload",
+        "{}",
+        check=False,
+    )
     assert bad.returncode == 2
     assert json.loads(bad.stdout)["error"]["code"] == "forbidden_function"
 
 
 def test_test_uses_the_literal_body_and_params(tmp_path: Path) -> None:
     cli = _cli(tmp_path)
-    config = {"rules": [{"id": "p", "expr": ".payload.n > $params.min",
-                         "action": {"queue": "inbox"}}], "params": {"min": 3}}
-    hit = cli.json("rules", "test", _write(tmp_path, "r.json", config), "--source", "generic",
-                   "--payload", '{"n": 5}')
-    miss = cli.json("rules", "test", _write(tmp_path, "r.json", config), "--source", "generic",
-                    "--payload", '{"n": 1}')
+    config = {
+        "rules": [{"id": "p", "expr": ".payload.n > $params.min", "action": {"queue": "inbox"}}],
+        "params": {"min": 3},
+    }
+    hit = cli.json(
+        "rules",
+        "test",
+        _write(tmp_path, "r.json", config),
+        "--source",
+        "generic",
+        "--payload",
+        '{"n": 5}',
+    )
+    miss = cli.json(
+        "rules",
+        "test",
+        _write(tmp_path, "r.json", config),
+        "--source",
+        "generic",
+        "--payload",
+        '{"n": 1}',
+    )
     assert hit["trace"]["stage"] == "rule" and miss["trace"]["stage"] == "default"
     assert hit["envelope"]["verified"] is False
 
@@ -122,9 +195,17 @@ def test_packs_lists_the_shipped_packs_and_checks_offline(tmp_path: Path) -> Non
     assert cli.run("packs", "nope", check=False).returncode != 0
     # A pack is a routing config: `rules check` validates it against a lanes grant.
     queues = ["lane-s", "lane-m", "lane-l", "lane-vision", "triage", "hold"]
-    grant = {"target_queue": "inbox", "queues": ["inbox", *queues],
-             "endpoints": ["router", *queues],
-             "endpoint_queues": {"router": ["inbox"], **{q: [q] for q in queues}}}
-    out = cli.json("rules", "check", _write(tmp_path, "lanes.json", lanes["config"]),
-                   "--grant", _write(tmp_path, "g.json", grant))
+    grant = {
+        "target_queue": "inbox",
+        "queues": ["inbox", *queues],
+        "endpoints": ["router", *queues],
+        "endpoint_queues": {"router": ["inbox"], **{q: [q] for q in queues}},
+    }
+    out = cli.json(
+        "rules",
+        "check",
+        _write(tmp_path, "lanes.json", lanes["config"]),
+        "--grant",
+        _write(tmp_path, "g.json", grant),
+    )
     assert out["ok"] is True

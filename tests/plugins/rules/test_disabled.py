@@ -56,28 +56,41 @@ def test_there_is_no_rules_command(disabled: Path, tmp_path: Path) -> None:
     proc = cli.run("rules", "check", str(rules), check=False)
     assert proc.returncode == 2  # argparse: no such command
     assert "invalid choice: 'rules'" in proc.stderr
-    listed = [line.split()[0] for line in cli.run("--help").stdout.splitlines()
-              if line.startswith("    ") and not line.startswith("     ")]
+    listed = [
+        line.split()[0]
+        for line in cli.run("--help").stdout.splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    ]
     assert "webhook" in listed and "rules" not in listed
 
 
-async def test_saved_rules_are_not_applied(server_factory: Any, dsn: str, runtime: Runtime,
-                                           disabled: Path) -> None:
+async def test_saved_rules_are_not_applied(
+    server_factory: Any, dsn: str, runtime: Runtime, disabled: Path
+) -> None:
     srv = server_factory(dsn, config=disabled)
     w = World(CLI(srv.env))
     w.human("alice")
     w.endpoint("alice", "owner")
     hook = w.webhook("owner", "generic")
     # Saved while the plugin was enabled (the runtime fixture has it): drop everything.
-    saved = await rules_svc.set_rules(runtime, None, hook["webhook_id"], [
-        {"id": "drop-all", "expr": "true", "action": {"drop": True}},
-    ])
+    saved = await rules_svc.set_rules(
+        runtime,
+        None,
+        hook["webhook_id"],
+        [
+            {"id": "drop-all", "expr": "true", "action": {"drop": True}},
+        ],
+    )
     assert [r["id"] for r in saved["rules"]] == ["drop-all"]
     tried = await rules_svc.test_rules(runtime, None, hook["webhook_id"], payload={"x": 1})
     assert tried["trace"]["rule_id"] == "drop-all"  # with the plugin, it would be dropped
 
-    resp = httpx.post(hook["ingest_url"], content=b'{"x": 1}', timeout=30,
-                      headers={"X-Delivery-Id": "d1", "Content-Type": "application/json"})
+    resp = httpx.post(
+        hook["ingest_url"],
+        content=b'{"x": 1}',
+        timeout=30,
+        headers={"X-Delivery-Id": "d1", "Content-Type": "application/json"},
+    )
     assert resp.status_code == 202, resp.text
     out = resp.json()
     assert out["created"] == 1 and not out.get("dropped")

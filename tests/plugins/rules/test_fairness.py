@@ -34,8 +34,9 @@ async def quiet_owner(sb: Sandbox, n: int) -> list[MatchResult]:
 
 async def test_slow_rules_at_32_connections_degrade_only_their_owner() -> None:
     async with sandbox() as sb:
-        assert await sb.evaluate(QUIET, {}, ENV, owner="quiet", scope="quiet-hook") == \
-            MatchResult(0)
+        assert await sb.evaluate(QUIET, {}, ENV, owner="quiet", scope="quiet-hook") == MatchResult(
+            0
+        )
         stop = asyncio.Event()
         noisy: list[MatchResult] = []
 
@@ -96,8 +97,7 @@ async def test_compile_bombs_in_dry_runs_take_no_live_capacity_and_one_deadline(
         await asyncio.sleep(0.1)
         quiet = await quiet_owner(sb, 30)
         # the quiet owner can still save while the noisy one compiles
-        saved = await sb.compile(["true", '.kind == "push"'], {}, owner="quiet",
-                                 scope="quiet-hook")
+        saved = await sb.compile(["true", '.kind == "push"'], {}, owner="quiet", scope="quiet-hook")
         results = await bombs
     assert quiet == [MatchResult(0)] * 30
     assert saved == []

@@ -135,8 +135,9 @@ def test_trial_and_zygote_compile_the_prelude(monkeypatch: pytest.MonkeyPatch) -
         return None, 0
 
     monkeypatch.setattr(sandbox_child, "trial", fake_trial)
-    cfg = wire.ChildConfig(memory_bytes=2**27, rule_ms=50, compile_ms=1000, cache_size=4,
-                           parse_s_per_byte=0.0)
+    cfg = wire.ChildConfig(
+        memory_bytes=2**27, rule_ms=50, compile_ms=1000, cache_size=4, parse_s_per_byte=0.0
+    )
     rules = RuleSet(["env | length == 0", ".a == 1"], {}, cfg)
     assert trials and all(p.startswith(PRELUDE) for p in trials)
     assert rules.program is not None

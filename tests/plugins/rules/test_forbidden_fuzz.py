@@ -285,8 +285,9 @@ def check(expr: str, tally: Tally, started: float) -> None:
     # a verdict (true, false, null) or an error message: nothing else leaves the wrapper
     answer = answers[0] if len(answers) == 1 else ...
     verdict = answer is True or answer is False or answer is None
-    if not (verdict or isinstance(answer, str)) or (isinstance(answer, str)
-                                                     and leaked(answer, started)):
+    if not (verdict or isinstance(answer, str)) or (
+        isinstance(answer, str) and leaked(answer, started)
+    ):
         fail(f"protected rule answered {answers!r}: {expr!r}")
 
 

@@ -32,13 +32,22 @@ SAVED: dict[str, Any] = {
         {"id": "prs", "expr": '.kind == "pull_request"', "action": {"queue": "review"}},
         {"id": "closed", "expr": '.payload.action == "closed"', "action": {"drop": True}},
         # faults on everything but issues (no labels to read)
-        {"id": "label-bug", "expr": '(.payload.issue.labels[0].name | ascii_downcase) == "bug"',
-         "action": {"queue": "triage"}},
-        {"id": "team", "expr": ".payload.repository.owner.login == $params.team",
-         "action": {"queue": "inbox"}},
+        {
+            "id": "label-bug",
+            "expr": '(.payload.issue.labels[0].name | ascii_downcase) == "bug"',
+            "action": {"queue": "triage"},
+        },
+        {
+            "id": "team",
+            "expr": ".payload.repository.owner.login == $params.team",
+            "action": {"queue": "inbox"},
+        },
         # planted for lint: shadowed by "prs", never matching, only faulting
-        {"id": "prs-opened", "expr": '.kind == "pull_request" and .payload.action == "opened"',
-         "action": {"queue": "triage"}},
+        {
+            "id": "prs-opened",
+            "expr": '.kind == "pull_request" and .payload.action == "opened"',
+            "action": {"queue": "triage"},
+        },
         {"id": "pushes", "expr": '.kind == "push"', "action": {"drop": True}},
         {"id": "broken", "expr": ".payload.nothing | ascii_downcase", "action": {"drop": True}},
     ],
@@ -58,21 +67,32 @@ def seeded(module_server_factory: Any, module_dsn: str) -> dict[str, Any]:
     w = World(CLI(srv.env).fast(), prefix="h-", direct=True)
     w.human("alice")
     w.human("mallory")
-    w.endpoint("alice", "owner", queues="inbox,review,triage",
-               webhook_queues="inbox,review,triage")
+    w.endpoint("alice", "owner", queues="inbox,review,triage", webhook_queues="inbox,review,triage")
     w.endpoint("mallory", "intruder")
     github = w.webhook("owner", "github")
     gitea = w.webhook("owner", "gitea")
     cairn = w.webhook("owner", "cairn")
 
     async def seed(rt: Any) -> dict[str, list[str]]:
-        ids: dict[str, list[str]] = {"issue": [], "pull": [], "closed": [], "label": [],
-                                     "artifact": []}
+        ids: dict[str, list[str]] = {
+            "issue": [],
+            "pull": [],
+            "closed": [],
+            "label": [],
+            "artifact": [],
+        }
 
-        async def send(hook: dict[str, Any], source: str, body: bytes, event: str | None,
-                       extra: dict[str, str], bucket: str) -> None:
-            data, headers = build_request(source, body, hook["signing_secret"].encode(), event,
-                                          extra, source == "cairn")
+        async def send(
+            hook: dict[str, Any],
+            source: str,
+            body: bytes,
+            event: str | None,
+            extra: dict[str, str],
+            bucket: str,
+        ) -> None:
+            data, headers = build_request(
+                source, body, hook["signing_secret"].encode(), event, extra, source == "cairn"
+            )
             token = hook["ingest_url"].rsplit("/", 1)[1]
             reply = await ingest(rt, token, Headers(headers), data, "application/json")
             assert reply.status == 202, reply.body
@@ -86,36 +106,63 @@ def seeded(module_server_factory: Any, module_dsn: str) -> dict[str, Any]:
         for i, kind in enumerate(kinds):
             gh = {"X-GitHub-Delivery": str(uuid.uuid4())}
             if kind == "pull":
-                await send(github, "github", _body("github_pull_request_opened", number(i)),
-                           "pull_request", gh, "pull")
+                await send(
+                    github,
+                    "github",
+                    _body("github_pull_request_opened", number(i)),
+                    "pull_request",
+                    gh,
+                    "pull",
+                )
             else:
+
                 def issue(d: dict[str, Any], i: int = i, kind: str = kind) -> None:
                     d["issue"]["number"] = i
                     d["action"] = "closed" if kind == "closed" else "opened"
-                await send(github, "github", _body("github_issues_opened", issue), "issues",
-                           gh, kind)
+
+                await send(
+                    github, "github", _body("github_issues_opened", issue), "issues", gh, kind
+                )
         for i in range(LABELS):
-            await send(gitea, "gitea", _body("gitea_issues_label_updated", number(i)), "issues",
-                       {"X-Gitea-Delivery": str(uuid.uuid4())}, "label")
+            await send(
+                gitea,
+                "gitea",
+                _body("gitea_issues_label_updated", number(i)),
+                "issues",
+                {"X-Gitea-Delivery": str(uuid.uuid4())},
+                "label",
+            )
         for i in range(ARTIFACTS):
+
             def artifact(d: dict[str, Any], i: int = i) -> None:
                 d["event_id"] = str(uuid.uuid4())
                 d["data"]["id"] = f"art{i}"
-            await send(cairn, "cairn", _body("cairn_artifact_created", artifact), None, {},
-                       "artifact")
-        await rules_svc.set_rules(rt, None, github["webhook_id"], SAVED["rules"],
-                                  SAVED["default_action"], SAVED["params"])
+
+            await send(
+                cairn, "cairn", _body("cairn_artifact_created", artifact), None, {}, "artifact"
+            )
+        await rules_svc.set_rules(
+            rt, None, github["webhook_id"], SAVED["rules"], SAVED["default_action"], SAVED["params"]
+        )
         return ids
 
     ids = on_runtime(srv.env, seed)
-    return {"server": srv, "world": w, "github": github, "gitea": gitea, "cairn": cairn,
-            "ids": ids, "mcp": srv.base_url + "/mcp"}
+    return {
+        "server": srv,
+        "world": w,
+        "github": github,
+        "gitea": gitea,
+        "cairn": cairn,
+        "ids": ids,
+        "mcp": srv.base_url + "/mcp",
+    }
 
 
 async def _last_event(rt: Any, webhook_id: str) -> str:
     row = await rt.store.db.fetchone(
-        "SELECT id FROM events WHERE webhook_id = %s ORDER BY received_at DESC, id DESC"
-        " LIMIT 1", (webhook_id,))
+        "SELECT id FROM events WHERE webhook_id = %s ORDER BY received_at DESC, id DESC LIMIT 1",
+        (webhook_id,),
+    )
     return str(row["id"])
 
 
@@ -134,11 +181,21 @@ async def test_a_candidate_moving_one_class_changes_exactly_those(seeded: Any) -
     hook = s["github"]["webhook_id"]
     total = ISSUES + PULLS + CLOSED
     async with agent(s["mcp"], _token(s)) as me:
-        first = await me.call("diff_webhook_rules", webhook_id=hook, rules=_moved_prs(),
-                              params=SAVED["params"], last=total)
+        first = await me.call(
+            "diff_webhook_rules",
+            webhook_id=hook,
+            rules=_moved_prs(),
+            params=SAVED["params"],
+            last=total,
+        )
         assert first["changed"] == 100 and first["stopped"] == "page"
-        second = await me.call("diff_webhook_rules", webhook_id=hook, rules=_moved_prs(),
-                               params=SAVED["params"], cursor=first["next_cursor"])
+        second = await me.call(
+            "diff_webhook_rules",
+            webhook_id=hook,
+            rules=_moved_prs(),
+            params=SAVED["params"],
+            cursor=first["next_cursor"],
+        )
     assert "next_cursor" not in second and second["changed"] == PULLS - 100
     assert first["evaluated"] + second["evaluated"] == total
     changes = first["changes"] + second["changes"]
@@ -167,9 +224,9 @@ async def test_an_identical_candidate_changes_nothing_and_progress_arrives(seede
     async with agent(s["mcp"], _token(s)) as me:
         result = await me.session.call_tool(
             "diff_webhook_rules",
-            {"webhook_id": hook, "rules": SAVED["rules"], "params": SAVED["params"],
-             "since": "1h"},
-            progress_callback=on_progress)
+            {"webhook_id": hook, "rules": SAVED["rules"], "params": SAVED["params"], "since": "1h"},
+            progress_callback=on_progress,
+        )
     doc = result.structured_content
     assert doc is not None and not result.is_error
     assert doc["changed"] == 0 and doc["changes"] == [] and "next_cursor" not in doc
@@ -189,23 +246,34 @@ async def test_explain_shows_the_fault_and_the_later_verdicts(seeded: Any) -> No
     async with agent(s["mcp"], _token(s)) as me:
         on_issue = await me.call("explain_webhook_event", webhook_id=hook, event_id=issue)
         on_pull = await me.call("explain_webhook_event", webhook_id=hook, event_id=pull)
-        sample = await me.call("explain_webhook_event", webhook_id=hook,
-                               payload={"action": "closed"},
-                               headers={"X-GitHub-Event": "issues"})
+        sample = await me.call(
+            "explain_webhook_event",
+            webhook_id=hook,
+            payload={"action": "closed"},
+            headers={"X-GitHub-Event": "issues"},
+        )
     verdicts = {v["id"]: v for v in on_issue["verdicts"]}
     assert [v["index"] for v in on_issue["verdicts"]] == list(range(len(SAVED["rules"])))
     assert verdicts["prs"]["verdict"] == "false" and verdicts["closed"]["verdict"] == "false"
     assert verdicts["label-bug"]["verdict"] == "matched"  # the fixture issue is labelled bug
-    assert verdicts["team"] == {"index": 3, "id": "team", "verdict": "not_reached",
-                                "would": "false"}
+    assert verdicts["team"] == {
+        "index": 3,
+        "id": "team",
+        "verdict": "not_reached",
+        "would": "false",
+    }
     assert verdicts["broken"]["would"] == "error"
     assert on_issue["decision"]["queue"] == "triage"
     # on a pull request: prs matched, every later rule is not reached, with what it would say
     pv = {v["id"]: v for v in on_pull["verdicts"]}
     assert pv["prs"]["verdict"] == "matched"
     assert on_pull["decision"]["rule_id"] == "prs" and on_pull["decision"]["queue"] == "review"
-    assert pv["label-bug"] == {"index": 2, "id": "label-bug", "verdict": "not_reached",
-                               "would": "error"}
+    assert pv["label-bug"] == {
+        "index": 2,
+        "id": "label-bug",
+        "verdict": "not_reached",
+        "would": "error",
+    }
     assert pv["prs-opened"]["would"] == "matched"
     # a sample whose label-bug faults, the later rules still judged
     sv = {v["id"]: v for v in sample["verdicts"]}
@@ -227,8 +295,7 @@ async def _explain_candidate(s: Any, hook: str, event: str) -> dict[str, Any]:
         {"id": "c", "expr": ".payload.issue.number >= 0", "action": {"queue": "triage"}},
     ]
     async with agent(s["mcp"], _token(s)) as me:
-        return await me.call("explain_webhook_event", webhook_id=hook, event_id=event,
-                             rules=rules)
+        return await me.call("explain_webhook_event", webhook_id=hook, event_id=event, rules=rules)
 
 
 async def test_lint_finds_the_planted_rules(seeded: Any) -> None:
@@ -267,13 +334,15 @@ async def test_another_humans_webhook_and_events_are_not_found(seeded: Any) -> N
         # an event of another webhook (alice's own gitea one) is not found on this one
         failed = await me.fails("explain_webhook_event", webhook_id=hook, event_id=label)
         assert failed.code == "not_found"
-        bad = await me.fails("diff_webhook_rules", webhook_id=hook, rules=[], last=5,
-                             since="1h")
+        bad = await me.fails("diff_webhook_rules", webhook_id=hook, rules=[], last=5, since="1h")
         assert bad.code == "invalid_argument"
         bad = await me.fails("diff_webhook_rules", webhook_id=hook, cursor="nope")
         assert bad.code == "invalid_argument"
-        refused = await me.fails("diff_webhook_rules", webhook_id=hook,
-                                 rules=[{"expr": "$ENV", "action": {"drop": True}}])
+        refused = await me.fails(
+            "diff_webhook_rules",
+            webhook_id=hook,
+            rules=[{"expr": "$ENV", "action": {"drop": True}}],
+        )
         assert refused.code == "forbidden_function"
 
 
@@ -310,7 +379,6 @@ def test_cli_verbs(seeded: Any, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "not found" in missing.stderr
 
 
-
 async def test_the_cli_progress_bar_shows_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
     import sys
@@ -334,15 +402,17 @@ async def test_the_cli_progress_bar_shows_rate_and_eta(monkeypatch: pytest.Monke
 
 
 async def test_a_cancelled_diff_stops_and_the_sandbox_serves_the_next(
-        seeded: Any, module_runtime: Any) -> None:
+    seeded: Any, module_runtime: Any
+) -> None:
     import asyncio
 
     from switchboard.service import history
 
     rt, hook = module_runtime, seeded["github"]["webhook_id"]
     sandbox = rt.registries.stages.get("rules").sandbox
-    task = asyncio.ensure_future(history.diff_rules(
-        rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=300))
+    task = asyncio.ensure_future(
+        history.diff_rules(rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=300)
+    )
     for _ in range(2000):  # until a batch is in an evaluator
         if sandbox._busy or task.done():
             break
@@ -352,6 +422,7 @@ async def test_a_cancelled_diff_stops_and_the_sandbox_serves_the_next(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not sandbox._busy  # nothing left evaluating
-    again = await history.diff_rules(rt, None, hook, rules=_moved_prs(),
-                                     params=SAVED["params"], last=20)
+    again = await history.diff_rules(
+        rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=20
+    )
     assert again["evaluated"] == 20

@@ -45,8 +45,12 @@ async def test_a_compiled_rule_set_over_its_limit_is_refused_naming_the_limit() 
 async def test_a_save_is_refused_with_a_clear_error() -> None:
     stage = RulesStage({"ruleset_mib": 8})
     try:
-        config = {"rules": [{"id": "ok", "expr": "true", "action": {"queue": "inbox"}},
-                            {"id": "bomb", "expr": big(12), "action": {"queue": "inbox"}}]}
+        config = {
+            "rules": [
+                {"id": "ok", "expr": "true", "action": {"queue": "inbox"}},
+                {"id": "bomb", "expr": big(12), "action": {"queue": "inbox"}},
+            ]
+        }
         with pytest.raises(RuleValidationError) as err:
             await validate_config(config, None, [stage], {"id": "w", "owner_human": "h"})
     finally:
@@ -61,8 +65,9 @@ async def test_the_tree_stays_within_its_memory_budget() -> None:
     async with sandbox(memory_budget_mib=budget, ruleset_mib=32, cache_size=64) as sb:
         assert sb.pid is not None
         for i in range(10):  # ten webhooks, each holding a 12 MiB rule set
-            result = await sb.evaluate([("big", big(12, 100 + i)), ("t", "true")], {}, ENV,
-                                       scope=f"w{i}")
+            result = await sb.evaluate(
+                [("big", big(12, 100 + i)), ("t", "true")], {}, ENV, scope=f"w{i}"
+            )
             assert result == MatchResult(1)
         await asyncio.sleep(1.5)  # measured every 0.5 s while anything changed
         total = tree_pss(sb.pid)

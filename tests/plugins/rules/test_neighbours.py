@@ -33,8 +33,9 @@ from switchboard.service import rules as rules_svc
 _n = itertools.count()
 
 #: The noisy tenant's saved rules: each runs until its rule_ms alarm kills the evaluator.
-SLOW = [{"id": f"slow{i}", "expr": "until(false; .)", "action": {"queue": "inbox"}}
-        for i in range(32)]
+SLOW = [
+    {"id": f"slow{i}", "expr": "until(false; .)", "action": {"queue": "inbox"}} for i in range(32)
+]
 #: The quiet tenant's rules: a drop first, which must keep deciding whatever the flood.
 QUIET = [
     {"id": "drop-bots", "expr": ".payload.bot == true", "action": {"drop": True}},
@@ -74,8 +75,9 @@ class Tenant:
 def _tenant(srv: Server, prefix: str) -> Tenant:
     w = World(CLI(srv.env), prefix=prefix, direct=True)
     w.human("human")
-    endpoint = w.endpoint("human", "owner", queues="inbox", webhook_queues="inbox",
-                          sources="generic")
+    endpoint = w.endpoint(
+        "human", "owner", queues="inbox", webhook_queues="inbox", sources="generic"
+    )
     return Tenant(w, endpoint, w.webhook("owner", "generic"))
 
 
@@ -90,13 +92,16 @@ async def tenants(server: Server, module_runtime: Runtime) -> tuple[Tenant, Tena
 
 
 def _post_args(payload: Any, delivery: str) -> dict[str, Any]:
-    return {"content": json.dumps(payload).encode(),
-            "headers": {"X-Delivery-Id": delivery, "Content-Type": "application/json"}}
+    return {
+        "content": json.dumps(payload).encode(),
+        "headers": {"X-Delivery-Id": delivery, "Content-Type": "application/json"},
+    }
 
 
 @asynccontextmanager
-async def flood(hook: dict[str, Any], tag: str,
-                connections: int = 32) -> AsyncIterator[Counter[str]]:
+async def flood(
+    hook: dict[str, Any], tag: str, connections: int = 32
+) -> AsyncIterator[Counter[str]]:
     """``connections`` keep-alive clients posting to ``hook`` in a loop until the block ends.
 
     Yields the answers so far by status (or by the exception a request raised). Every task
@@ -110,16 +115,19 @@ async def flood(hook: dict[str, Any], tag: str,
             if stop.is_set():
                 return
             try:
-                resp = await client.post(hook["ingest_url"],
-                                         **_post_args({"n": i}, f"{tag}-{k}-{i}"))
+                resp = await client.post(
+                    hook["ingest_url"], **_post_args({"n": i}, f"{tag}-{k}-{i}")
+                )
                 answers[str(resp.status_code)] += 1
             except httpx.HTTPError as exc:
                 answers[type(exc).__name__] += 1
 
     async with AsyncExitStack() as stack:
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=60, limits=limits))
-                   for _ in range(connections)]
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(timeout=60, limits=limits))
+            for _ in range(connections)
+        ]
         tasks = [asyncio.create_task(connection(c, k)) for k, c in enumerate(clients)]
         try:
             yield answers
@@ -147,15 +155,15 @@ class Sent:
     answer: dict[str, Any]
 
 
-async def quiet_deliveries(client: httpx.AsyncClient, t: Tenant, tag: str, n: int,
-                           gap: float = 0.02) -> dict[str, Sent]:
+async def quiet_deliveries(
+    client: httpx.AsyncClient, t: Tenant, tag: str, n: int, gap: float = 0.02
+) -> dict[str, Sent]:
     """``n`` of the quiet tenant's deliveries, one after another (every other one a bot's),
     by delivery id; judged afterwards, by ``assert_routed_by_own_rules``."""
     sent: dict[str, Sent] = {}
     for i in range(n):
         delivery, bot = f"{tag}-{i}", i % 2 == 0
-        resp = await client.post(t.hook["ingest_url"],
-                                 **_post_args({"bot": bot, "i": i}, delivery))
+        resp = await client.post(t.hook["ingest_url"], **_post_args({"bot": bot, "i": i}, delivery))
         try:
             answer = resp.json()
         except ValueError:
@@ -168,8 +176,10 @@ async def quiet_deliveries(client: httpx.AsyncClient, t: Tenant, tag: str, n: in
 def _traces(dsn: str, t: Tenant) -> dict[str, tuple[str, dict[str, Any]]]:
     """The tenant's stored events: ``{delivery id: (disposition, routing_trace)}``."""
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT external_id, disposition, routing_trace FROM events"
-                            " WHERE webhook_id = %s", (t.hook["webhook_id"],)).fetchall()
+        rows = conn.execute(
+            "SELECT external_id, disposition, routing_trace FROM events WHERE webhook_id = %s",
+            (t.hook["webhook_id"],),
+        ).fetchall()
     return {ext.rsplit(":", 1)[-1]: (disposition, trace) for ext, disposition, trace in rows}
 
 
@@ -185,28 +195,41 @@ def assert_routed_by_own_rules(dsn: str, t: Tenant, sent: dict[str, Sent]) -> No
             answered = s.answer.get("dropped") is True and s.answer.get("todos") == []
             expected = ("dropped", DROPPED)
         else:
-            answered = "dropped" not in s.answer and [
-                {k: x.get(k) for k in ("endpoint_id", "queue", "created")}
-                for x in s.answer.get("todos", ())] == inbox
+            answered = (
+                "dropped" not in s.answer
+                and [
+                    {k: x.get(k) for k in ("endpoint_id", "queue", "created")}
+                    for x in s.answer.get("todos", ())
+                ]
+                == inbox
+            )
             expected = ("routed", QUEUED)
-        if (s.status != 202 or not answered or (disposition, trace) != expected
-                or "faults" in trace or "sandbox_busy" in json.dumps(trace)):
+        if (
+            s.status != 202
+            or not answered
+            or (disposition, trace) != expected
+            or "faults" in trace
+            or "sandbox_busy" in json.dumps(trace)
+        ):
             wrong[delivery] = (s.status, s.answer, disposition, trace)
         else:
             validate_trace(trace)
     causes = Counter(f["cause"] for *_, trace in wrong.values() for f in trace.get("faults", ()))
-    assert not wrong, (f"{len(wrong)} of {len(sent)} degraded (faults: {dict(causes)}); "
-                       f"first: {next(iter(wrong.items()))}")
+    assert not wrong, (
+        f"{len(wrong)} of {len(sent)} degraded (faults: {dict(causes)}); "
+        f"first: {next(iter(wrong.items()))}"
+    )
 
 
 def _causes(dsn: str, t: Tenant) -> Counter[str]:
-    return Counter(f["cause"] for _, trace in _traces(dsn, t).values()
-                   for f in trace.get("faults", ()))
+    return Counter(
+        f["cause"] for _, trace in _traces(dsn, t).values() for f in trace.get("faults", ())
+    )
 
 
 async def test_slow_rules_at_32_connections_degrade_only_their_owner(
-        server: Server, tenants: tuple[Tenant, Tenant], module_runtime: Runtime,
-        module_dsn: str) -> None:
+    server: Server, tenants: tuple[Tenant, Tenant], module_runtime: Runtime, module_dsn: str
+) -> None:
     noisy, quiet = tenants
     await rules_svc.set_rules(module_runtime, None, noisy.hook["webhook_id"], SLOW)
     async with httpx.AsyncClient(timeout=60) as client:
@@ -231,37 +254,52 @@ async def test_slow_rules_at_32_connections_degrade_only_their_owner(
 
 
 async def test_compile_bombs_in_dry_runs_over_mcp_degrade_only_their_owner(
-        server: Server, tenants: tuple[Tenant, Tenant], module_dsn: str) -> None:
+    server: Server, tenants: tuple[Tenant, Tenant], module_dsn: str
+) -> None:
     noisy, quiet = tenants
-    bombs = [{"id": f"bomb{i}", "expr": f"{BOMB} and .payload.n == {i}",
-              "action": {"queue": "inbox"}} for i in range(32)]
+    bombs = [
+        {"id": f"bomb{i}", "expr": f"{BOMB} and .payload.n == {i}", "action": {"queue": "inbox"}}
+        for i in range(32)
+    ]
     # The quiet tenant's save compiles in the server's sandbox too: a rule it never reaches.
-    resaved = [*QUIET, {"id": "never", "expr": '.payload.kind == "push"',
-                        "action": {"queue": "inbox"}}]
+    resaved = [
+        *QUIET,
+        {"id": "never", "expr": '.payload.kind == "push"', "action": {"queue": "inbox"}},
+    ]
 
     async def dry_run(ag: Agent, i: int) -> tuple[float, ToolFailed]:
         # params of its own: another rule set, compiled again (the same one's failed
         # compile is remembered and answered at once)
         started = time.monotonic()
         try:
-            out = await ag.call("test_webhook_rules", webhook_id=noisy.hook["webhook_id"],
-                                payload={"n": i}, rules=bombs, params={"i": i})
+            out = await ag.call(
+                "test_webhook_rules",
+                webhook_id=noisy.hook["webhook_id"],
+                payload={"n": i},
+                rules=bombs,
+                params={"i": i},
+            )
         except ToolFailed as exc:
             return time.monotonic() - started, exc
         raise AssertionError(f"a compile bomb compiled: {out['decision']}")
 
     async def save(ag: Agent) -> float:
         started = time.monotonic()
-        out = await ag.call("set_webhook_rules", webhook_id=quiet.hook["webhook_id"],
-                            rules=resaved)
+        out = await ag.call("set_webhook_rules", webhook_id=quiet.hook["webhook_id"], rules=resaved)
         assert [r["id"] for r in out["rules"]] == ["drop-bots", "all", "never"]
         return time.monotonic() - started
 
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
-        noisy_agents = [await stack.enter_async_context(agent(server.base_url + "/mcp", noisy.token, timeout=60))
-                        for _ in range(2)]
-        quiet_agent = await stack.enter_async_context(agent(server.base_url + "/mcp", quiet.token, timeout=60))
+        noisy_agents = [
+            await stack.enter_async_context(
+                agent(server.base_url + "/mcp", noisy.token, timeout=60)
+            )
+            for _ in range(2)
+        ]
+        quiet_agent = await stack.enter_async_context(
+            agent(server.base_url + "/mcp", quiet.token, timeout=60)
+        )
         sent = await quiet_deliveries(client, quiet, "before", 2)
         tasks = [asyncio.create_task(dry_run(ag, i)) for i, ag in enumerate(noisy_agents)]
         try:

@@ -24,12 +24,17 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LANE_QUEUES = ("lane-s", "lane-m", "lane-l", "lane-vision", "triage", "hold")
 #: The ADR-0025 topology: a router owning the webhook (draining nothing it routes), then
 #: one pool endpoint per lane, each scoped to exactly its lane's queue.
-LANES_GRANT = Grant("inbox", ("inbox", *LANE_QUEUES),
-                    (Target("router", ("inbox",)), *(Target(f"ep-{q}", (q,)) for q in LANE_QUEUES)))
+LANES_GRANT = Grant(
+    "inbox",
+    ("inbox", *LANE_QUEUES),
+    (Target("router", ("inbox",)), *(Target(f"ep-{q}", (q,)) for q in LANE_QUEUES)),
+)
 POOL_GRANT = Grant("review", ("review",), (Target("pool", ("review",)),))
 
-LANES_PARAMS = {"trusted_repos": ["ops/backup", "acme/widgets"],
-                "trusted_actors": ["mara", "octocat", "you@example.com"]}
+LANES_PARAMS = {
+    "trusted_repos": ["ops/backup", "acme/widgets"],
+    "trusted_actors": ["mara", "octocat", "you@example.com"],
+}
 
 
 def fixture(name: str, **changes: Any) -> tuple[str, bytes, dict[str, str]]:
@@ -62,15 +67,22 @@ async def offline() -> AsyncIterator[Runtime]:
         await stage_of(runtime).close()
 
 
-async def route(rt: Runtime, pack: str, params: Any, grant: Grant,
-                delivery: tuple[str, bytes, dict[str, str]]) -> dict[str, Any]:
+async def route(
+    rt: Runtime, pack: str, params: Any, grant: Grant, delivery: tuple[str, bytes, dict[str, str]]
+) -> dict[str, Any]:
     source, body, headers = delivery
     found = rt.registries.rule_packs.get(pack)
     assert found is not None
     config = {**found.config, "params": params}
-    envelope = sample_envelope(rt.registries.projections, sources=rt.registries.sources,
-                               source=source, trust_mode="signed", webhook_id="w", body=body,
-                               headers=headers)
+    envelope = sample_envelope(
+        rt.registries.projections,
+        sources=rt.registries.sources,
+        source=source,
+        trust_mode="signed",
+        webhook_id="w",
+        body=body,
+        headers=headers,
+    )
     result = await dry_run([stage_of(rt)], config, envelope, grant)
     decision = result["decision"]
     where = "drop" if decision["drop"] else (decision["queue"], tuple(decision["endpoints"]))
@@ -84,31 +96,64 @@ def lane(queue: str) -> tuple[str, tuple[str, ...]]:
 LANES_CASES = [
     ("gitea opened, unsized", fixture("gitea_issues_opened"), lane("triage")),
     ("gitea labelled, unsized", fixture("gitea_issues_label_updated"), lane("triage")),
-    ("gitea size:m", fixture("gitea_issues_label_updated",
-                             issue__labels=labels("bug", "size:m")), lane("lane-m")),
-    ("gitea size:s", fixture("gitea_issues_opened", issue__labels=labels("size:s")),
-     lane("lane-s")),
-    ("gitea vision", fixture("gitea_issues_opened", issue__labels=labels("size:vision")),
-     lane("lane-vision")),
-    ("gitea hold wins", fixture("gitea_issues_opened", issue__labels=labels("size:m", "hold")),
-     lane("hold")),
-    ("gitea closed", fixture("gitea_issues_label_updated", issue__state="closed",
-                             issue__labels=labels("size:m")), "drop"),
-    ("gitea other repo", fixture("gitea_issues_opened", repository__full_name="ops/secrets"),
-     "drop"),
+    (
+        "gitea size:m",
+        fixture("gitea_issues_label_updated", issue__labels=labels("bug", "size:m")),
+        lane("lane-m"),
+    ),
+    (
+        "gitea size:s",
+        fixture("gitea_issues_opened", issue__labels=labels("size:s")),
+        lane("lane-s"),
+    ),
+    (
+        "gitea vision",
+        fixture("gitea_issues_opened", issue__labels=labels("size:vision")),
+        lane("lane-vision"),
+    ),
+    (
+        "gitea hold wins",
+        fixture("gitea_issues_opened", issue__labels=labels("size:m", "hold")),
+        lane("hold"),
+    ),
+    (
+        "gitea closed",
+        fixture(
+            "gitea_issues_label_updated", issue__state="closed", issue__labels=labels("size:m")
+        ),
+        "drop",
+    ),
+    (
+        "gitea other repo",
+        fixture("gitea_issues_opened", repository__full_name="ops/secrets"),
+        "drop",
+    ),
     ("gitea untrusted sender", fixture("gitea_issues_opened", sender__login="mallory"), "drop"),
     ("github size:l label", fixture("github_issues_labeled"), lane("lane-l")),
     ("github opened", fixture("github_issues_opened"), lane("triage")),
     ("github pull request", fixture("github_pull_request_opened"), "drop"),
     ("cairn handoff lane:m", fixture("cairn_artifact_created"), lane("lane-m")),
-    ("cairn handoff unsized", fixture("cairn_artifact_created", data__tags=["handoff"]),
-     lane("triage")),
+    (
+        "cairn handoff unsized",
+        fixture("cairn_artifact_created", data__tags=["handoff"]),
+        lane("triage"),
+    ),
     ("cairn not a handoff", fixture("cairn_artifact_created", data__tags=["lane:m"]), "drop"),
-    ("cairn other actor", fixture("cairn_artifact_created", data__actor_id="eve@example.com"),
-     "drop"),
+    (
+        "cairn other actor",
+        fixture("cairn_artifact_created", data__actor_id="eve@example.com"),
+        "drop",
+    ),
     # on_behalf_of is whatever the client said: it never vouches for anyone
-    ("cairn on_behalf_of", fixture("cairn_artifact_created", data__actor_id="eve@example.com",
-                                   data__on_behalf_of="you@example.com"), "drop"),
+    (
+        "cairn on_behalf_of",
+        fixture(
+            "cairn_artifact_created",
+            data__actor_id="eve@example.com",
+            data__on_behalf_of="you@example.com",
+        ),
+        "drop",
+    ),
 ]
 
 
@@ -118,8 +163,12 @@ async def test_lanes_pack() -> None:
             got = await route(rt, "lanes", LANES_PARAMS, LANES_GRANT, delivery)
             assert got["where"] == expected, (label, got["trace"])
             if expected != "drop":
-                assert got["action"] == {"queue": expected[0], "exclusive": True, "once": True,
-                                         "work_order": True}, label
+                assert got["action"] == {
+                    "queue": expected[0],
+                    "exclusive": True,
+                    "once": True,
+                    "work_order": True,
+                }, label
 
 
 CAIRN = {"trusted_actors": ["you@example.com"]}
@@ -178,9 +227,11 @@ async def test_every_pack_fails_closed_without_its_params(pack: str) -> None:
         grant = POOL_GRANT if pack == "pool-review" else LANES_GRANT
         if pack == "pool-review":
             # review triggers are dropped; what never asks for a review still reaches the pool
-            would_route = [fixture("gitea_pull_request_review_requested"),
-                           fixture("github_pull_request_review_requested"),
-                           fixture("github_pull_request_opened")]
+            would_route = [
+                fixture("gitea_pull_request_review_requested"),
+                fixture("github_pull_request_review_requested"),
+                fixture("github_pull_request_opened"),
+            ]
             still = [fixture("github_issues_opened")]
         else:
             would_route = [d for _, d, e in LANES_CASES if e != "drop"]
@@ -198,12 +249,21 @@ async def test_a_pack_needs_an_endpoint_draining_each_exclusive_lane() -> None:
     async with offline() as rt:
         found = rt.registries.rule_packs.get("lanes")
         assert found is not None
-        no_vision = Grant("inbox", LANES_GRANT.queues,
-                          tuple(t for t in LANES_GRANT.targets if t.endpoint_id != "ep-lane-vision"))
+        no_vision = Grant(
+            "inbox",
+            LANES_GRANT.queues,
+            tuple(t for t in LANES_GRANT.targets if t.endpoint_id != "ep-lane-vision"),
+        )
         _, body, headers = fixture("gitea_issues_opened")
-        envelope = sample_envelope(rt.registries.projections, sources=rt.registries.sources,
-                                   source="gitea", trust_mode="signed", webhook_id="w", body=body,
-                                   headers=headers)
+        envelope = sample_envelope(
+            rt.registries.projections,
+            sources=rt.registries.sources,
+            source="gitea",
+            trust_mode="signed",
+            webhook_id="w",
+            body=body,
+            headers=headers,
+        )
         with pytest.raises(RuleValidationError) as info:
             await dry_run([stage_of(rt)], found.config, envelope, no_vision)
         assert info.value.code == "not_granted" and info.value.rule_id == "lane-vision"

@@ -126,8 +126,9 @@ TABLE: list[tuple[str, list[str | None], list[Attempt], Any]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("ids", "attempts", "expected"), [t[1:] for t in TABLE],
-                         ids=[t[0] for t in TABLE])
+@pytest.mark.parametrize(
+    ("ids", "attempts", "expected"), [t[1:] for t in TABLE], ids=[t[0] for t in TABLE]
+)
 def test_judge(ids: list[str | None], attempts: list[Attempt], expected: Any) -> None:
     assert judge(ids, attempts, rule_ms=50, event_ms=250) == expected
 

@@ -37,8 +37,10 @@ def tree(sb: Sandbox) -> dict[int, list[int]]:
                 pass
         return out
 
-    return {z.pid: sorted(e.pid for e in live(z.children()))
-            for z in live(psutil.Process(sb.pid).children())}
+    return {
+        z.pid: sorted(e.pid for e in live(z.children()))
+        for z in live(psutil.Process(sb.pid).children())
+    }
 
 
 async def settle(sb: Sandbox) -> None:
@@ -149,8 +151,11 @@ async def test_a_cancelled_delivery_leaves_no_evaluator_behind() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.sleep(0.3)
-        busy = [p for p in psutil.Process(sb.pid).children(recursive=True)
-                if p.status() == psutil.STATUS_RUNNING]
+        busy = [
+            p
+            for p in psutil.Process(sb.pid).children(recursive=True)
+            if p.status() == psutil.STATUS_RUNNING
+        ]
         assert busy == []  # nothing still spinning on the abandoned rule
         for _ in range(3):
             assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)

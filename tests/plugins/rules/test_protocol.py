@@ -58,9 +58,16 @@ def test_anything_else_is_refused(line: str) -> None:
 
 
 def test_child_config_request_and_spec_round_trip() -> None:
-    cfg = wire.ChildConfig(memory_bytes=2**27, rule_ms=50, compile_ms=1000, cache_size=64,
-                           parse_s_per_byte=2.4e-7, ruleset_bytes=2**24, budget_bytes=2**29,
-                           retire_bytes=2**25)
+    cfg = wire.ChildConfig(
+        memory_bytes=2**27,
+        rule_ms=50,
+        compile_ms=1000,
+        cache_size=64,
+        parse_s_per_byte=2.4e-7,
+        ruleset_bytes=2**24,
+        budget_bytes=2**29,
+        retire_bytes=2**25,
+    )
     assert wire.ChildConfig.decode(cfg.encode()) == cfg
     req = wire.Request(wire.SPAWN, "k" * 64)
     assert wire.Request.decode(req.encode()) == req
@@ -113,7 +120,12 @@ def test_the_fork_server_starts_without_the_host_or_the_plugin_hooks() -> None:
     package_dir = str(Path(sandbox.__file__).resolve().parent)
     out = subprocess.run(
         [sys.executable, "-I", "-c", probe, sandbox._PACKAGE, package_dir, sandbox._CHILD_MODULE],
-        env={}, cwd="/", capture_output=True, text=True, timeout=60, check=True,
+        env={},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     modules = set(out.stdout.split())
     assert {"jq", "switchboard_rules.sandbox_child", "switchboard_rules.protocol"} <= modules

@@ -65,15 +65,49 @@ def test_paths_read(expr: str, paths: set[tuple[str, ...]]) -> None:
     "expr",
     [
         ".",  # the root itself
-        "keys", "length", "tojson", "tostring", "to_entries", "paths", "@json",
-        'has("kind")', "select(.a)", '.[] | select(. == "x")', "..", ".[.k]",
-        '.["a" + "b"]', '."\\(.k)"', '.["\\(.k)"]',
-        "{a}", "{a: .b}", ". as $x | $x.a", ".a as $x | 1", 'getpath(["a"])',
+        "keys",
+        "length",
+        "tojson",
+        "tostring",
+        "to_entries",
+        "paths",
+        "@json",
+        'has("kind")',
+        "select(.a)",
+        '.[] | select(. == "x")',
+        "..",
+        ".[.k]",
+        '.["a" + "b"]',
+        '."\\(.k)"',
+        '.["\\(.k)"]',
+        "{a}",
+        "{a: .b}",
+        ". as $x | $x.a",
+        ".a as $x | 1",
+        'getpath(["a"])',
         "if .a then 1 end",  # outputs the root when .a is false
-        "reduce .a[] as $x (0; . + $x)", "def f: .a; f", ".a | def f: .; f",
-        "$__e.kind", ".a | $__e", '.a | "\\($__e)"', "$__s", "$ENV", ".a | env", ".a | $ENV",
-        "any(.[]; . == 1)", "any(. == 1)", "not(1)", ".a = 1", ".a |= 1", ".a ?// 1",
-        "error", "label $out | .a", "try .a catch .", ".a)", "(.a", "",
+        "reduce .a[] as $x (0; . + $x)",
+        "def f: .a; f",
+        ".a | def f: .; f",
+        "$__e.kind",
+        ".a | $__e",
+        '.a | "\\($__e)"',
+        "$__s",
+        "$ENV",
+        ".a | env",
+        ".a | $ENV",
+        "any(.[]; . == 1)",
+        "any(. == 1)",
+        "not(1)",
+        ".a = 1",
+        ".a |= 1",
+        ".a ?// 1",
+        "error",
+        "label $out | .a",
+        "try .a catch .",
+        ".a)",
+        "(.a",
+        "",
     ],
 )
 def test_gives_up(expr: str) -> None:
@@ -87,20 +121,29 @@ def test_rule_set_needs_every_rule_proven() -> None:
 
 
 def test_project_keeps_whole_subtrees_and_shorter_paths_win() -> None:
-    env = {"kind": "x", "payload": {"repository": {"full_name": "a", "id": 1}, "n": [1]},
-           "headers": {"x-github-event": "push", "y": 2}, "other": 1}
+    env = {
+        "kind": "x",
+        "payload": {"repository": {"full_name": "a", "id": 1}, "n": [1]},
+        "headers": {"x-github-event": "push", "y": 2},
+        "other": 1,
+    }
     assert project(env, [("payload", "repository", "full_name"), ("headers", "nope")]) == {
-        "payload": {"repository": {"full_name": "a"}}, "headers": {}}
+        "payload": {"repository": {"full_name": "a"}},
+        "headers": {},
+    }
     assert project(env, [("payload",), ("payload", "n")]) == {"payload": env["payload"]}
     # a value on the way that is no object stays whole: indexing it fails as before
     assert project(env, [("kind", "z"), ("payload", "n", "m")]) == {
-        "kind": "x", "payload": {"n": [1]}}
+        "kind": "x",
+        "payload": {"n": [1]},
+    }
     assert project(env, [()]) == env
     assert env["payload"]["repository"] == {"full_name": "a", "id": 1}  # not modified
 
 
 # -- the claim itself: for generated rules the analysis accepts, jq cannot tell the envelopes
 # apart (every output and every error message is the same) --------------------------------
+
 
 def gen_path(r: random.Random) -> str:
     out = ""
@@ -112,15 +155,61 @@ def gen_path(r: random.Random) -> str:
     return out
 
 
-ROOT_LEAKS = [".", "keys", "length", "tojson", "tostring", "to_entries", 'has("a")',
-              "select(.a)", "[.[]?]", "[..]", "{a}", "{z: .b}", ". as $x | $x.a", "$__e",
-              '[paths]', "type", "not", "@json", "[.[]?] | length", ".[$params.k]",
-              'if .a then 1 end', "getpath([\"a\"])", '"\\(.)"', "[splits(\"a\")?]",
-              "add?", "any(.[]?; . == 1)", "del(.a)", ".a = 1", "with_entries(.)"]
-DERIVED = [".", "length?", "keys?", "tostring", "type", ". == 1", 'test("a")?', "map(.)?",
-           ".[]?", "tojson", ".x?", "$params.k", "select(. != null)", '"\\(.)"',
-           ". as $v | $v", "$__e.a", "[paths]?", "($__e | keys)", "reduce .[]? as $i (0; 1)",
-           "to_entries?", "if . then 1 else 2 end", "$ENV.x?"]
+ROOT_LEAKS = [
+    ".",
+    "keys",
+    "length",
+    "tojson",
+    "tostring",
+    "to_entries",
+    'has("a")',
+    "select(.a)",
+    "[.[]?]",
+    "[..]",
+    "{a}",
+    "{z: .b}",
+    ". as $x | $x.a",
+    "$__e",
+    "[paths]",
+    "type",
+    "not",
+    "@json",
+    "[.[]?] | length",
+    ".[$params.k]",
+    "if .a then 1 end",
+    'getpath(["a"])',
+    '"\\(.)"',
+    '[splits("a")?]',
+    "add?",
+    "any(.[]?; . == 1)",
+    "del(.a)",
+    ".a = 1",
+    "with_entries(.)",
+]
+DERIVED = [
+    ".",
+    "length?",
+    "keys?",
+    "tostring",
+    "type",
+    ". == 1",
+    'test("a")?',
+    "map(.)?",
+    ".[]?",
+    "tojson",
+    ".x?",
+    "$params.k",
+    "select(. != null)",
+    '"\\(.)"',
+    ". as $v | $v",
+    "$__e.a",
+    "[paths]?",
+    "($__e | keys)",
+    "reduce .[]? as $i (0; 1)",
+    "to_entries?",
+    "if . then 1 else 2 end",
+    "$ENV.x?",
+]
 LITERALS = ["1", '"x"', "null", "true", "false", "$params.n", "[]", '"a\\u0041"']
 OPS = [" == ", " != ", " and ", " or ", " // ", " + ", ", ", " < ", " * "]
 
@@ -142,8 +231,10 @@ def gen_root(r: random.Random, depth: int = 0) -> str:
     if pick < 0.82:
         return f"{gen_root(r, depth + 1)} | {gen_derived(r, depth + 1)}"
     if pick < 0.87:
-        return (f"if {gen_root(r, depth + 1)} then {gen_root(r, depth + 1)}"
-                f" else {gen_root(r, depth + 1)} end")
+        return (
+            f"if {gen_root(r, depth + 1)} then {gen_root(r, depth + 1)}"
+            f" else {gen_root(r, depth + 1)} end"
+        )
     if pick < 0.91:
         return f"{r.choice(['any', 'all'])}({gen_root(r, depth + 1)}; {gen_derived(r, depth)})"
     if pick < 0.95:

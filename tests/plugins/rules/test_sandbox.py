@@ -140,9 +140,7 @@ async def test_resource_faults_name_their_rule_and_the_next_rules_still_run() ->
             result = await sb.evaluate([("ok", "false"), ("bad", expr), ("t", "true")], {}, ENV)
             assert result.rule_index == 2, expr
             assert len(result.faults) == 1, (expr, result)
-            assert causes(result)[0] in ((1, "sandbox_failure"), (1, "timeout"), (1, "error")), (
-                expr
-            )
+            assert causes(result)[0] in ((1, "sandbox_failure"), (1, "timeout"), (1, "error")), expr
             assert result.faults[0].rule_id == "bad"
         # memory doubling hits the cap (abort) or the rule deadline, whichever comes first;
         # the sandbox keeps working afterwards
@@ -155,8 +153,16 @@ async def test_a_crash_names_its_rule_like_a_timeout() -> None:
     """The issue's case: a rule that kills its evaluator is rule i's fault, not rule -1's."""
     crash = ".source * 3e7 | length > 0"
     async with sandbox() as sb:
-        result = await sb.evaluate([("a", "false"), ("crash", crash), ("c", '.kind == "x"'),
-                                    ("d", ".payload.number == 7")], {}, ENV)
+        result = await sb.evaluate(
+            [
+                ("a", "false"),
+                ("crash", crash),
+                ("c", '.kind == "x"'),
+                ("d", ".payload.number == 7"),
+            ],
+            {},
+            ENV,
+        )
     assert result.rule_index == 3
     assert [(f.rule_index, f.cause, f.rule_id) for f in result.faults] == [
         (1, "sandbox_failure", "crash")
@@ -216,8 +222,9 @@ async def test_busy_under_flood() -> None:
     slow = [("s", "[limit(40; repeat(1) | select(. < 0))] | length > 0")]
     async with sandbox(max_concurrency=1, slot_wait_ms=50) as sb:
         # four webhooks' rule sets (one webhook's deliveries would share one frame)
-        results = await asyncio.gather(*(sb.evaluate(slow, {}, ENV, scope=f"w{i}")
-                                         for i in range(4)))
+        results = await asyncio.gather(
+            *(sb.evaluate(slow, {}, ENV, scope=f"w{i}") for i in range(4))
+        )
     busy = [r for r in results if causes(r) == [(-1, "sandbox_busy")]]
     assert 1 <= len(busy) <= 3
 
@@ -254,8 +261,15 @@ async def test_verdicts_mode_judges_every_rule_and_survives_a_timeout() -> None:
     rule past its alarm is named on the envelope it killed and the batch goes on."""
     from switchboard_rules import protocol as wire
 
-    exprs = ['.kind == "pull_request"', "null", "false, true", "empty", 'error("boom")',
-             '.payload.number > 5', "if .payload.number == 8 then last(range(1e9)) else 1 end"]
+    exprs = [
+        '.kind == "pull_request"',
+        "null",
+        "false, true",
+        "empty",
+        'error("boom")',
+        ".payload.number > 5",
+        "if .payload.number == 8 then last(range(1e9)) else 1 end",
+    ]
     other = {**ENV, "payload": {**ENV["payload"], "number": 8}}
     envs = [wire.encode_envelope(e) for e in (ENV, other, ENV)]
     async with sandbox() as sb:
@@ -306,7 +320,7 @@ async def test_rules_that_each_keep_their_limit_but_not_together_lose_nothing() 
             assert await sb.evaluate(rules, {}, ENV) == MatchResult(4)
         assert sb.stats["spawned"] == spawned  # rule by rule now: every evaluator lived
         # a fast rule set of the same owner still sweeps (one evaluator, no deaths)
-        fast = [("a", ".kind == \"x\""), ("b", ".payload.number == 7")]
+        fast = [("a", '.kind == "x"'), ("b", ".payload.number == 7")]
         assert await sb.evaluate(fast, {}, ENV) == MatchResult(1)
         key = sb._spec("", [e for _, e in fast], {})[1]
         assert key not in sb._by_rule and len(sb._by_rule) == 1
@@ -316,8 +330,9 @@ async def test_a_crash_in_a_sweep_still_names_its_rule_with_a_match_after_it() -
     crash = ".source * 3e7 | length > 0"
     async with sandbox() as sb:
         for _ in range(2):  # the first sweeps (and dies), the second goes rule by rule
-            result = await sb.evaluate([("e", 'error("boom")'), ("crash", crash),
-                                        ("t", "true")], {}, ENV)
+            result = await sb.evaluate(
+                [("e", 'error("boom")'), ("crash", crash), ("t", "true")], {}, ENV
+            )
             assert result.rule_index == 2
             assert causes(result) == [(0, "error"), (1, "sandbox_failure")]
         assert len(sb._by_rule) == 1

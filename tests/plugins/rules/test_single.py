@@ -46,9 +46,12 @@ def test_not_proven(expr: str) -> None:
 
 
 def test_hostile_nesting_gives_up_instead_of_overflowing() -> None:
-    for expr in ("(" * 1300 + ".a" + ")" * 1300, ".a[" * 1000 + ".b" + "]" * 1000,
-                 '"\\(' * 680 + ".a" + ')"' * 680,
-                 "if " * 190 + ".a" + " then 1 else 2 end" * 190):
+    for expr in (
+        "(" * 1300 + ".a" + ")" * 1300,
+        ".a[" * 1000 + ".b" + "]" * 1000,
+        '"\\(' * 680 + ".a" + ')"' * 680,
+        "if " * 190 + ".a" + " then 1 else 2 end" * 190,
+    ):
         assert len(expr) <= 4096 and not single_output(expr)
     assert single_output("(" * 40 + ".a" + ")" * 40)
     # an array's contents are skipped, not walked: any depth is one array, and no recursion
@@ -58,16 +61,72 @@ def test_hostile_nesting_gives_up_instead_of_overflowing() -> None:
 # -- the claim itself: on generated rules, every proven one yields exactly one output or an
 # error (and no other), and the sandbox's program gives it the same verdict either way ----
 
-ONE = ['.a', '.kind', '.payload.x', '.["a"]', '."b"', '.a[0]', '.a[-1:]', '.x[.b]', '1', '"x"',
-       'null', 'true', 'false', '$params.n', '.', '[.a[]?]', 'length', 'keys', 'tostring',
-       'type', 'not', 'error("boom")', 'add', 'first', '@json', 'map(.)', 'to_entries',
-       'any(.[]?; . == 1)', 'all(.[]?; . == 1)', 'sort_by(.)']
-MANY = ['.a?', '.a[]', '.[]?', 'empty', 'select(.a)', '(.a, .b)', 'first(.a[]?)', '..',
-        'limit(1; .a[]?)', 'try .a', '.a // empty', 'range(2)', '(1, error("late"))',
-        'if .a then empty else 1 end', '.a as $x | $x', '{a: .b}', 'values', 'recurse',
-        'splits("a")?', 'match("a")?']
-CALLS = ['test("a")', 'startswith("x")', 'has("a")', 'contains("a")', 'split("a")',
-         'join(",")', 'ltrimstr("a")', 'index("a")', 'getpath(["a"])', 'ascii_downcase']
+ONE = [
+    ".a",
+    ".kind",
+    ".payload.x",
+    '.["a"]',
+    '."b"',
+    ".a[0]",
+    ".a[-1:]",
+    ".x[.b]",
+    "1",
+    '"x"',
+    "null",
+    "true",
+    "false",
+    "$params.n",
+    ".",
+    "[.a[]?]",
+    "length",
+    "keys",
+    "tostring",
+    "type",
+    "not",
+    'error("boom")',
+    "add",
+    "first",
+    "@json",
+    "map(.)",
+    "to_entries",
+    "any(.[]?; . == 1)",
+    "all(.[]?; . == 1)",
+    "sort_by(.)",
+]
+MANY = [
+    ".a?",
+    ".a[]",
+    ".[]?",
+    "empty",
+    "select(.a)",
+    "(.a, .b)",
+    "first(.a[]?)",
+    "..",
+    "limit(1; .a[]?)",
+    "try .a",
+    ".a // empty",
+    "range(2)",
+    '(1, error("late"))',
+    "if .a then empty else 1 end",
+    ".a as $x | $x",
+    "{a: .b}",
+    "values",
+    "recurse",
+    'splits("a")?',
+    'match("a")?',
+]
+CALLS = [
+    'test("a")',
+    'startswith("x")',
+    'has("a")',
+    'contains("a")',
+    'split("a")',
+    'join(",")',
+    'ltrimstr("a")',
+    'index("a")',
+    'getpath(["a"])',
+    "ascii_downcase",
+]
 OPS = [" == ", " != ", " and ", " or ", " // ", " + ", " < ", " * ", " - "]
 
 
@@ -84,8 +143,10 @@ def gen_rule(r: random.Random, depth: int = 0) -> str:
     if pick < 0.77:
         return f"{gen_rule(r, depth + 1)} | {r.choice(CALLS + ONE + MANY)}"
     if pick < 0.83:
-        return (f"if {gen_rule(r, depth + 1)} then {gen_rule(r, depth + 1)}"
-                f" else {gen_rule(r, depth + 1)} end")
+        return (
+            f"if {gen_rule(r, depth + 1)} then {gen_rule(r, depth + 1)}"
+            f" else {gen_rule(r, depth + 1)} end"
+        )
     if pick < 0.87:
         return f"if {gen_rule(r, depth + 1)} then {gen_rule(r, depth + 1)} end"
     if pick < 0.92:
@@ -136,8 +197,15 @@ def test_proven_rules_give_one_output_and_the_same_verdict_without_break() -> No
 
 
 def test_a_rule_set_mixes_both_wrappers_and_keeps_every_verdict() -> None:
-    exprs = [".a == 1", ".a[]? == 1", '.b | test("x")', "(.a, .b) | not", "error(\"e\")",
-             "empty", ".c"]
+    exprs = [
+        ".a == 1",
+        ".a[]? == 1",
+        '.b | test("x")',
+        "(.a, .b) | not",
+        'error("e")',
+        "empty",
+        ".c",
+    ]
     fast = compiled(build_program(exprs, list(range(len(exprs)))))
     exact = compiled(build_program(exprs, list(range(len(exprs))), exact=True))
     for env in ({"a": 1, "b": "x"}, {"a": [1, 2], "b": "y", "c": None}, {"a": "s", "b": 3}):

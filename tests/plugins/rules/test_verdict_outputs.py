@@ -20,24 +20,58 @@ from switchboard_rules import protocol as wire
 from switchboard_rules import sandbox_child
 from switchboard_rules.sandbox_child import RuleSet, build_program
 
-CFG = wire.ChildConfig(memory_bytes=2**28, rule_ms=1000, compile_ms=5000, cache_size=4,
-                       parse_s_per_byte=0.0)
+CFG = wire.ChildConfig(
+    memory_bytes=2**28, rule_ms=1000, compile_ms=5000, cache_size=4, parse_s_per_byte=0.0
+)
 ENVELOPE = {"kind": "push", "a": 1, "nope": None, "list": [1, 2]}
 
 
-def outputs(exprs: list[str], *, exact: bool = False, start: int = 0,
-            stop: int | None = None, sweep: bool = False) -> list[Any]:
-    program = jq.compile(build_program(exprs, list(range(len(exprs))), exact=exact,
-                                       start=start, stop=stop, sweep=sweep))
+def outputs(
+    exprs: list[str],
+    *,
+    exact: bool = False,
+    start: int = 0,
+    stop: int | None = None,
+    sweep: bool = False,
+) -> list[Any]:
+    program = jq.compile(
+        build_program(
+            exprs, list(range(len(exprs))), exact=exact, start=start, stop=stop, sweep=sweep
+        )
+    )
     return list(program.input_text(json.dumps([start, ENVELOPE])))
 
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_each_rule_gives_true_false_null_or_an_error_string(exact: bool) -> None:
-    exprs = [".a == 1", ".a == 2", ".nope", ".missing.deeper", "empty", ".list[]",
-             "(.list[] | . > 1)", '"a string"', "{}", "0", 'error("boom")', "null, true"]
+    exprs = [
+        ".a == 1",
+        ".a == 2",
+        ".nope",
+        ".missing.deeper",
+        "empty",
+        ".list[]",
+        "(.list[] | . > 1)",
+        '"a string"',
+        "{}",
+        "0",
+        'error("boom")',
+        "null, true",
+    ]
     assert outputs(exprs, exact=exact) == [
-        True, False, None, None, False, True, False, True, True, True, "eboom", None]
+        True,
+        False,
+        None,
+        None,
+        False,
+        True,
+        False,
+        True,
+        True,
+        True,
+        "eboom",
+        None,
+    ]
     # the sweep's program: only the matches (their index) and the errors
     assert outputs(exprs, exact=exact, sweep=True) == [0, 5, 7, 8, 9, [10, "eboom"]]
 
@@ -51,7 +85,7 @@ def test_a_sweep_keeps_each_rule_on_its_lines() -> None:
 
 
 def test_a_part_of_the_program_runs_only_its_rules_on_their_own_lines() -> None:
-    exprs = [".a == 1", ".a == 2", ".nope", "$__loc__.line", "error(\"x\")"]
+    exprs = [".a == 1", ".a == 2", ".nope", "$__loc__.line", 'error("x")']
     whole = outputs(exprs)
     assert whole == [True, False, None, True, "ex"]
     assert outputs(exprs, start=1) == whole[1:]
@@ -60,17 +94,17 @@ def test_a_part_of_the_program_runs_only_its_rules_on_their_own_lines() -> None:
     assert outputs(exprs, start=5) == []
     # each rule stands on the lines it has in the whole program, whatever is left out
     loc = ["$__loc__.line"] * 4
-    lines = jq.compile(build_program(loc, [0, 1, 2, 3]).replace("if . then true else . end",
-                                                                  "."))
+    lines = jq.compile(build_program(loc, [0, 1, 2, 3]).replace("if . then true else . end", "."))
     assert list(lines.input_text("[0, {}]")) == [2, 6, 10, 14]
     for start in range(4):
-        part = jq.compile(build_program(loc, [0, 1, 2, 3], start=start).replace(
-            "if . then true else . end", "."))
+        part = jq.compile(
+            build_program(loc, [0, 1, 2, 3], start=start).replace("if . then true else . end", ".")
+        )
         assert list(part.input_text("[0, {}]")) == [2, 6, 10, 14][start:]
 
 
 def test_an_evaluator_goes_on_from_a_rule_with_the_rest_of_the_program() -> None:
-    rules = RuleSet([".a == 2", ".nope", ".a == 1", "error(\"x\")"], {}, CFG)
+    rules = RuleSet([".a == 2", ".nope", ".a == 1", 'error("x")'], {}, CFG)
     assert rules.program is not None  # every delivery's: the sweep's
     assert list(rules.program.input_text(json.dumps([0, ENVELOPE]))) == [2, [3, "ex"]]
     whole = rules.program_for(0, 4)  # rule by rule, made on demand, once
@@ -92,8 +126,15 @@ def _rule_set(program: str, n: int, sweep: bool) -> RuleSet:
     return rules
 
 
-def _run(mode: str, program: str, n: int = 2, *, sweep: bool = False,
-         rules: RuleSet | None = None, envelope: Any = ENVELOPE) -> tuple[int | None, list[Any]]:
+def _run(
+    mode: str,
+    program: str,
+    n: int = 2,
+    *,
+    sweep: bool = False,
+    rules: RuleSet | None = None,
+    envelope: Any = ENVELOPE,
+) -> tuple[int | None, list[Any]]:
     """Evaluate ``envelope`` with ``program`` in place of the rule set's (or with ``rules``);
     the exit code and lines."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -101,8 +142,9 @@ def _run(mode: str, program: str, n: int = 2, *, sweep: bool = False,
     try:
         header = wire.EvalHeader(0, 1000.0, mode, sweep=sweep)
         data = wire.encode_eval(header, wire.encode_envelope(envelope))
-        code = sandbox_child.evaluate_one(theirs.fileno(), data,
-                                          rules or _rule_set(program, n, sweep), CFG, page)
+        code = sandbox_child.evaluate_one(
+            theirs.fileno(), data, rules or _rule_set(program, n, sweep), CFG, page
+        )
         theirs.close()
         received = b""
         while chunk := mine.recv(65536):
@@ -136,8 +178,24 @@ def test_the_same_evaluator_answers_true_false_null_and_errors(mode: str) -> Non
         assert lines[-2:] == [wire.Verdicts(0, "nzem"), wire.DONE]
 
 
-@pytest.mark.parametrize("output", ['"m"', "true", "false", "null", "{}", "[true]", "7", "-1",
-                                    "1.5", '[0, "x"]', '[0, 1]', '[9, "eboom"]', '[0, "e", 1]'])
+@pytest.mark.parametrize(
+    "output",
+    [
+        '"m"',
+        "true",
+        "false",
+        "null",
+        "{}",
+        "[true]",
+        "7",
+        "-1",
+        "1.5",
+        '[0, "x"]',
+        "[0, 1]",
+        '[9, "eboom"]',
+        '[0, "e", 1]',
+    ],
+)
 def test_a_sweep_refuses_any_other_output_as_garbage(output: str) -> None:
     # an index the rule set does not have, an error that is not one: never a verdict
     code, lines = _run(wire.MODE_MATCH, f'[0, "eok"], {output}', sweep=True)
@@ -157,10 +215,10 @@ def test_a_sweep_answers_errors_then_the_first_match() -> None:
 RULE_SETS = [
     [".a == 2", ".nope", ".a == 1", 'error("x")'],
     ['error("first")', ".missing.deeper", "empty", ".list[]", "true"],
-    [".kind == \"push\" and .a == 1", "true"],
+    ['.kind == "push" and .a == 1', "true"],
     ["(.list[] | . > 1)", "null, true", '.a | error("boom")', "false"],
-    ['.list | map(. * 2) | add == 6', '.kind | test("^pu")', "."],
-    [".a == 1 | not", "[.list[] | select(. > 5)] | length > 0", "{} | has(\"x\")"],
+    [".list | map(. * 2) | add == 6", '.kind | test("^pu")', "."],
+    [".a == 1 | not", "[.list[] | select(. > 5)] | length > 0", '{} | has("x")'],
     ["$__loc__.line == 7", ".a as $x | $x == 1"],
     ["env | length > 0", "input_filename == null"],  # shadowed (an error) and allowed
     ['"unbalanced (', ".a == 1"],  # a compile error, then a match

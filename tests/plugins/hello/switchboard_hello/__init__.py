@@ -90,8 +90,9 @@ def switchboard_register_routing_stages(register: StageRegistry) -> None:
 
 @hookimpl
 def switchboard_register_rule_packs(register: RulePackRegistry) -> None:
-    register.add_pack("acme-urgent", ACME_URGENT_PACK,
-                      description="Acme tickets marked urgent go to triage")
+    register.add_pack(
+        "acme-urgent", ACME_URGENT_PACK, description="Acme tickets marked urgent go to triage"
+    )
 
 
 @hookimpl
@@ -106,8 +107,13 @@ def switchboard_register_mcp_tools(register: MCPToolRegistry, config: dict[str, 
 
 @hookimpl
 def switchboard_register_commands(register: CommandRegistry, config: dict[str, Any]) -> None:
-    register.add_command("hello", lambda parser: None, greeting_command(config["greeting"]),
-                         help="say hello", needs_store=False)
+    register.add_command(
+        "hello",
+        lambda parser: None,
+        greeting_command(config["greeting"]),
+        help="say hello",
+        needs_store=False,
+    )
 
 
 @hookimpl

@@ -45,7 +45,9 @@ class AcmeSource:
 
     def identify(self, headers: Headers, body: bytes) -> Identity:
         """Kind: the body's ``type``. Delivery id: ``X-Acme-Id``, else the body's hash."""
-        return Identity(kind=event_type(body), delivery_id=headers.get("X-Acme-Id") or body_key(body))
+        return Identity(
+            kind=event_type(body), delivery_id=headers.get("X-Acme-Id") or body_key(body)
+        )
 
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Check the signature in constant time; report what ``identify`` reports."""

@@ -54,8 +54,7 @@ class HelloStage:
 #: A ready-made routing config owners can install.
 ACME_URGENT_PACK: dict[str, Any] = {
     "rules": [
-        {"id": "acme-urgent", "expr": '.acme.priority == "urgent"',
-         "action": {"queue": "triage"}},
+        {"id": "acme-urgent", "expr": '.acme.priority == "urgent"', "action": {"queue": "triage"}},
     ],
 }
 
@@ -65,8 +64,9 @@ class EchoProvider:
 
     name = "hello-echo"
 
-    async def complete(self, model: str, system: str, prompt: str, schema: dict[str, Any],
-                       timeout: float) -> str:
+    async def complete(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
+    ) -> str:
         return "{}"
 
 
@@ -96,9 +96,11 @@ def add_status_route(app: Any, runtime: Runtime) -> None:
 
     async def status(request: Any) -> Any:
         stage = runtime.registries.stages.get("hello")
-        return json_response({
-            "state": runtime.state.get("hello"),
-            "stage_seen": stage.seen if isinstance(stage, HelloStage) else None,
-        })
+        return json_response(
+            {
+                "state": runtime.state.get("hello"),
+                "stage_seen": stage.seen if isinstance(stage, HelloStage) else None,
+            }
+        )
 
     app.add_route(status, "/hello", methods=["GET"], name="hello_status")
