@@ -18,7 +18,7 @@ SigningSecret = Annotated[
     str | None,
     Field(
         description="The producer's own signing secret to import (e.g. Stripe's whsec_...; 8 to "
-        "1024 printable ASCII bytes). Stored sealed and never shown back. Omit to have "
+        "1024 bytes of printable text, inner spaces kept). Stored sealed and never shown back. Omit to have "
         "one minted (returned once)."
     ),
 ]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sbpresets import create, fixture, post, source, token_of, verify
 
+from switchboard.plugin import Headers
 from switchboard.runtime import Runtime
 
 NAME = "standardwebhooks"
@@ -103,4 +104,65 @@ async def test_end_to_end_with_the_producers_own_secret_and_dedup(
     assert row is not None and row["kind"] == "invoice.paid"
     assert str(row["external_id"]).endswith(":msg_one")
     forged = {**headers, "webhook-signature": "v1,AAAA"}
+    assert (await post(rt, token_of(created), forged, body)).status == 401
+
+
+def _svix(headers: dict[str, str]) -> dict[str, str]:
+    """The same delivery as Svix (and Clerk and Resend, through it) brands it."""
+    return {k.replace("webhook-", "svix-"): v for k, v in headers.items()}
+
+
+async def test_svix_branded_headers_verify_like_the_specs(preset_runtime: Runtime) -> None:
+    headers, body = vector()
+    svix = _svix(headers)
+    assert "svix-signature" in svix and "webhook-signature" not in svix
+    verdict = verify(source(preset_runtime, NAME), svix, body, SECRET, AT)
+    assert verdict.ok and verdict.verified
+    assert verdict.delivery_id == "msg_p5jXN8AQM9LWM0D4loKWxJek"
+    ident = source(preset_runtime, NAME).identify(Headers(svix), body)
+    assert ident.delivery_id == "msg_p5jXN8AQM9LWM0D4loKWxJek"
+
+
+@pytest.mark.parametrize("case", range(10))
+async def test_every_svix_branded_forgery_is_refused(preset_runtime: Runtime, case: int) -> None:
+    headers, body = vector()
+    what, h, b, secret, now = _forged(headers, body)[case]
+    if "missing webhook-signature" in what:
+        h = {**h, "webhook-id": headers["webhook-id"]}  # no signature in either family
+    verdict = verify(source(preset_runtime, NAME), _svix(h), b, secret, now)
+    assert not verdict.ok, what
+
+
+async def test_the_families_do_not_mix(preset_runtime: Runtime) -> None:
+    headers, body = vector()
+    # the spec's signature with Svix's id and timestamp: read as the spec's, so its own
+    # id and timestamp are missing
+    mixed = {
+        "webhook-signature": headers["webhook-signature"],
+        "svix-id": headers["webhook-id"],
+        "svix-timestamp": headers["webhook-timestamp"],
+    }
+    assert not verify(source(preset_runtime, NAME), mixed, body, SECRET, AT).ok
+
+
+async def test_a_svix_branded_delivery_through_the_receiver_dedups_by_svix_id(
+    preset_runtime: Runtime,
+) -> None:
+    rt = preset_runtime
+    created = await create(rt, NAME, SECRET)
+    body = json.dumps({"type": "user.created", "data": {"id": "user_1"}}).encode()
+    signed = source(rt, NAME).sign(
+        body, SECRET.encode(), None, delivery_id="msg_svix", now=time.time()
+    )
+    headers = _svix(dict(signed))
+    first = await post(rt, token_of(created), headers, body)
+    assert first.status == 202, first.body
+    again = await post(rt, token_of(created), headers, body)
+    assert [t["created"] for t in again.body["todos"]] == [False]
+    row = await rt.store.db.fetchone(
+        "SELECT kind, external_id FROM events WHERE webhook_id = %s", (created["webhook_id"],)
+    )
+    assert row is not None and row["kind"] == "user.created"
+    assert str(row["external_id"]).endswith(":msg_svix")
+    forged = {**headers, "svix-signature": "v1,AAAA"}
     assert (await post(rt, token_of(created), forged, body)).status == 401
