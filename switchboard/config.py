@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import tomllib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
@@ -80,6 +82,9 @@ class Config:
     path: Path | None = None
     plugin_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     data_dir_from: str = "the per-user default"
+    #: ``routing.stages`` was written in the file (then every name must be a stage, and
+    #: ``[]`` means "no stages" on purpose), not taken from the defaults
+    stages_written: bool = False
 
     def section(self, name: str) -> dict[str, Any]:
         value: dict[str, Any] = self.raw.get(name) or {}
@@ -130,13 +135,27 @@ class Config:
     def routing_stages(self) -> list[str]:
         return list(self.section("routing")["stages"])
 
-    def validate_plugins(self, schemas: Mapping[str, dict[str, Any]]) -> None:
-        """Check each ``[plugins.<name>]`` section against the plugin's schema."""
+    def validate_plugins(
+        self, schemas: Mapping[str, dict[str, Any]], installed: Collection[str] | None = None
+    ) -> None:
+        """Check each ``[plugins.<name>]`` section against the plugin's schema, and (given
+        the ``installed`` plugin names) that it names an installed plugin."""
         for name, section in self.raw["plugins"].items():
+            if installed is not None and name not in installed:
+                raise ConfigError(
+                    f"invalid config: plugins.{name}: no installed plugin is called {name!r}"
+                    f"{did_you_mean(name, installed)}; installed: {', '.join(sorted(installed))}"
+                )
             schema = schemas.get(name)
             if schema is not None:
                 _validate(section, schema, prefix=f"plugins.{name}")
         self.plugin_schemas = dict(schemas)
+
+
+def did_you_mean(name: str, known: Collection[str]) -> str:
+    """`` (did you mean 'rules'?)`` for the closest of ``known``, or nothing."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,7 +214,12 @@ def load_config(
         data_dir_from = "SWITCHBOARD_DATA_DIR"
     raw = _merge(DEFAULTS, file_doc)
     _validate(raw, load_schema("config"))
-    return Config(raw=raw, path=Path(path) if path else None, data_dir_from=data_dir_from)
+    return Config(
+        raw=raw,
+        path=Path(path) if path else None,
+        data_dir_from=data_dir_from,
+        stages_written="stages" in (file_doc.get("routing") or {}),
+    )
 
 
 def no_database_message(config: Config) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .config import Config
+from .config import Config, did_you_mean
 from .errors import ConfigError
 from .registry import Registries
 
@@ -56,14 +56,27 @@ def make_plugin_manager(disabled: list[str] | tuple[str, ...] = ()) -> pluggy.Pl
         pm.set_blocked(name)
     for modname in ESSENTIAL_PLUGINS:
         pm.register(importlib.import_module(modname), name=modname)
-    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    # A blocked name is listed by pluggy whether or not it exists, so ask the metadata.
-    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    # A blocked name is listed by pluggy whether or not it exists, so ask the metadata: a
+    # typo here would leave the plugin it meant running, so it is refused, not warned of.
+    installed = installed_plugin_names()
     for name in disabled:
         if name not in installed:
-            log.warning("disabled_plugins names %r, which is not installed", name)
+            raise ConfigError(
+                f"invalid config: disabled_plugins: no installed plugin is called {name!r}"
+                f"{did_you_mean(name, installed)}; installed: {', '.join(sorted(installed))}"
+            )
+    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     pm.check_pending()
     return pm
+
+
+def installed_plugin_names(pm: pluggy.PluginManager | None = None) -> set[str]:
+    """Every installed plugin's name: the entry points (disabled ones too), the essential
+    ones, and (given ``pm``) any registered by hand."""
+    names = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} | set(ESSENTIAL_PLUGINS)
+    if pm is not None:
+        names |= {name for name, _ in pm.list_name_plugin()}
+    return names
 
 
 def call_each(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
@@ -103,8 +116,9 @@ def plugin_config_schemas(pm: pluggy.PluginManager) -> dict[str, dict[str, Any]]
 
 
 def apply_config(pm: pluggy.PluginManager, config: Config) -> None:
-    """Validate every ``[plugins.<name>]`` section against its plugin's schema."""
-    config.validate_plugins(plugin_config_schemas(pm))
+    """Validate every ``[plugins.<name>]`` section: it names an installed plugin, and
+    matches that plugin's schema."""
+    config.validate_plugins(plugin_config_schemas(pm), installed_plugin_names(pm))
 
 
 def list_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:

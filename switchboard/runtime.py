@@ -8,7 +8,7 @@ from typing import Any
 
 import pluggy
 
-from .config import Config, no_database_message, server_sizes
+from .config import Config, did_you_mean, no_database_message, server_sizes
 from .errors import ConfigError, PluginError
 from .plugins import apply_config, build_registries, call_each, make_plugin_manager
 from .registry import Registries
@@ -19,6 +19,15 @@ from .store import migrate as migrations
 from .store.embedded import EmbeddedPostgres, embedded_exists
 
 log = logging.getLogger("switchboard")
+
+
+def _unknown_stage(name: str, known: set[str], disabled: list[str]) -> str:
+    why = " (disabled_plugins disables the plugin of that name)" if name in disabled else ""
+    return (
+        f"invalid config: routing.stages: {name!r} is not an installed stage{why}"
+        f"{did_you_mean(name, known) if not why else ''}; the stages are: "
+        f"{', '.join(sorted(known)) or 'none'}"
+    )
 
 
 class Runtime:
@@ -38,9 +47,25 @@ class Runtime:
         self.state: dict[str, Any] = {}
 
     def _check_stages(self) -> None:
-        # Stages named in config but not installed are skipped, so an operator can list
-        # "llm" before that plugin is installed; a typo shows in `switchboard plugins`.
-        stages = (self.registries.stages.get(n) for n in self.config.routing_stages)
+        # A typo'd stage would silently route every delivery to the default, so a name
+        # written in `routing.stages` must be a stage; the default list keeps only what is
+        # installed and enabled, and must keep one (`stages = []` says "none" on purpose).
+        known = set(self.registries.stages.names())
+        names = self.config.routing_stages
+        if self.config.stages_written:
+            for name in names:
+                if name not in known:
+                    raise ConfigError(_unknown_stage(name, known, self.config.disabled_plugins))
+        else:
+            names = [n for n in names if n in known]
+            if not names:
+                raise ConfigError(
+                    "invalid config: routing.stages: none of the default stages ("
+                    f"{', '.join(self.config.routing_stages)}) is installed and enabled; "
+                    "name the stages to run, or write routing.stages = [] for every "
+                    "delivery to take the default action"
+                )
+        stages = (self.registries.stages.get(n) for n in names)
         self.stages: list[RoutingStage] = [s for s in stages if s is not None]
 
     # -- storage ---------------------------------------------------------------------

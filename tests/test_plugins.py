@@ -88,10 +88,14 @@ def test_routing_stages_are_enabled_and_ordered_by_config(tmp_path: Path) -> Non
         return [s.name for s in Runtime(load_config(path, env={})).stages]
 
     assert stages("") == ["rules", "llm"]
-    # A stage listed but not installed (here: its plugin disabled) is skipped.
+    # The default list keeps what is enabled (here: the llm plugin disabled)...
     assert stages('disabled_plugins = ["llm"]\n') == ["rules"]
+    assert stages('[routing]\nstages = ["llm", "rules"]\n') == ["llm", "rules"]
+    # ...and "none" must be said on purpose.
     assert stages("[routing]\nstages = []\n") == []
-    assert stages('disabled_plugins = ["rules", "llm"]\n') == []
+    assert stages('disabled_plugins = ["rules", "llm"]\n[routing]\nstages = []\n') == []
+    with pytest.raises(ConfigError, match=r"routing.stages: none of the default stages"):
+        stages('disabled_plugins = ["rules", "llm"]\n')
 
 
 def test_every_command_has_help(cli: CLI) -> None:
@@ -125,10 +129,12 @@ def test_every_command_has_help(cli: CLI) -> None:
         assert fast.run(*sub, "--help").returncode == 0, sub
 
 
-def test_disabling_an_unknown_plugin_warns_and_a_known_one_does_not(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with caplog.at_level("WARNING", logger="switchboard.plugins"):
-        make_plugin_manager(["github", "no-such-plugin"])
-    warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 1 and "'no-such-plugin'" in warned[0]
+def test_disabling_an_unknown_plugin_is_refused_naming_it_and_a_known_one_is_not() -> None:
+    make_plugin_manager(["github"])
+    with pytest.raises(ConfigError) as err:
+        make_plugin_manager(["github", "gihtub"])
+    said = str(err.value)
+    assert said.startswith(
+        "invalid config: disabled_plugins: no installed plugin is called 'gihtub'"
+    )
+    assert "(did you mean 'github'?)" in said and "rules" in said

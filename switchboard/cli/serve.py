@@ -63,7 +63,10 @@ def log_startup(rt: Runtime, dsn: str, app: Any, base: str, metrics_url: str | N
 
     plugins = ", ".join(f"{p.name} {p.version or '?'}" for p in list_plugins(rt.pm))
     log.info("plugins active: %s", plugins)
-    log.info("routing stages: %s", ", ".join(s.name for s in rt.stages) or "none (default only)")
+    if rt.stages:
+        log.info("routing stages: %s", ", ".join(s.name for s in rt.stages))
+    else:  # only ever on purpose (routing.stages = []): the config refuses it otherwise
+        log.warning("routing stages: none (routing.stages = []): every delivery takes the default")
     log.info("database: %s", database_where(rt, dsn))
     routes = sorted({"/" + r.path.lstrip("/") for r in app.router.routes})
     served = [r for r in routes if r != scrape.PATH]
