@@ -14,6 +14,7 @@ import pluggy
 from . import hookspecs
 from .config import Config, did_you_mean
 from .errors import ConfigError
+from .plugin_load import load_entry_points
 from .registry import Registries
 
 log = logging.getLogger("switchboard.plugins")
@@ -65,8 +66,7 @@ def make_plugin_manager(disabled: list[str] | tuple[str, ...] = ()) -> pluggy.Pl
                 f"invalid config: disabled_plugins: no installed plugin is called {name!r}"
                 f"{did_you_mean(name, installed)}; installed: {', '.join(sorted(installed))}"
             )
-    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    pm.check_pending()
+    load_entry_points(pm, ENTRY_POINT_GROUP)
     return pm
 
 
