@@ -66,6 +66,7 @@ from .contract import (
     RulePack,
     RulePackRegistry,
     RuleValidationError,
+    RuleVerdict,
     Runtime,
     RuntimeConfig,
     RuntimeDatabase,
@@ -86,6 +87,7 @@ from .contract import (
     Target,
     ToolContext,
     ValidatingStage,
+    VerdictStage,
     Verification,
 )
 from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
@@ -94,7 +96,7 @@ from .routing.config import MAX_RULES, check_structure, rule_error, validate_con
 from .routing.decide import decide, default_decision
 from .routing.dryrun import dry_run
 from .routing.replay import sample_envelope, stored_envelope
-from .routing.verdicts import RuleVerdict, VerdictStage, match_of
+from .routing.verdicts import match_of
 from .routing.workorder import WORK_ORDER_AUTHORITY
 from .sources import (
     body_key,

@@ -7,8 +7,8 @@ the same names from :mod:`switchboard.plugin`, which re-exports them with the ho
 * :mod:`~switchboard.contract.errors`: the exception tree;
 * :mod:`~switchboard.contract.sources`: deliveries, verdicts and the source protocols;
 * :mod:`~switchboard.contract.envelope`: projections and subject extractors;
-* :mod:`~switchboard.contract.routing`: grants, faults, decisions, routing configs, and the
-  validating-stage and LLM-provider protocols;
+* :mod:`~switchboard.contract.routing`: grants, faults, decisions, routing configs, rule
+  verdicts, and the validating-stage, verdict-stage and LLM-provider protocols;
 * :mod:`~switchboard.contract.sinks`: the event and todos a sink is handed;
 * :mod:`~switchboard.contract.registry`: the registries that name no runtime-bound type;
 * :mod:`~switchboard.contract.runtime`: the :class:`Runtime` protocol, and what is handed it
@@ -68,9 +68,11 @@ from .routing import (
     LLMProvider,
     MatchResult,
     RoutingConfig,
+    RuleVerdict,
     StageResult,
     Target,
     ValidatingStage,
+    VerdictStage,
 )
 from .runtime import (
     Registries,
@@ -148,6 +150,7 @@ __all__ = [
     "RulePack",
     "RulePackRegistry",
     "RuleValidationError",
+    "RuleVerdict",
     "Runtime",
     "RuntimeConfig",
     "RuntimeDatabase",
@@ -172,5 +175,6 @@ __all__ = [
     "Target",
     "ToolContext",
     "ValidatingStage",
+    "VerdictStage",
     "Verification",
 ]

@@ -1,7 +1,8 @@
-"""Plain data shared by routing stages, decide and the pipeline: decisions, faults, grants."""
+"""Plain data and protocols every routing stage shares: grants, faults, decisions, verdicts."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -228,4 +229,64 @@ class LLMProvider(Protocol):
         transport or server error; its message is recorded in the trace, so it never
         carries a credential. The caller validates the text: never the provider.
         """
+        ...
+
+
+# --------------------------------------------------------------------------------------
+# History: every rule's verdict, from a stage that can report them
+# --------------------------------------------------------------------------------------
+
+#: A rule's verdict on one envelope (``explain_webhook_event``'s ``verdict``).
+MATCHED = "matched"
+FALSE = "false"
+NULL = "null"
+ERROR = "error"
+NOT_REACHED = "not_reached"
+VERDICTS = (MATCHED, FALSE, NULL, ERROR, NOT_REACHED)
+
+
+@dataclass(frozen=True)
+class RuleVerdict:
+    """What one rule said about one envelope, as the sandbox reported it.
+
+    ``verdict`` is :data:`MATCHED` (its first output was truthy), :data:`FALSE` (false, or
+    no output), :data:`NULL` or :data:`ERROR`; an error carries ``cause``, one of the trace's
+    fault causes (``error``, ``timeout``, ``compile_error``, ``budget_exhausted``,
+    ``sandbox_failure``), and ``detail`` (the message).
+    """
+
+    verdict: str
+    cause: str | None = None
+    detail: str | None = None
+
+
+@runtime_checkable
+class VerdictStage(Protocol):
+    """A stage that can report every rule's verdict, for dry runs over history (optional).
+
+    ``verdicts`` evaluates each config's rules on each envelope where live routing does
+    (the rules stage: its sandbox, under the same per-rule and per-event limits) and answers
+    one tuple per envelope holding, per config, one :class:`RuleVerdict` per rule. Configs
+    are evaluated together (one pass over the envelopes), so a diff costs one evaluation.
+    ``history_max_events`` and ``history_deadline_s`` bound one history call.
+
+    A stage may also offer ``prepare(envelope)``: the envelope in the stage's own form (the
+    rules stage: its wire encoding), which ``verdicts`` then takes in its place. History
+    calls prepare each envelope as soon as it is built, so the envelope itself is freed.
+    ``preparer(configs)``, if offered too, returns the ``prepare`` to use for evaluating
+    ``configs`` (the rules stage: only the envelope paths their rules can read).
+    """
+
+    name: str
+    history_max_events: int
+    history_deadline_s: float
+
+    async def verdicts(
+        self,
+        configs: Sequence[RoutingConfig],
+        envelopes: Sequence[dict[str, Any]],
+        *,
+        webhook: Mapping[str, Any],
+    ) -> list[tuple[list[RuleVerdict], ...]]:
+        """Per envelope, per config, every rule's verdict (in rule order)."""
         ...
