@@ -1,9 +1,9 @@
 """The runtime a plugin is handed, and the stage, sink and registries that are handed it.
 
-They name each other (a stage's context and a sink's call carry the runtime; the runtime
-carries the registries of stages and sinks), so they are one module: the contract's only
-circle stays inside it. :class:`Runtime` is what a plugin may use; the host's
-:class:`switchboard.runtime.Runtime` implements it.
+Their types name each other (a stage's context and a sink's call carry the runtime; the
+runtime carries the registries of stages and sinks), so they share one module rather than
+import one another. :class:`Runtime` is what a plugin may use; the host's
+:class:`switchboard.runtime.Runtime` implements it (mypy checks it does).
 """
 
 from __future__ import annotations
@@ -153,10 +153,10 @@ class RoutingContext:
     (a stage that decides by taking the default passes them to ``default_decision``).
 
     ``runtime`` is the process's :class:`Runtime` (its ``store``, ``registries`` and
-    ``config``) when the routing runs in the service: a live delivery
-    or a dry run over a webhook (``test_webhook_rules``). It is None where nothing is
-    open (``switchboard rules test`` offline, unit tests); a stage that needs the
-    database, or another plugin's registrations, passes (no decision) then.
+    ``config``) when the routing runs in the service: a live delivery or a dry run over a
+    webhook (``test_webhook_rules``). It is None where nothing is open (``switchboard
+    rules test`` offline, unit tests); a stage that needs the database, or another
+    plugin's registrations, passes (no decision) then.
 
     ``external_id`` is a live delivery's dedup key (``<webhook_id>:<delivery id>``; None
     in dry runs). A redelivery is routed like the first delivery and its decision then
