@@ -24,19 +24,20 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from .registry import (
+    # The contract only: the hooks name what plugins receive, never the host's classes.
+    from .contract import (
         CommandRegistry,
         LLMProviderRegistry,
         MCPToolRegistry,
         MigrationRegistry,
         ProjectionRegistry,
         RulePackRegistry,
+        Runtime,
         SinkRegistry,
         SourceRegistry,
         StageRegistry,
         SubjectRegistry,
     )
-    from .runtime import Runtime
 
 hookspec = pluggy.HookspecMarker("switchboard")
 

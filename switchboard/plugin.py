@@ -6,49 +6,17 @@ A plugin (first-party or a third party's package) imports from here and nowhere 
     from switchboard.plugin import hookimpl, Source, Verification, Projection
 
 The hooks themselves are specified, with their arguments and types, in
-:mod:`switchboard.hookspecs`. Names here are stable: they are extended, never renamed.
+:mod:`switchboard.hookspecs`. The types a plugin implements or receives are defined in
+:mod:`switchboard.contract` (a leaf that imports nothing of the host) and re-exported here
+with the host's helpers (``decide``, ``dry_run``, the source helpers ...). ``Runtime`` is
+a protocol: what a plugin may use of the host's runtime. Names here are stable: they are
+extended, never renamed.
 """
 
 from __future__ import annotations
 
 from . import __version__, hookimpl
-from .envelope import Projection, SubjectExtractor
-from .errors import (
-    CeilingExceeded,
-    ConfigError,
-    Conflict,
-    Forbidden,
-    InvalidArgument,
-    NotFound,
-    PluginError,
-    RuleValidationError,
-    ServiceError,
-    StoreUnavailable,
-    SwitchboardError,
-)
-from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
-from .hookspecs import PluginConfig
-from .registry import (
-    Command,
-    CommandRegistry,
-    LLMProviderRegistry,
-    MCPTool,
-    MCPToolRegistry,
-    MigrationRegistry,
-    ProjectionRegistry,
-    Registries,
-    RulePack,
-    RulePackRegistry,
-    SinkRegistry,
-    SourceRegistry,
-    StageRegistry,
-    SubjectRegistry,
-    ToolContext,
-)
-from .routing.config import MAX_RULES, check_structure, rule_error, validate_config
-from .routing.decide import decide, default_decision
-from .routing.dryrun import dry_run
-from .routing.model import (
+from .contract import (
     CAUSE_LLM_BUDGET_EXHAUSTED,
     CAUSE_LLM_ERROR,
     CAUSE_LLM_INVALID_ANSWER,
@@ -61,36 +29,76 @@ from .routing.model import (
     DISPOSITIONS,
     FAULT_CAUSES,
     LLM_CAUSES,
-    STAGE_LLM,
-    Decision,
-    Fault,
-    Grant,
-    LLMProvider,
-    MatchResult,
-    RoutingConfig,
-    RoutingContext,
-    RoutingStage,
-    StageResult,
-    Target,
-    ValidatingStage,
-)
-from .routing.replay import sample_envelope, stored_envelope
-from .routing.verdicts import RuleVerdict, VerdictStage, match_of
-from .routing.workorder import WORK_ORDER_AUTHORITY
-from .runtime import Runtime
-from .sinks import Sink, SinkEvent, SinkTodo
-from .sources import (
     MAX_DELIVERY_ID_BYTES,
     SIGNATURE_PREFIX,
+    STAGE_LLM,
     TRUST_SIGNED,
     TRUST_TOKEN,
+    CeilingExceeded,
+    Command,
+    CommandRegistry,
+    ConfigError,
+    Conflict,
+    Decision,
     Delivery,
+    Fault,
+    Forbidden,
+    Grant,
     Headers,
     IdentifyingSource,
     Identity,
+    InvalidArgument,
+    LLMProvider,
+    LLMProviderRegistry,
+    MatchResult,
+    MCPTool,
+    MCPToolRegistry,
+    MigrationRegistry,
+    NotFound,
+    PluginError,
     ProducerSide,
+    Projection,
+    ProjectionRegistry,
+    Registries,
+    RoutingConfig,
+    RoutingContext,
+    RoutingStage,
+    RulePack,
+    RulePackRegistry,
+    RuleValidationError,
+    RuleVerdict,
+    Runtime,
+    RuntimeConfig,
+    RuntimeDatabase,
+    RuntimeStore,
+    ServiceError,
+    Sink,
+    SinkEvent,
+    SinkRegistry,
+    SinkTodo,
     Source,
+    SourceRegistry,
+    StageRegistry,
+    StageResult,
+    StoreUnavailable,
+    SubjectExtractor,
+    SubjectRegistry,
+    SwitchboardError,
+    Target,
+    ToolContext,
+    ValidatingStage,
+    VerdictStage,
     Verification,
+)
+from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
+from .hookspecs import PluginConfig
+from .routing.config import MAX_RULES, check_structure, rule_error, validate_config
+from .routing.decide import decide, default_decision
+from .routing.dryrun import dry_run
+from .routing.replay import sample_envelope, stored_envelope
+from .routing.verdicts import match_of
+from .routing.workorder import WORK_ORDER_AUTHORITY
+from .sources import (
     body_key,
     constant_time_equal,
     delivery_id_from_headers,
@@ -164,6 +172,9 @@ __all__ = [
     "RulePackRegistry",
     "RuleValidationError",
     "Runtime",
+    "RuntimeConfig",
+    "RuntimeDatabase",
+    "RuntimeStore",
     "Scheme",
     "SchemeError",
     "ServiceError",

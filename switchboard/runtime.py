@@ -1,18 +1,22 @@
-"""The runtime: config, plugin manager, registries, store and secrets of one process."""
+"""The runtime: config, plugin manager, registries, store and secrets of one process.
+
+It implements the contract's :class:`switchboard.contract.Runtime` protocol (what a plugin
+may use of it) and holds more: the plugin manager, the secrets and the embedded database.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from . import contract
 from .config import Config, did_you_mean, no_database_message, server_sizes
+from .contract import Registries, RoutingStage
 from .errors import ConfigError, PluginError
 from .plugins import apply_config, build_registries, call_each, make_plugin_manager
-from .registry import Registries
-from .routing.model import RoutingStage
 from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
@@ -151,3 +155,8 @@ class Runtime:
         if self._embedded is not None:
             self._embedded.stop()
             self._embedded = None
+
+
+if TYPE_CHECKING:
+    # The host's runtime has the shape the contract promises plugins (checked by mypy).
+    _implements: type[contract.Runtime] = Runtime

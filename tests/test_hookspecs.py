@@ -25,6 +25,7 @@ from sbtest import install_hello
 from switchboard import hookspecs, plugin
 from switchboard.config import load_config
 from switchboard.plugins import REGISTRATION_HOOKS, build_registries, make_plugin_manager
+from switchboard.runtime import Runtime
 
 SPECS: dict[str, Callable[..., Any]] = {
     name: fn
@@ -159,7 +160,7 @@ def test_each_registration_of_hello_is_in_the_registries(
     config_file.write_text(
         f'[routing]\nstages = ["hello", "rules"]\n\n[plugins.hello]\nsink_path = "{sink_path}"\n'
     )
-    rt = plugin.Runtime(load_config(config_file, env={}), pm=hello_pm)
+    rt = Runtime(load_config(config_file, env={}), pm=hello_pm)
     regs = rt.registries
 
     for hook, attr in REGISTRATION_HOOKS.items():
@@ -199,7 +200,7 @@ def test_each_registration_of_hello_is_in_the_registries(
 async def test_hello_tool_and_stage_work_from_the_contract(
     hello_pm: pluggy.PluginManager, tmp_path: Path
 ) -> None:
-    rt = plugin.Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=hello_pm)
+    rt = Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=hello_pm)
     tool = rt.registries.mcp_tools.get("hello")
     ctx = plugin.ToolContext(rt, {"id": "ep-1"})
     assert await tool.fn(ctx, name="you") == {"greeting": "hello, you"}
@@ -215,7 +216,7 @@ async def test_hello_tool_and_stage_work_from_the_contract(
 def test_hello_routes_startup_and_shutdown(hello_pm: pluggy.PluginManager, tmp_path: Path) -> None:
     from sanic import Sanic
 
-    rt = plugin.Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=hello_pm)
+    rt = Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=hello_pm)
     app: Sanic[Any, Any] = Sanic(f"hello_hooks_{id(rt)}", configure_logging=False)
     _call_hello(hello_pm, "switchboard_register_routes", app=app, runtime=rt)
     assert "hello" in {route.path for route in app.router.routes}
@@ -245,7 +246,7 @@ def test_registration_hooks_get_their_section_with_defaults(tmp_path: Path) -> N
     recorder = _SectionRecorder()
     pm = make_plugin_manager()
     pm.register(recorder, name="recorder")
-    plugin.Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=pm)
+    Runtime(load_config(env={"SWITCHBOARD_DATA_DIR": str(tmp_path)}), pm=pm)
     assert recorder.sections == [{"mood": "calm"}]
 
 

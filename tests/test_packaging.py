@@ -39,3 +39,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_cmd in ci, "the last step of .ci/run must be the README's test command"
     assert ci[-1] == test_cmd
+
+
+def test_every_host_package_is_listed_in_setup_cfg() -> None:
+    # setup.cfg lists packages by name, so a new sub-package missing there would be left
+    # out of the wheel and only fail once installed.
+    listed = re.search(r"^packages =\n((?:    .+\n)+)", (ROOT / "setup.cfg").read_text(), re.M)
+    assert listed
+    names = {line.strip() for line in listed.group(1).splitlines()}
+    for init in sorted((ROOT / "switchboard").rglob("__init__.py")):
+        name = ".".join(init.parent.relative_to(ROOT).parts)
+        assert name in names, f"setup.cfg [options] packages lacks {name}"

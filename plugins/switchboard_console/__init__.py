@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from switchboard.plugin import Runtime, hookimpl
+from switchboard.plugin import hookimpl
+
+if TYPE_CHECKING:
+    # The console is a host surface: its views run the service layer over the host's runtime.
+    from switchboard.runtime import Runtime
 
 
 @hookimpl

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchboard.plugin import (
     CommandRegistry,
@@ -19,6 +19,11 @@ from switchboard.plugin import (
 )
 
 from . import history_cli
+
+if TYPE_CHECKING:
+    # ``rules packs`` and the history verbs run the host's service layer, which takes the
+    # host's runtime (what the CLI hands a command), not only the contract's view of it.
+    from switchboard.runtime import Runtime as HostRuntime
 
 DEFAULT_GRANT = {
     "target_queue": "inbox",
@@ -78,7 +83,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     history_cli.configure(sub)
 
 
-async def run(args: argparse.Namespace, rt: Runtime) -> int:
+async def run(args: argparse.Namespace, rt: HostRuntime) -> int:
     if args.action in history_cli.VERBS:
         return await history_cli.run(args, rt)
     grant = _grant(args.grant)
@@ -123,7 +128,7 @@ def configure_packs(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", metavar="PACK", help="show only this pack")
 
 
-async def run_packs(args: argparse.Namespace, rt: Runtime) -> int:
+async def run_packs(args: argparse.Namespace, rt: HostRuntime) -> int:
     from switchboard.service import packs
 
     listed = packs.list_packs(rt)["packs"]

@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from switchboard.cli.render import add_output_flags, wants_table
-from switchboard.plugin import InvalidArgument, Runtime
+from switchboard.plugin import InvalidArgument
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    # These verbs run the host's history service, which takes the host's runtime (what
+    # the CLI hands a command), not only the contract's view of it.
+    from switchboard.runtime import Runtime
 
 VERBS = ("diff", "explain", "lint")
 

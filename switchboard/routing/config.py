@@ -1,7 +1,7 @@
 """Save-time validation of a webhook's routing configuration: structure, actions, params, grant.
 
 The host checks everything any stage relies on; each enabled stage then checks its own
-part through :class:`switchboard.routing.model.ValidatingStage` (the rules stage
+part through :class:`switchboard.contract.ValidatingStage` (the rules stage
 compiles every expression in its sandbox). Dry runs validate the same way.
 """
 

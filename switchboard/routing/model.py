@@ -1,277 +1,72 @@
-"""Plain data shared by routing stages, decide and the pipeline (no I/O here)."""
+"""The routing types where the host's routing code imports them (they live in the contract).
+
+:mod:`switchboard.contract.routing` holds the plain data (grants, faults, decisions, configs)
+and :mod:`switchboard.contract.runtime` the stage protocol and its context.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
-
-#: Trace stages and causes (``schemas/trace.schema.json`` is the authority).
-STAGE_RULE = "rule"
-STAGE_DEFAULT = "default"
-STAGE_LLM = "llm"
-CAUSE_NO_MATCH = "no_match_default"
-CAUSE_RULE_NOT_GRANTED = "rule_not_granted"
-CAUSE_DEFAULT_NOT_GRANTED = "default_not_granted"
-#: Why an LLM triage stage took the default instead of the model's answer.
-CAUSE_LLM_UNKNOWN_QUEUE = "llm_unknown_queue"
-CAUSE_LLM_LOW_CONFIDENCE = "llm_low_confidence"
-CAUSE_LLM_INVALID_ANSWER = "llm_invalid_answer"
-CAUSE_LLM_ERROR = "llm_error"
-CAUSE_LLM_TIMEOUT = "llm_timeout"
-CAUSE_LLM_BUDGET_EXHAUSTED = "llm_budget_exhausted"
-LLM_CAUSES = (
-    CAUSE_LLM_UNKNOWN_QUEUE,
-    CAUSE_LLM_LOW_CONFIDENCE,
-    CAUSE_LLM_INVALID_ANSWER,
-    CAUSE_LLM_ERROR,
-    CAUSE_LLM_TIMEOUT,
+from ..contract.routing import (
+    CAUSE_DEFAULT_NOT_GRANTED,
     CAUSE_LLM_BUDGET_EXHAUSTED,
+    CAUSE_LLM_ERROR,
+    CAUSE_LLM_INVALID_ANSWER,
+    CAUSE_LLM_LOW_CONFIDENCE,
+    CAUSE_LLM_TIMEOUT,
+    CAUSE_LLM_UNKNOWN_QUEUE,
+    CAUSE_NO_MATCH,
+    CAUSE_RULE_NOT_GRANTED,
+    DISPOSITION_DROPPED,
+    DISPOSITION_REPEAT,
+    DISPOSITION_ROUTED,
+    DISPOSITIONS,
+    FAULT_CAUSES,
+    LLM_CAUSES,
+    STAGE_DEFAULT,
+    STAGE_LLM,
+    STAGE_RULE,
+    Decision,
+    Fault,
+    Grant,
+    LLMProvider,
+    MatchResult,
+    RoutingConfig,
+    StageResult,
+    Target,
+    ValidatingStage,
+    json_copy,
 )
-#: What became of a delivery, stored with its event (never re-derived from the trace).
-#: ``repeat``: a ``once`` action whose subject and queue another event already claimed
-#: (no todo). ``held`` stays reserved.
-DISPOSITION_ROUTED = "routed"
-DISPOSITION_DROPPED = "dropped"
-DISPOSITION_REPEAT = "repeat"
-DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT)
-FAULT_CAUSES = (
-    "timeout",
-    "error",
-    "compile_error",
-    "budget_exhausted",
-    "sandbox_failure",
-    "sandbox_busy",
-)
+from ..contract.runtime import RoutingContext, RoutingStage
 
-
-@dataclass(frozen=True)
-class Target:
-    """A live, authorized delivery target of a webhook (the owner endpoint or a route)."""
-
-    endpoint_id: str
-    scope_queues: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What a webhook's routing may reach, recomputed per delivery.
-
-    ``targets`` are in delivery order: the owner endpoint first, then routes by
-    ``granted_at`` then target id.
-    """
-
-    target_queue: str
-    queues: tuple[str, ...]
-    targets: tuple[Target, ...]
-
-    @property
-    def endpoint_ids(self) -> list[str]:
-        return [t.endpoint_id for t in self.targets]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target_queue": self.target_queue,
-            "queues": list(self.queues),
-            "endpoints": self.endpoint_ids,
-            "endpoint_queues": {t.endpoint_id: list(t.scope_queues) for t in self.targets},
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Grant:
-        eq = doc.get("endpoint_queues") or {}
-        return cls(
-            target_queue=doc["target_queue"],
-            queues=tuple(doc.get("queues") or [doc["target_queue"]]),
-            targets=tuple(Target(e, tuple(eq.get(e, ()))) for e in doc.get("endpoints", [])),
-        )
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A rule (or the sandbox, ``rule_index == -1``) that failed during evaluation."""
-
-    rule_index: int
-    cause: str
-    rule_id: str | None = None
-    detail: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"rule_index": self.rule_index, "cause": self.cause}
-        if self.rule_id is not None:
-            doc["rule_id"] = self.rule_id
-        if self.detail:
-            doc["detail"] = self.detail[:512]
-        return doc
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    """What the sandbox returns: at most a rule index, never a destination."""
-
-    rule_index: int | None
-    faults: tuple[Fault, ...] = ()
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Where a delivery goes: nowhere (drop) or one queue on some targets."""
-
-    drop: bool
-    queue: str | None
-    endpoints: tuple[str, ...]
-    trace: dict[str, Any]
-    #: The taken action's flags: at most once per subject and queue; attach a work order.
-    once: bool = False
-    work_order: bool = False
-
-    @property
-    def disposition(self) -> str:
-        """What is stored with the event: ``dropped`` or ``routed``."""
-        return DISPOSITION_DROPPED if self.drop else DISPOSITION_ROUTED
-
-    def to_json(self) -> dict[str, Any]:
-        return {"drop": self.drop, "queue": self.queue, "endpoints": list(self.endpoints)}
-
-
-def json_copy(value: Any) -> Any:
-    """A deep copy of a JSON document (dicts, lists, scalars): what ``copy.deepcopy`` does,
-    several times faster, since every live delivery reads its webhook's config through it."""
-    if isinstance(value, dict):
-        return {k: json_copy(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_copy(v) for v in value]
-    return value
-
-
-@dataclass(frozen=True)
-class RoutingConfig:
-    """A webhook's routing configuration, spelled the same from the database to the API.
-
-    ``rules`` are ordered (first match wins), each ``{id, name?, expr, action}``;
-    ``default_action`` is None (the target queue) or an action; ``params`` is bound as
-    ``$params``. Built only by :func:`switchboard.routing.config.check_structure` (which
-    normalizes and mints rule ids) or from a stored, already validated document.
-    """
-
-    rules: tuple[dict[str, Any], ...] = ()
-    default_action: dict[str, Any] | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown)."""
-        return json_copy(
-            {
-                "rules": list(self.rules),
-                "default_action": self.default_action,
-                "params": self.params,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any] | None, *, copy: bool = True) -> RoutingConfig:
-        """A config from its stored form; missing keys read as empty.
-
-        ``copy=False`` adopts ``doc``'s rules as they are: for a document nobody else holds
-        (a row the database just returned), where a copy would only cost time.
-        """
-        doc = json_copy(doc or {}) if copy else (doc or {})
-        return cls(
-            rules=tuple(doc.get("rules") or ()),
-            default_action=doc.get("default_action"),
-            params=dict(doc.get("params") or {}),
-        )
-
-
-@dataclass
-class RoutingContext:
-    """What a routing stage sees for one delivery.
-
-    ``config`` is the webhook's routing configuration, ``envelope`` what rules see,
-    ``grant`` what the delivery may reach; ``webhook`` is the resolved webhook row (its
-    ``id``, ``endpoint_id`` (the owner endpoint), ``source_type``, ``target_queue`` ...),
-    read-only by convention. ``faults`` are those the stages before this one reported
-    (a stage that decides by taking the default passes them to ``default_decision``).
-
-    ``runtime`` is the process's :class:`switchboard.runtime.Runtime` (its ``store``,
-    ``registries`` and ``config``) when the routing runs in the service: a live delivery
-    or a dry run over a webhook (``test_webhook_rules``). It is None where nothing is
-    open (``switchboard rules test`` offline, unit tests); a stage that needs the
-    database, or another plugin's registrations, passes (no decision) then.
-
-    ``external_id`` is a live delivery's dedup key (``<webhook_id>:<delivery id>``; None
-    in dry runs). A redelivery is routed like the first delivery and its decision then
-    discarded (the store reports the first delivery's todos), so a stage whose decision
-    costs something may ask ``runtime.store.is_recorded(envelope["source"], external_id)``
-    and pass.
-    """
-
-    webhook: dict[str, Any]
-    envelope: dict[str, Any]
-    grant: Grant
-    config: RoutingConfig = field(default_factory=RoutingConfig)
-    faults: list[Fault] = field(default_factory=list)
-    runtime: Runtime | None = None
-    external_id: str | None = None
-
-
-@dataclass(frozen=True)
-class StageResult:
-    """A stage's answer: a decision (evaluation stops) or none, plus faults seen."""
-
-    decision: Decision | None = None
-    faults: tuple[Fault, ...] = ()
-
-
-@runtime_checkable
-class RoutingStage(Protocol):
-    """What ``switchboard_register_routing_stages`` registers."""
-
-    name: str
-
-    async def route(self, ctx: RoutingContext) -> StageResult:
-        """Decide ``ctx`` or pass (decision None); never raise for tenant faults."""
-        ...
-
-
-@runtime_checkable
-class ValidatingStage(Protocol):
-    """A stage that checks its own part of a routing config when it is saved (optional).
-
-    The host has already checked the structure, actions, params and grant; the stage
-    checks what only it understands (the rules stage compiles every expression) and
-    raises :class:`switchboard.errors.RuleValidationError` naming the rule. Dry runs call
-    it too, so a candidate config is refused exactly as a save would refuse it.
-
-    A stage whose ``validate`` also takes a ``webhook`` keyword gets the webhook row the
-    config is for (its ``id`` and ``owner_human``; ``{}`` offline), e.g. to charge the work
-    to that owner's share of a shared resource. The host passes it only to stages that
-    declare it, so a stage written against ``validate(config)`` keeps working.
-    """
-
-    name: str
-
-    async def validate(self, config: RoutingConfig) -> None:
-        """Raise ``RuleValidationError`` when ``config`` is not acceptable to this stage."""
-        ...
-
-
-@runtime_checkable
-class LLMProvider(Protocol):
-    """What ``switchboard_register_llm_providers`` registers (used by an LLM triage stage)."""
-
-    name: str
-
-    async def complete(
-        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
-    ) -> str:
-        """The model's raw answer text for ``prompt`` (``system`` instructs the model,
-        ``schema`` is the JSON Schema the answer must follow, ``timeout`` in seconds).
-
-        Raise ``TimeoutError`` when ``timeout`` passes and any other exception on a
-        transport or server error; its message is recorded in the trace, so it never
-        carries a credential. The caller validates the text: never the provider.
-        """
-        ...
+__all__ = [
+    "CAUSE_DEFAULT_NOT_GRANTED",
+    "CAUSE_LLM_BUDGET_EXHAUSTED",
+    "CAUSE_LLM_ERROR",
+    "CAUSE_LLM_INVALID_ANSWER",
+    "CAUSE_LLM_LOW_CONFIDENCE",
+    "CAUSE_LLM_TIMEOUT",
+    "CAUSE_LLM_UNKNOWN_QUEUE",
+    "CAUSE_NO_MATCH",
+    "CAUSE_RULE_NOT_GRANTED",
+    "DISPOSITIONS",
+    "DISPOSITION_DROPPED",
+    "DISPOSITION_REPEAT",
+    "DISPOSITION_ROUTED",
+    "Decision",
+    "FAULT_CAUSES",
+    "Fault",
+    "Grant",
+    "LLMProvider",
+    "LLM_CAUSES",
+    "MatchResult",
+    "RoutingConfig",
+    "RoutingContext",
+    "RoutingStage",
+    "STAGE_DEFAULT",
+    "STAGE_LLM",
+    "STAGE_RULE",
+    "StageResult",
+    "Target",
+    "ValidatingStage",
+    "json_copy",
+]

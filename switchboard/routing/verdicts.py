@@ -1,67 +1,41 @@
-"""Every rule's verdict on one envelope ("why not"), and the match a live delivery would see (pure)."""
+"""Every rule's verdict on one envelope ("why not"), and the match a live delivery would see (pure).
+
+The verdict types (``RuleVerdict``, ``VerdictStage``) are part of the contract
+(:mod:`switchboard.contract.routing`); this module holds what the host does with them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any
 
-from .model import Fault, MatchResult, RoutingConfig
+from ..contract.routing import (
+    ERROR,
+    FALSE,
+    MATCHED,
+    NOT_REACHED,
+    NULL,
+    VERDICTS,
+    Fault,
+    MatchResult,
+    RoutingConfig,
+    RuleVerdict,
+    VerdictStage,
+)
 
-#: A rule's verdict on one envelope (``explain_webhook_event``'s ``verdict``).
-MATCHED = "matched"
-FALSE = "false"
-NULL = "null"
-ERROR = "error"
-NOT_REACHED = "not_reached"
-VERDICTS = (MATCHED, FALSE, NULL, ERROR, NOT_REACHED)
-
-
-@dataclass(frozen=True)
-class RuleVerdict:
-    """What one rule said about one envelope, as the sandbox reported it.
-
-    ``verdict`` is :data:`MATCHED` (its first output was truthy), :data:`FALSE` (false, or
-    no output), :data:`NULL` or :data:`ERROR`; an error carries ``cause``, one of the trace's
-    fault causes (``error``, ``timeout``, ``compile_error``, ``budget_exhausted``,
-    ``sandbox_failure``), and ``detail`` (the message).
-    """
-
-    verdict: str
-    cause: str | None = None
-    detail: str | None = None
-
-
-@runtime_checkable
-class VerdictStage(Protocol):
-    """A stage that can report every rule's verdict, for dry runs over history (optional).
-
-    ``verdicts`` evaluates each config's rules on each envelope where live routing does
-    (the rules stage: its sandbox, under the same per-rule and per-event limits) and answers
-    one tuple per envelope holding, per config, one :class:`RuleVerdict` per rule. Configs
-    are evaluated together (one pass over the envelopes), so a diff costs one evaluation.
-    ``history_max_events`` and ``history_deadline_s`` bound one history call.
-
-    A stage may also offer ``prepare(envelope)``: the envelope in the stage's own form (the
-    rules stage: its wire encoding), which ``verdicts`` then takes in its place. History
-    calls prepare each envelope as soon as it is built, so the envelope itself is freed.
-    ``preparer(configs)``, if offered too, returns the ``prepare`` to use for evaluating
-    ``configs`` (the rules stage: only the envelope paths their rules can read).
-    """
-
-    name: str
-    history_max_events: int
-    history_deadline_s: float
-
-    async def verdicts(
-        self,
-        configs: Sequence[RoutingConfig],
-        envelopes: Sequence[dict[str, Any]],
-        *,
-        webhook: Mapping[str, Any],
-    ) -> list[tuple[list[RuleVerdict], ...]]:
-        """Per envelope, per config, every rule's verdict (in rule order)."""
-        ...
+__all__ = [
+    "ERROR",
+    "FALSE",
+    "MATCHED",
+    "NOT_REACHED",
+    "NULL",
+    "VERDICTS",
+    "RuleVerdict",
+    "VerdictStage",
+    "explained",
+    "match_of",
+    "verdict_stage",
+]
 
 
 def match_of(config: RoutingConfig, verdicts: Sequence[RuleVerdict]) -> MatchResult:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ..contract.sinks import SinkEvent, SinkTodo
 from ..errors import NotFound, StoreUnavailable, SwitchboardError, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
@@ -26,7 +27,6 @@ from ..routing.workorder import (
 from ..runtime import Runtime
 from ..sanitize import sanitize_headers
 from ..secrets_box import hash_token
-from ..sinks import SinkEvent, SinkTodo
 from ..sources import Delivery, Headers, body_key
 from ..store import OnceClaim
 from .observe import Observation, observe_delivery, sink_failed

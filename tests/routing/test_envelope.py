@@ -11,7 +11,7 @@ import pytest
 from switchboard_cairn.projection import ARTIFACT_KEYS
 from switchboard_forge import ISSUE_KEYS
 
-from switchboard.envelope import Projection
+from switchboard.plugin import Projection
 from switchboard.plugins import build_registries, make_plugin_manager
 from switchboard.registry import ProjectionRegistry
 from switchboard.routing.envelope import build_envelope, parse_payload

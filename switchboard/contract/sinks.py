@@ -1,11 +1,8 @@
-"""The sink contract: what runs after a delivery commits, and exactly what it is handed."""
+"""What a sink is handed besides the runtime: the committed event and the todos it made."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
+from typing import Any, TypedDict
 
 
 class SinkEvent(TypedDict):
@@ -41,19 +38,3 @@ class SinkTodo(TypedDict):
     endpoint_id: str
     queue: str
     created: bool
-
-
-@runtime_checkable
-class Sink(Protocol):
-    """What ``switchboard_register_sinks`` registers."""
-
-    name: str
-
-    async def deliver(self, runtime: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
-        """Act on a committed delivery; ``todos`` are only the newly created ones.
-
-        Called off the response path, after commit, never for a redelivery or a drop. An
-        exception is logged with the plugin's name and never fails the delivery; the
-        service waits for in-flight calls when it stops.
-        """
-        ...

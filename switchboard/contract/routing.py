@@ -1,0 +1,292 @@
+"""Plain data and protocols every routing stage shares: grants, faults, decisions, verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+#: Trace stages and causes (``schemas/trace.schema.json`` is the authority).
+STAGE_RULE = "rule"
+STAGE_DEFAULT = "default"
+STAGE_LLM = "llm"
+CAUSE_NO_MATCH = "no_match_default"
+CAUSE_RULE_NOT_GRANTED = "rule_not_granted"
+CAUSE_DEFAULT_NOT_GRANTED = "default_not_granted"
+#: Why an LLM triage stage took the default instead of the model's answer.
+CAUSE_LLM_UNKNOWN_QUEUE = "llm_unknown_queue"
+CAUSE_LLM_LOW_CONFIDENCE = "llm_low_confidence"
+CAUSE_LLM_INVALID_ANSWER = "llm_invalid_answer"
+CAUSE_LLM_ERROR = "llm_error"
+CAUSE_LLM_TIMEOUT = "llm_timeout"
+CAUSE_LLM_BUDGET_EXHAUSTED = "llm_budget_exhausted"
+LLM_CAUSES = (
+    CAUSE_LLM_UNKNOWN_QUEUE,
+    CAUSE_LLM_LOW_CONFIDENCE,
+    CAUSE_LLM_INVALID_ANSWER,
+    CAUSE_LLM_ERROR,
+    CAUSE_LLM_TIMEOUT,
+    CAUSE_LLM_BUDGET_EXHAUSTED,
+)
+#: What became of a delivery, stored with its event (never re-derived from the trace).
+#: ``repeat``: a ``once`` action whose subject and queue another event already claimed
+#: (no todo). ``held`` stays reserved.
+DISPOSITION_ROUTED = "routed"
+DISPOSITION_DROPPED = "dropped"
+DISPOSITION_REPEAT = "repeat"
+DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT)
+FAULT_CAUSES = (
+    "timeout",
+    "error",
+    "compile_error",
+    "budget_exhausted",
+    "sandbox_failure",
+    "sandbox_busy",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A live, authorized delivery target of a webhook (the owner endpoint or a route)."""
+
+    endpoint_id: str
+    scope_queues: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a webhook's routing may reach, recomputed per delivery.
+
+    ``targets`` are in delivery order: the owner endpoint first, then routes by
+    ``granted_at`` then target id.
+    """
+
+    target_queue: str
+    queues: tuple[str, ...]
+    targets: tuple[Target, ...]
+
+    @property
+    def endpoint_ids(self) -> list[str]:
+        return [t.endpoint_id for t in self.targets]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target_queue": self.target_queue,
+            "queues": list(self.queues),
+            "endpoints": self.endpoint_ids,
+            "endpoint_queues": {t.endpoint_id: list(t.scope_queues) for t in self.targets},
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Grant:
+        eq = doc.get("endpoint_queues") or {}
+        return cls(
+            target_queue=doc["target_queue"],
+            queues=tuple(doc.get("queues") or [doc["target_queue"]]),
+            targets=tuple(Target(e, tuple(eq.get(e, ()))) for e in doc.get("endpoints", [])),
+        )
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A rule (or the sandbox, ``rule_index == -1``) that failed during evaluation."""
+
+    rule_index: int
+    cause: str
+    rule_id: str | None = None
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"rule_index": self.rule_index, "cause": self.cause}
+        if self.rule_id is not None:
+            doc["rule_id"] = self.rule_id
+        if self.detail:
+            doc["detail"] = self.detail[:512]
+        return doc
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """What the sandbox returns: at most a rule index, never a destination."""
+
+    rule_index: int | None
+    faults: tuple[Fault, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a delivery goes: nowhere (drop) or one queue on some targets."""
+
+    drop: bool
+    queue: str | None
+    endpoints: tuple[str, ...]
+    trace: dict[str, Any]
+    #: The taken action's flags: at most once per subject and queue; attach a work order.
+    once: bool = False
+    work_order: bool = False
+
+    @property
+    def disposition(self) -> str:
+        """What is stored with the event: ``dropped`` or ``routed``."""
+        return DISPOSITION_DROPPED if self.drop else DISPOSITION_ROUTED
+
+    def to_json(self) -> dict[str, Any]:
+        return {"drop": self.drop, "queue": self.queue, "endpoints": list(self.endpoints)}
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON document (dicts, lists, scalars): what ``copy.deepcopy`` does,
+    several times faster, since every live delivery reads its webhook's config through it."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_copy(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """A webhook's routing configuration, spelled the same from the database to the API.
+
+    ``rules`` are ordered (first match wins), each ``{id, name?, expr, action}``;
+    ``default_action`` is None (the target queue) or an action; ``params`` is bound as
+    ``$params``. Built only by :func:`switchboard.routing.config.check_structure` (which
+    normalizes and mints rule ids) or from a stored, already validated document.
+    """
+
+    rules: tuple[dict[str, Any], ...] = ()
+    default_action: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown)."""
+        return json_copy(
+            {
+                "rules": list(self.rules),
+                "default_action": self.default_action,
+                "params": self.params,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None, *, copy: bool = True) -> RoutingConfig:
+        """A config from its stored form; missing keys read as empty.
+
+        ``copy=False`` adopts ``doc``'s rules as they are: for a document nobody else holds
+        (a row the database just returned), where a copy would only cost time.
+        """
+        doc = json_copy(doc or {}) if copy else (doc or {})
+        return cls(
+            rules=tuple(doc.get("rules") or ()),
+            default_action=doc.get("default_action"),
+            params=dict(doc.get("params") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """A stage's answer: a decision (evaluation stops) or none, plus faults seen."""
+
+    decision: Decision | None = None
+    faults: tuple[Fault, ...] = ()
+
+
+@runtime_checkable
+class ValidatingStage(Protocol):
+    """A stage that checks its own part of a routing config when it is saved (optional).
+
+    The host has already checked the structure, actions, params and grant; the stage
+    checks what only it understands (the rules stage compiles every expression) and
+    raises :class:`switchboard.errors.RuleValidationError` naming the rule. Dry runs call
+    it too, so a candidate config is refused exactly as a save would refuse it.
+
+    A stage whose ``validate`` also takes a ``webhook`` keyword gets the webhook row the
+    config is for (its ``id`` and ``owner_human``; ``{}`` offline), e.g. to charge the work
+    to that owner's share of a shared resource. The host passes it only to stages that
+    declare it, so a stage written against ``validate(config)`` keeps working.
+    """
+
+    name: str
+
+    async def validate(self, config: RoutingConfig) -> None:
+        """Raise ``RuleValidationError`` when ``config`` is not acceptable to this stage."""
+        ...
+
+
+@runtime_checkable
+class LLMProvider(Protocol):
+    """What ``switchboard_register_llm_providers`` registers (used by an LLM triage stage)."""
+
+    name: str
+
+    async def complete(
+        self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
+    ) -> str:
+        """The model's raw answer text for ``prompt`` (``system`` instructs the model,
+        ``schema`` is the JSON Schema the answer must follow, ``timeout`` in seconds).
+
+        Raise ``TimeoutError`` when ``timeout`` passes and any other exception on a
+        transport or server error; its message is recorded in the trace, so it never
+        carries a credential. The caller validates the text: never the provider.
+        """
+        ...
+
+
+# --------------------------------------------------------------------------------------
+# History: every rule's verdict, from a stage that can report them
+# --------------------------------------------------------------------------------------
+
+#: A rule's verdict on one envelope (``explain_webhook_event``'s ``verdict``).
+MATCHED = "matched"
+FALSE = "false"
+NULL = "null"
+ERROR = "error"
+NOT_REACHED = "not_reached"
+VERDICTS = (MATCHED, FALSE, NULL, ERROR, NOT_REACHED)
+
+
+@dataclass(frozen=True)
+class RuleVerdict:
+    """What one rule said about one envelope, as the sandbox reported it.
+
+    ``verdict`` is :data:`MATCHED` (its first output was truthy), :data:`FALSE` (false, or
+    no output), :data:`NULL` or :data:`ERROR`; an error carries ``cause``, one of the trace's
+    fault causes (``error``, ``timeout``, ``compile_error``, ``budget_exhausted``,
+    ``sandbox_failure``), and ``detail`` (the message).
+    """
+
+    verdict: str
+    cause: str | None = None
+    detail: str | None = None
+
+
+@runtime_checkable
+class VerdictStage(Protocol):
+    """A stage that can report every rule's verdict, for dry runs over history (optional).
+
+    ``verdicts`` evaluates each config's rules on each envelope where live routing does
+    (the rules stage: its sandbox, under the same per-rule and per-event limits) and answers
+    one tuple per envelope holding, per config, one :class:`RuleVerdict` per rule. Configs
+    are evaluated together (one pass over the envelopes), so a diff costs one evaluation.
+    ``history_max_events`` and ``history_deadline_s`` bound one history call.
+
+    A stage may also offer ``prepare(envelope)``: the envelope in the stage's own form (the
+    rules stage: its wire encoding), which ``verdicts`` then takes in its place. History
+    calls prepare each envelope as soon as it is built, so the envelope itself is freed.
+    ``preparer(configs)``, if offered too, returns the ``prepare`` to use for evaluating
+    ``configs`` (the rules stage: only the envelope paths their rules can read).
+    """
+
+    name: str
+    history_max_events: int
+    history_deadline_s: float
+
+    async def verdicts(
+        self,
+        configs: Sequence[RoutingConfig],
+        envelopes: Sequence[dict[str, Any]],
+        *,
+        webhook: Mapping[str, Any],
+    ) -> list[tuple[list[RuleVerdict], ...]]:
+        """Per envelope, per config, every rule's verdict (in rule order)."""
+        ...

@@ -1,0 +1,230 @@
+"""The runtime a plugin is handed, and the stage, sink and registries that are handed it.
+
+Their types name each other (a stage's context and a sink's call carry the runtime; the
+runtime carries the registries of stages and sinks), so they share one module rather than
+import one another. :class:`Runtime` is what a plugin may use; the host's
+:class:`switchboard.runtime.Runtime` implements it (mypy checks it does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .registry import (
+    CommandRegistry,
+    LLMProviderRegistry,
+    MCPToolRegistry,
+    MigrationRegistry,
+    NamedRegistry,
+    ProjectionRegistry,
+    RulePackRegistry,
+    SourceRegistry,
+    SubjectRegistry,
+)
+from .routing import Fault, Grant, RoutingConfig, StageResult
+from .sinks import SinkEvent, SinkTodo
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: A database row: column name to value.
+Row = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------
+# The runtime: what a plugin may use of the process's config, registries and store
+# --------------------------------------------------------------------------------------
+
+
+class RuntimeConfig(Protocol):
+    """The process's validated configuration (a plugin's own section comes with its hooks)."""
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The whole validated document."""
+        ...
+
+    @property
+    def base_url(self) -> str:
+        """The public URL the server answers on, without a trailing slash."""
+        ...
+
+    @property
+    def data_dir(self) -> Path:
+        """Where this process keeps its files (the embedded database, the secret key)."""
+        ...
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A top-level section (``server``, ``ingest`` ...), empty when absent."""
+        ...
+
+
+class RuntimeDatabase(Protocol):
+    """The connection pool, for a plugin that keeps rows of its own (its own migrations)."""
+
+    def tx(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Row]]:
+        """A pooled connection inside one transaction (rolled back on any error)."""
+        ...
+
+    async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Row | None:
+        """The first row of ``sql``, or None."""
+        ...
+
+    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Row]:
+        """Every row of ``sql``."""
+        ...
+
+
+class RuntimeStore(Protocol):
+    """The queries of the host's store a plugin may run, and its pool."""
+
+    @property
+    def db(self) -> RuntimeDatabase:
+        """The pool, for the plugin's own tables."""
+        ...
+
+    async def is_recorded(self, source: str, external_id: str) -> bool:
+        """True when a delivery with this dedup key is already stored (a redelivery)."""
+        ...
+
+    async def get_endpoint(self, endpoint_id: str) -> Row:
+        """The endpoint row; raises ``NotFound`` when there is none."""
+        ...
+
+    async def endpoint_grant_queues(self, endpoint_id: str) -> list[str] | None:
+        """The queues any webhook this endpoint owns may route to, or None (no endpoint)."""
+        ...
+
+    async def notify_many(self, channel: str, payloads: list[str]) -> None:
+        """``NOTIFY channel, payload`` for each payload, in one statement."""
+        ...
+
+
+class Runtime(Protocol):
+    """What a plugin may use of the process's runtime, handed to its hooks, stages and sinks.
+
+    ``store`` raises ``RuntimeError`` until the store is open (a CLI command that runs
+    without the database never opens it).
+    """
+
+    @property
+    def config(self) -> RuntimeConfig:
+        """The process's configuration."""
+        ...
+
+    @property
+    def registries(self) -> Registries:
+        """Everything the plugins registered."""
+        ...
+
+    @property
+    def stages(self) -> Sequence[RoutingStage]:
+        """The enabled routing stages, in the order the config gives."""
+        ...
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Per-process state, each plugin's under its own name."""
+        ...
+
+    @property
+    def store(self) -> RuntimeStore:
+        """The open store."""
+        ...
+
+
+# --------------------------------------------------------------------------------------
+# Routing stages and sinks: what is handed the runtime
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoutingContext:
+    """What a routing stage sees for one delivery.
+
+    ``config`` is the webhook's routing configuration, ``envelope`` what rules see,
+    ``grant`` what the delivery may reach; ``webhook`` is the resolved webhook row (its
+    ``id``, ``endpoint_id`` (the owner endpoint), ``source_type``, ``target_queue`` ...),
+    read-only by convention. ``faults`` are those the stages before this one reported
+    (a stage that decides by taking the default passes them to ``default_decision``).
+
+    ``runtime`` is the process's :class:`Runtime` (its ``store``, ``registries`` and
+    ``config``) when the routing runs in the service: a live delivery or a dry run over a
+    webhook (``test_webhook_rules``). It is None where nothing is open (``switchboard
+    rules test`` offline, unit tests); a stage that needs the database, or another
+    plugin's registrations, passes (no decision) then.
+
+    ``external_id`` is a live delivery's dedup key (``<webhook_id>:<delivery id>``; None
+    in dry runs). A redelivery is routed like the first delivery and its decision then
+    discarded (the store reports the first delivery's todos), so a stage whose decision
+    costs something may ask ``runtime.store.is_recorded(envelope["source"], external_id)``
+    and pass.
+    """
+
+    webhook: dict[str, Any]
+    envelope: dict[str, Any]
+    grant: Grant
+    config: RoutingConfig = field(default_factory=RoutingConfig)
+    faults: list[Fault] = field(default_factory=list)
+    runtime: Runtime | None = None
+    external_id: str | None = None
+
+
+@runtime_checkable
+class RoutingStage(Protocol):
+    """What ``switchboard_register_routing_stages`` registers."""
+
+    name: str
+
+    async def route(self, ctx: RoutingContext) -> StageResult:
+        """Decide ``ctx`` or pass (decision None); never raise for tenant faults."""
+        ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """What ``switchboard_register_sinks`` registers."""
+
+    name: str
+
+    async def deliver(self, runtime: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
+        """Act on a committed delivery; ``todos`` are only the newly created ones.
+
+        Called off the response path, after commit, never for a redelivery or a drop. An
+        exception is logged with the plugin's name and never fails the delivery; the
+        service waits for in-flight calls when it stops.
+        """
+        ...
+
+
+# --------------------------------------------------------------------------------------
+# The registries of those, and all of them together
+# --------------------------------------------------------------------------------------
+
+
+class StageRegistry(NamedRegistry[RoutingStage]):
+    kind = "routing stage"
+
+
+class SinkRegistry(NamedRegistry[Sink]):
+    kind = "sink"
+
+
+@dataclass
+class Registries:
+    """Everything the plugins registered, built once per process."""
+
+    sources: SourceRegistry = field(default_factory=SourceRegistry)
+    projections: ProjectionRegistry = field(default_factory=ProjectionRegistry)
+    subjects: SubjectRegistry = field(default_factory=SubjectRegistry)
+    stages: StageRegistry = field(default_factory=StageRegistry)
+    sinks: SinkRegistry = field(default_factory=SinkRegistry)
+    llm_providers: LLMProviderRegistry = field(default_factory=LLMProviderRegistry)
+    rule_packs: RulePackRegistry = field(default_factory=RulePackRegistry)
+    mcp_tools: MCPToolRegistry = field(default_factory=MCPToolRegistry)
+    commands: CommandRegistry = field(default_factory=CommandRegistry)
+    migrations: MigrationRegistry = field(default_factory=MigrationRegistry)
