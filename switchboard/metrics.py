@@ -57,6 +57,12 @@ WEBHOOK_OUTCOMES = Counter(
 RULE_FAULTS = Counter(
     "switchboard_rule_faults", "Rule and sandbox faults reported by routing, by cause", ["cause"]
 )
+STAGE_ERRORS = Counter(
+    "switchboard_stage_errors",
+    "Deliveries a routing stage failed (raised, answered garbage, wrote a bad trace, or went "
+    "past its budget: they took the default), by stage",
+    ["stage"],
+)
 TODOS_CREATED = Counter("switchboard_todos_created", "Todos created by deliveries")
 INGEST_LATENCY = Histogram(
     "switchboard_ingest_latency_seconds",

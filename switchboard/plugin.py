@@ -23,6 +23,8 @@ from .contract import (
     CAUSE_LLM_LOW_CONFIDENCE,
     CAUSE_LLM_TIMEOUT,
     CAUSE_LLM_UNKNOWN_QUEUE,
+    CAUSE_STAGE_ERROR,
+    CAUSE_STAGE_TIMEOUT,
     DISPOSITION_DROPPED,
     DISPOSITION_REPEAT,
     DISPOSITION_ROUTED,
@@ -31,6 +33,7 @@ from .contract import (
     LLM_CAUSES,
     MAX_DELIVERY_ID_BYTES,
     SIGNATURE_PREFIX,
+    STAGE_CAUSES,
     STAGE_LLM,
     TRUST_SIGNED,
     TRUST_TOKEN,
@@ -93,7 +96,7 @@ from .contract import (
 from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
 from .hookspecs import PluginConfig
 from .routing.config import MAX_RULES, check_structure, rule_error, validate_config
-from .routing.decide import decide, default_decision
+from .routing.decide import decide, default_decision, resolve, stage_decision
 from .routing.dryrun import dry_run
 from .routing.replay import sample_envelope, stored_envelope
 from .routing.verdicts import match_of
@@ -126,7 +129,10 @@ __all__ = [
     "DISPOSITION_DROPPED",
     "DISPOSITION_REPEAT",
     "DISPOSITION_ROUTED",
+    "CAUSE_STAGE_ERROR",
+    "CAUSE_STAGE_TIMEOUT",
     "FAULT_CAUSES",
+    "STAGE_CAUSES",
     "LLM_CAUSES",
     "MAX_DELIVERY_ID_BYTES",
     "MAX_RULES",
@@ -200,6 +206,8 @@ __all__ = [
     "check_structure",
     "constant_time_equal",
     "decide",
+    "resolve",
+    "stage_decision",
     "default_decision",
     "delivery_id_from_headers",
     "delivery_key",

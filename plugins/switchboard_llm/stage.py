@@ -91,6 +91,9 @@ class LLMStage:
 
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}
+        # The host's stage budget must outlast the longest model call an owner may set,
+        # plus the stage's own reads and its budget's spend (seconds, not minutes).
+        self.timeout_ms = int(self.settings["max_timeout_ms"]) + 5000
 
     async def route(self, ctx: RoutingContext) -> StageResult:
         rt = ctx.runtime

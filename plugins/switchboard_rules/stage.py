@@ -87,6 +87,8 @@ class RulesStage:
     """First match wins over the webhook's saved rules; no rules never touches a process."""
 
     name = "rules"
+    #: what ``trace["stage"]`` says when a rule decides (STAGE_RULE, as stored traces say)
+    trace_name = "rule"
 
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}

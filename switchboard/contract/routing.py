@@ -43,6 +43,10 @@ FAULT_CAUSES = (
     "sandbox_failure",
     "sandbox_busy",
 )
+#: A stage that misbehaved (``Fault.of_stage``); also the default's ``cause`` it led to.
+CAUSE_STAGE_ERROR = "stage_error"
+CAUSE_STAGE_TIMEOUT = "stage_timeout"
+STAGE_CAUSES = (CAUSE_STAGE_ERROR, CAUSE_STAGE_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -89,15 +93,27 @@ class Grant:
 
 @dataclass(frozen=True)
 class Fault:
-    """A rule (or the sandbox, ``rule_index == -1``) that failed during evaluation."""
+    """A rule (or the sandbox, ``rule_index == -1``) that failed during evaluation, or a
+    whole stage that misbehaved (``stage`` set: :meth:`of_stage`)."""
 
     rule_index: int
     cause: str
     rule_id: str | None = None
     detail: str | None = None
+    stage: str | None = None
+
+    @classmethod
+    def of_stage(cls, stage: str, cause: str = "stage_error", detail: str = "") -> Fault:
+        """A stage's own fault: ``stage_error`` (it raised, answered garbage or wrote a bad
+        trace) or ``stage_timeout`` (past its budget), with a one-line ``detail``."""
+        return cls(-1, cause, detail=" ".join(detail.split()), stage=stage)
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"rule_index": self.rule_index, "cause": self.cause}
+        doc: dict[str, Any]
+        if self.stage is not None:
+            doc = {"stage": self.stage, "cause": self.cause}
+        else:
+            doc = {"rule_index": self.rule_index, "cause": self.cause}
         if self.rule_id is not None:
             doc["rule_id"] = self.rule_id
         if self.detail:

@@ -176,7 +176,21 @@ class RoutingContext:
 
 @runtime_checkable
 class RoutingStage(Protocol):
-    """What ``switchboard_register_routing_stages`` registers."""
+    """What ``switchboard_register_routing_stages`` registers.
+
+    Optional attributes the host reads (``getattr``, so a stage without them is fine):
+
+    - ``trace_schema``: a JSON Schema for the stage's own detail, written under the trace
+      key named after the stage (``trace[stage.name]``); checked on every decision.
+    - ``timeout_ms``: the stage's own time budget when it needs more than
+      ``[routing] stage_timeout_ms`` (the llm stage: its longest model call).
+    - ``trace_name``: what ``trace["stage"]`` says when it decides (default: ``name``; the
+      rules stage says ``rule``).
+
+    A stage that raises, answers anything but a :class:`StageResult`, writes a trace that
+    fails its schema or goes past its budget costs no delivery: the delivery takes the
+    default with a ``stage_error`` / ``stage_timeout`` fault naming the stage.
+    """
 
     name: str
 

@@ -126,3 +126,26 @@ def decide(config: RoutingConfig, match: MatchResult, grant: Grant) -> Decision:
     return Decision(
         drop=False, queue=reached[0], endpoints=reached[1], trace=trace, **_flags(action)
     )
+
+
+def stage_decision(
+    stage: str, action: dict[str, Any], grant: Grant, detail: Any = None
+) -> Decision | None:
+    """A stage's decision to take ``action`` (a drop, or a queue action) under ``grant``,
+    its own ``detail`` under ``trace[stage]``; None when the grant does not reach the
+    action's queue (the stage then passes, and the stages after it decide)."""
+    trace: dict[str, Any] = {"stage": stage}
+    if action.get("drop") is True:
+        trace["action"] = {"drop": True}
+        decision = Decision(drop=True, queue=None, endpoints=(), trace=trace)
+    else:
+        reached = resolve(action, grant)
+        if reached is None:
+            return None
+        trace["action"] = _action_doc(action)
+        decision = Decision(
+            drop=False, queue=reached[0], endpoints=reached[1], trace=trace, **_flags(action)
+        )
+    if detail is not None:
+        trace[stage] = detail
+    return decision

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .config import validate_config
 from .model import Grant, RoutingStage
 from .route import route
+from .stagecall import stage_timeout_ms
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -34,7 +35,15 @@ async def dry_run(
     """
     normalized = await validate_config(config, grant, stages, webhook)
     running = [s for s in stages if s.name not in skip]
-    decision = await route(running, webhook or {}, normalized, envelope, grant, runtime=runtime)
+    decision = await route(
+        running,
+        webhook or {},
+        normalized,
+        envelope,
+        grant,
+        runtime=runtime,
+        stage_timeout_ms=None if runtime is None else stage_timeout_ms(runtime),
+    )
     return {
         "config": normalized.to_json(),
         "decision": decision.to_json(),

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .decide import default_decision
-from .model import Decision, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
+from .model import Decision, Fault, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
+from .stagecall import budget_ms, call_stage
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -46,12 +47,14 @@ async def route(
     *,
     runtime: Runtime | None = None,
     external_id: str | None = None,
+    stage_timeout_ms: int | None = None,
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
     Each stage sees the faults of the stages before it in ``ctx.faults``; ``runtime`` is
     handed to the stages (``ctx.runtime``) by the receiver and the dry runs over a webhook,
-    ``external_id`` (the dedup key) by the receiver only.
+    ``external_id`` (the dedup key) by the receiver only. Each stage runs under
+    ``stage_timeout_ms`` (``[routing] stage_timeout_ms``; :mod:`.stagecall`).
     """
     ctx = RoutingContext(
         webhook=webhook,
@@ -62,8 +65,13 @@ async def route(
         external_id=external_id,
     )
     for stage in stages:
-        result = await stage.route(ctx)
-        if result.decision is not None:
-            return result.decision
-        ctx.faults.extend(result.faults)
+        answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
+        if isinstance(answer, Fault):
+            # A misbehaving stage decides nothing: the default, saying which stage and why.
+            return default_decision(
+                grant, config.default_action, (*ctx.faults, answer), cause=answer.cause
+            )
+        if answer.decision is not None:
+            return answer.decision
+        ctx.faults.extend(answer.faults)
     return default_decision(grant, config.default_action, ctx.faults)

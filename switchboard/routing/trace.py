@@ -12,6 +12,11 @@ from referencing import Registry, Resource
 
 from switchboard.resources import load_schema, schema_store
 
+#: The trace's common fields (schemas/trace.schema.json); any other top-level key is a
+#: stage's own detail, under that stage's name (``llm``'s is in the schema, but only the
+#: llm stage may write it).
+COMMON_KEYS = frozenset(load_schema("trace")["properties"]) - {"llm"}
+
 
 @cache
 def registry() -> Registry[Any]:

@@ -15,6 +15,7 @@ from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
 from ..routing.model import DISPOSITION_REPEAT, Decision
 from ..routing.route import config_of, grant_for, route
+from ..routing.stagecall import stage_timeout_ms
 from ..routing.trace import validate_trace
 from ..routing.workorder import (
     ONCE_CLAIMED,
@@ -147,7 +148,14 @@ async def _ingest(
         projections=rt.registries.projections,
     )
     decision = await route(
-        rt.stages, webhook, config_of(webhook), envelope, grant, runtime=rt, external_id=external_id
+        rt.stages,
+        webhook,
+        config_of(webhook),
+        envelope,
+        grant,
+        runtime=rt,
+        external_id=external_id,
+        stage_timeout_ms=stage_timeout_ms(rt),
     )
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)

@@ -9,6 +9,7 @@ from typing import Any
 from .. import metrics
 from ..logsetup import fields
 from ..pgtext import clean_text
+from ..routing.model import STAGE_CAUSES
 
 log = logging.getLogger("switchboard.delivery")
 
@@ -40,6 +41,13 @@ def _fault_causes(trace: dict[str, Any]) -> list[str]:
     return [str(f.get("cause")) for f in trace.get("faults") or () if isinstance(f, dict)]
 
 
+def _failed_stages(trace: dict[str, Any]) -> list[str]:
+    """The stages a whole-stage fault names (their names are registered stages: bounded)."""
+    return [
+        str(f["stage"]) for f in trace.get("faults") or () if isinstance(f, dict) and "stage" in f
+    ]
+
+
 def observe_delivery(d: Observation, now: float, *, per_webhook: bool = False) -> None:
     """Count ``d`` and log its line; never raises (an observation never fails a delivery)."""
     try:
@@ -66,8 +74,12 @@ def _observe(d: Observation, now: float, per_webhook: bool) -> None:
         metrics.OUTCOMES.labels(stage, cause, d.disposition, faults[0] if faults else "none").inc()
         if per_webhook and d.webhook_id:
             metrics.WEBHOOK_OUTCOMES.labels(d.webhook_id, stage, cause).inc()
+        failed = _failed_stages(d.trace)
         for fault in faults:
-            metrics.RULE_FAULTS.labels(fault).inc()
+            if fault not in STAGE_CAUSES:
+                metrics.RULE_FAULTS.labels(fault).inc()
+        for name in failed:
+            metrics.STAGE_ERRORS.labels(name).inc()
         if d.todos_created:
             metrics.TODOS_CREATED.inc(d.todos_created)
     line = {

@@ -97,10 +97,13 @@ def test_out_of_range_index_takes_default(grant: Grant) -> None:
 @pytest.mark.parametrize(
     "doc",
     [
-        {"stage": "bogus", "action": {"queue": "q"}},
+        # open to any stage's name and key (checked against the stage: test_stagecall.py),
+        # but a name is a name
+        {"stage": "Bogus Stage!", "action": {"queue": "q"}},
         {"stage": "rule"},
         {"stage": "rule", "action": {"drop": False}},
-        {"stage": "rule", "action": {"queue": "q"}, "extra": 1},
+        {"stage": "rule", "action": {"queue": "q"}, "extra-key": 1},
+        {"stage": "default", "action": {"queue": "q"}, "faults": [{"stage": "x", "cause": "oops"}]},
         {"stage": "default", "cause": "why", "action": {"queue": "q"}},
         {
             "stage": "rule",

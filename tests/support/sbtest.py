@@ -247,14 +247,19 @@ HELLO = Path(__file__).resolve().parents[1] / "plugins" / "hello"
 
 
 def install_hello(root: Path) -> Path:
-    """pip-install a copy of the fixture distribution into ``root/site``; return that directory.
+    """pip-install a copy of the fixture distribution into ``root/site``; return that directory."""
+    return install_distribution(HELLO, root)
+
+
+def install_distribution(source: Path, root: Path) -> Path:
+    """pip-install a copy of the distribution at ``source`` into ``root/site``; return it.
 
     Built from a copy, so no build output lands in the source tree, and installed into a
     directory of its own, so only processes given it on ``PYTHONPATH`` (or ``sys.path``) see
     the plugin: test runs sharing the venv never do. Removing the directory uninstalls it.
     """
     src = shutil.copytree(
-        HELLO, root / "src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+        source, root / "src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
     )
     site = root / "site"
     subprocess.run(

@@ -1,0 +1,122 @@
+"""One stage's turn: called under its time budget, its answer and its trace checked, and
+any misbehaviour turned into a fault naming the stage (never a lost delivery)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from .model import (
+    CAUSE_STAGE_ERROR,
+    CAUSE_STAGE_TIMEOUT,
+    STAGE_DEFAULT,
+    Decision,
+    Fault,
+    RoutingContext,
+    RoutingStage,
+    StageResult,
+)
+from .trace import COMMON_KEYS, validate_trace
+
+#: ``[routing] stage_timeout_ms`` when the config does not say (a stage may ask for more).
+DEFAULT_STAGE_TIMEOUT_MS = 5000
+
+
+def stage_timeout_ms(runtime: Any) -> int:
+    """``[routing] stage_timeout_ms`` of ``runtime``'s config."""
+    value = runtime.config.section("routing").get("stage_timeout_ms")
+    return int(value) if isinstance(value, int) else DEFAULT_STAGE_TIMEOUT_MS
+
+
+def budget_ms(stage: RoutingStage, configured: int | None) -> int:
+    """The stage's time budget: its own ``timeout_ms`` when it declares a larger one."""
+    base = configured if configured is not None else DEFAULT_STAGE_TIMEOUT_MS
+    own = getattr(stage, "timeout_ms", None)
+    return max(base, own) if isinstance(own, int) and own > 0 else base
+
+
+async def call_stage(
+    stage: RoutingStage, ctx: RoutingContext, timeout_ms: int
+) -> StageResult | Fault:
+    """What ``stage`` answered for ``ctx``, or the fault it earned (which the caller turns
+    into the default)."""
+    try:
+        with anyio.fail_after(timeout_ms / 1000):
+            result = await stage.route(ctx)
+    except TimeoutError:
+        return Fault.of_stage(stage.name, CAUSE_STAGE_TIMEOUT, f"no answer within {timeout_ms} ms")
+    except Exception as exc:  # a third party's bug costs a fault, never the delivery
+        return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, f"raised {_describe(exc)}")
+    if not isinstance(result, StageResult):
+        return Fault.of_stage(
+            stage.name,
+            CAUSE_STAGE_ERROR,
+            f"returned {type(result).__name__}, not a StageResult",
+        )
+    bad = [f for f in result.faults if not isinstance(f, Fault)]
+    if bad:
+        return Fault.of_stage(
+            stage.name, CAUSE_STAGE_ERROR, f"reported a {type(bad[0]).__name__} as a fault"
+        )
+    if result.decision is not None:
+        problem = trace_problem(stage, result.decision)
+        if problem is not None:
+            return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, problem)
+    return result
+
+
+def trace_problem(stage: RoutingStage, decision: Any) -> str | None:
+    """What is wrong with the trace of ``stage``'s ``decision``, or None."""
+    if not isinstance(decision, Decision):
+        return f"decided with a {type(decision).__name__}, not a Decision"
+    trace = decision.trace
+    if not isinstance(trace, dict):
+        return "wrote a trace that is not an object"
+    named = getattr(stage, "trace_name", None) or stage.name
+    said = trace.get("stage")
+    if said not in (named, STAGE_DEFAULT):
+        return f"wrote trace stage {said!r}: a stage names itself ({named!r}) or 'default'"
+    for key in trace:
+        if key not in COMMON_KEYS and key != stage.name:
+            return (
+                f"wrote trace key {key!r}: a stage's own detail goes under its name "
+                f"({stage.name!r})"
+            )
+    try:
+        validate_trace(trace)
+    except ValueError as exc:
+        return f"wrote an {exc}"
+    schema = getattr(stage, "trace_schema", None)
+    if schema is not None and stage.name in trace:
+        try:
+            error = next(iter(_validator(stage).iter_errors(trace[stage.name])), None)
+        except SchemaError as exc:
+            return f"declares a trace_schema that is not a JSON Schema: {exc.message}"
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            at = f"{stage.name}/{where}" if where else stage.name
+            return f"wrote an invalid routing trace at {at}: {error.message}"
+    return None
+
+
+#: Each stage's trace validator, by the stage object (stages live as long as the process).
+_VALIDATORS: dict[int, tuple[object, Draft202012Validator]] = {}
+
+
+def _validator(stage: RoutingStage) -> Draft202012Validator:
+    found = _VALIDATORS.get(id(stage))
+    if found is not None and found[0] is stage:
+        return found[1]
+    schema = stage.trace_schema  # type: ignore[attr-defined]
+    Draft202012Validator.check_schema(schema)
+    validator = Draft202012Validator(schema)
+    _VALIDATORS[id(stage)] = (stage, validator)
+    return validator
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

@@ -1,0 +1,165 @@
+"""One stage's turn (routing/stagecall.py): every way a stage can misbehave becomes a fault
+naming it, and route() then takes the default; a well-behaved stage's answer passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from switchboard.plugin import (
+    Decision,
+    Fault,
+    Grant,
+    RoutingConfig,
+    RoutingContext,
+    StageResult,
+    Target,
+    stage_decision,
+)
+from switchboard.routing.route import route
+from switchboard.routing.stagecall import budget_ms, call_stage
+
+GRANT = Grant(target_queue="inbox", queues=("inbox", "urgent"), targets=(Target("e1", ("inbox",)),))
+
+
+class Stage:
+    """A stage answering ``answer`` (a value, or a callable raising or sleeping)."""
+
+    def __init__(self, answer: Any, name: str = "mine", **attrs: Any) -> None:
+        self.name = name
+        self.answer = answer
+        for k, v in attrs.items():
+            setattr(self, k, v)
+
+    async def route(self, ctx: RoutingContext) -> Any:
+        if callable(self.answer):
+            return await self.answer()
+        return self.answer
+
+
+def _ctx() -> RoutingContext:
+    return RoutingContext(
+        webhook={}, envelope={}, grant=GRANT, config=RoutingConfig.from_json(None)
+    )
+
+
+async def _raise() -> Any:
+    raise KeyError("level")
+
+
+async def _sleep() -> Any:
+    await anyio.sleep(10)
+
+
+def _decided(trace: dict[str, Any]) -> StageResult:
+    return StageResult(
+        decision=Decision(drop=False, queue="urgent", endpoints=("e1",), trace=trace)
+    )
+
+
+SCHEMA = {"type": "object", "required": ["level"], "additionalProperties": False}
+
+CASES: list[tuple[str, Stage, str, str]] = [
+    ("raises", Stage(_raise), "stage_error", "raised KeyError: 'level'"),
+    ("returns garbage", Stage("urgent"), "stage_error", "returned str, not a StageResult"),
+    ("returns None", Stage(None), "stage_error", "returned NoneType, not a StageResult"),
+    (
+        "decides with garbage",
+        Stage(StageResult(decision={"queue": "x"})),  # type: ignore[arg-type]
+        "stage_error",
+        "decided with a dict, not a Decision",
+    ),
+    (
+        "a fault that is not a Fault",
+        Stage(StageResult(faults=("oops",))),  # type: ignore[arg-type]
+        "stage_error",
+        "reported a str as a fault",
+    ),
+    (
+        "names another stage",
+        Stage(_decided({"stage": "rule", "action": {"queue": "urgent"}})),
+        "stage_error",
+        "wrote trace stage 'rule': a stage names itself ('mine') or 'default'",
+    ),
+    (
+        "writes another stage's key",
+        Stage(_decided({"stage": "mine", "action": {"queue": "urgent"}, "llm": {}})),
+        "stage_error",
+        "wrote trace key 'llm': a stage's own detail goes under its name ('mine')",
+    ),
+    (
+        "writes a key of no stage",
+        Stage(_decided({"stage": "mine", "action": {"queue": "urgent"}, "other": 1})),
+        "stage_error",
+        "wrote trace key 'other': a stage's own detail goes under its name ('mine')",
+    ),
+    (
+        "fails its own schema",
+        Stage(
+            _decided({"stage": "mine", "action": {"queue": "urgent"}, "mine": {"lvl": 1}}),
+            trace_schema=SCHEMA,
+        ),
+        "stage_error",
+        "wrote an invalid routing trace at mine: 'level' is a required property",
+    ),
+    ("goes past its budget", Stage(_sleep), "stage_timeout", "no answer within 50 ms"),
+]
+
+
+@pytest.mark.parametrize("stage,cause,detail", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+async def test_each_misbehaviour_is_a_fault_naming_the_stage(
+    stage: Stage, cause: str, detail: str
+) -> None:
+    got = await call_stage(stage, _ctx(), 50)  # type: ignore[arg-type]
+    assert isinstance(got, Fault), got
+    assert (got.stage, got.cause) == ("mine", cause)
+    assert got.detail is not None and got.detail.startswith(detail), got.detail
+    decision = await route(
+        [stage], {}, RoutingConfig.from_json(None), {}, GRANT, stage_timeout_ms=50
+    )  # type: ignore[list-item]
+    assert decision.trace == {
+        "stage": "default",
+        "cause": cause,
+        "action": {"queue": "inbox"},
+        "faults": [got.to_json()],
+    }
+
+
+async def test_a_well_behaved_stage_decides_with_its_own_detail() -> None:
+    decided = stage_decision("mine", {"queue": "urgent"}, GRANT, {"level": "fatal"})
+    stage = Stage(
+        StageResult(decision=decided), trace_schema=SCHEMA | {"properties": {"level": {}}}
+    )
+    got = await call_stage(stage, _ctx(), 50)  # type: ignore[arg-type]
+    assert isinstance(got, StageResult) and got.decision is decided
+    assert decided is not None and decided.trace == {
+        "stage": "mine",
+        "action": {"queue": "urgent"},
+        "mine": {"level": "fatal"},
+    }
+    # a queue the grant does not reach: no decision, the stage passes
+    assert stage_decision("mine", {"queue": "elsewhere"}, GRANT) is None
+
+
+async def test_the_stages_after_a_passing_stage_still_decide() -> None:
+    passing = Stage(StageResult(), name="first")
+    deciding = Stage(
+        StageResult(decision=stage_decision("second", {"drop": True}, GRANT)), name="second"
+    )
+    decision = await route(
+        [passing, deciding],
+        {},
+        RoutingConfig.from_json(None),
+        {},
+        GRANT,  # type: ignore[list-item]
+    )
+    assert decision.drop and decision.trace == {"stage": "second", "action": {"drop": True}}
+
+
+def test_a_stage_may_ask_for_a_longer_budget_never_a_shorter_one() -> None:
+    assert budget_ms(Stage(None), 300) == 300
+    assert budget_ms(Stage(None, timeout_ms=20_000), 300) == 20_000
+    assert budget_ms(Stage(None, timeout_ms=10), 300) == 300
+    assert budget_ms(Stage(None), None) == 5000
