@@ -46,7 +46,7 @@ def tree(sb: Sandbox) -> dict[int, list[int]]:
 async def settle(sb: Sandbox) -> None:
     """Wait for background refills to finish starting their evaluators."""
     for _ in range(200):
-        if not sb._refills:
+        if not sb._pool.refills:
             break
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
@@ -162,4 +162,4 @@ async def test_a_cancelled_delivery_leaves_no_evaluator_behind() -> None:
         _, key = sb._spec("w2", [e for _, e in slow], {})
         await settle(sb)
         # counted out: what is left for that rule set is exactly its warm, idle evaluators
-        assert sb._live.get(key, 0) == len(sb._idle.get(key, []))
+        assert sb._pool.live.get(key, 0) == len(sb._pool.idle.get(key, []))

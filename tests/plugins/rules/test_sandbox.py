@@ -323,7 +323,7 @@ async def test_rules_that_each_keep_their_limit_but_not_together_lose_nothing() 
         fast = [("a", '.kind == "x"'), ("b", ".payload.number == 7")]
         assert await sb.evaluate(fast, {}, ENV) == MatchResult(1)
         key = sb._spec("", [e for _, e in fast], {})[1]
-        assert key not in sb._by_rule and len(sb._by_rule) == 1
+        assert key not in sb._scheduler.by_rule and len(sb._scheduler.by_rule) == 1
 
 
 async def test_a_crash_in_a_sweep_still_names_its_rule_with_a_match_after_it() -> None:
@@ -335,4 +335,4 @@ async def test_a_crash_in_a_sweep_still_names_its_rule_with_a_match_after_it() -
             )
             assert result.rule_index == 2
             assert causes(result) == [(0, "error"), (1, "sandbox_failure")]
-        assert len(sb._by_rule) == 1
+        assert len(sb._scheduler.by_rule) == 1
