@@ -65,8 +65,9 @@ class Pool:
     grows past its memory allowance.
     """
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, *, sweep_ms: int = 0) -> None:
         self.limits = limits
+        self._sweep_ms = sweep_ms
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
@@ -99,6 +100,7 @@ class Pool:
                 compile_ms=limits.compile_ms,
                 cache_size=limits.cache_size,
                 parse_s_per_byte=PARSE_S_PER_BYTE,
+                sweep_ms=self._sweep_ms,
                 ruleset_bytes=limits.ruleset_mib * 2**20,
                 budget_bytes=limits.memory_budget_mib * 2**20,
                 # an evaluator may grow by a quarter of its cap before it is replaced

@@ -52,11 +52,14 @@ class Sandbox:
     owner's slow or faulting rules never hold more than its share; compiles have slots of
     their own. Speed (:class:`.pool.Pool`): each rule set (per webhook) keeps up to
     ``owner_concurrency`` warm evaluators, started ahead of need and reused.
+
+    ``sweep_ms`` is for tests: a sweep's alarm in place of one rule's (``rule_ms``), so that
+    a test's sweep runs out, or not, whatever this machine's speed.
     """
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, *, sweep_ms: int = 0) -> None:
         self.limits = limits
-        self._pool = Pool(limits)
+        self._pool = Pool(limits, sweep_ms=sweep_ms)
         self._scheduler = Scheduler(limits, self._pool)
         self._specs: dict[tuple[str, tuple[str, ...], str], tuple[bytes, str]] = {}
         #: since the sandbox was created: evaluator processes started, and attempts served by a

@@ -18,11 +18,12 @@ def sweep_match(  # pragma: no cover - child
 ) -> tuple[str, int | None]:
     """``evaluate_match`` as a sweep: every rule in one go, under one alarm.
 
-    The alarm is one rule's limit (with the parse allowance, and never past the budget):
-    a sweep that ends within it kept every rule within its own, and one that does not
-    dies armed for a sweep (:data:`.protocol.SWEEP`, no rule named), and the server goes
-    rule by rule instead. jq emits only what decides (:func:`.program.build_program`): nothing for
-    a delivery that matches no rule, so its rules cost one output and two alarms.
+    The alarm is one rule's limit (a test's ``sweep_ms`` when set), with the parse
+    allowance, and never past the budget: a sweep that ends within it kept every rule within
+    its own, and one that does not dies armed for a sweep (:data:`.protocol.SWEEP`, no rule
+    named), and the server goes rule by rule instead. jq emits only what decides
+    (:func:`.program.build_program`): nothing for a delivery that matches no rule, so its
+    rules cost one output and two alarms.
 
     Returns the answer to send (its caller sends it) and the exit code, if this process
     must end.
@@ -33,7 +34,7 @@ def sweep_match(  # pragma: no cover - child
         return head + "d\n", None
     good = rules.good_set
     parse = len(env) * cfg.parse_s_per_byte
-    limit = min(cfg.rule_ms, header.budget_ms) / 1000 + parse
+    limit = min(cfg.sweep_ms or cfg.rule_ms, header.budget_ms) / 1000 + parse
     error_v = wire.JQ_ERROR
     end, code = "d\n", 0
     lines = []

@@ -18,6 +18,8 @@ class ChildConfig:
     ruleset_bytes: int = 16 * 2**20  #: the most a compiled rule set may add to its zygote
     budget_bytes: int = 512 * 2**20  #: the whole tree's proportional set size (PSS)
     retire_bytes: int = 16 * 2**20  #: an evaluator that grew by more exits after answering
+    #: a sweep's alarm; 0 (always, but in tests): one rule's, ``rule_ms``
+    sweep_ms: int = 0
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -34,6 +36,7 @@ class ChildConfig:
             ruleset_bytes=int(doc["ruleset_bytes"]),
             budget_bytes=int(doc["budget_bytes"]),
             retire_bytes=int(doc["retire_bytes"]),
+            sweep_ms=int(doc["sweep_ms"]),
         )
 
 
