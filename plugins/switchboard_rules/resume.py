@@ -1,16 +1,15 @@
-"""When an evaluator failed: whose answer its attempt is, and how the next one starts (pure).
-
-:func:`.policy.judge` decides what the attempts made for an event mean; these decide which
-attempts there are: whether a failed evaluator's attempt is the answer or is made again by
-another evaluator, whether an envelope of a frame goes on from its attempt there, whether
-the next attempt sweeps, and how far sweeps that ran out move the event's deadline.
-"""
+"""Which attempts an evaluation makes after an evaluator failed: the resume policy (pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from .policy import Attempt, swept_out
+
+# :func:`.policy.judge` decides what the attempts made for an event mean; these decide which
+# attempts there are: whether a failed evaluator's attempt is the answer or is made again by
+# another evaluator, whether an envelope of a frame goes on from its attempt there, whether
+# the next attempt sweeps, and how far sweeps that ran out move the event's deadline.
 
 #: An attempt's garbage when the server killed its evaluator at the hard deadline.
 HARD_DEADLINE = "sandbox missed its hard deadline"

@@ -12,7 +12,7 @@ Process tree (one process group, the fork server is a child subreaper)::
 
 Every message these processes exchange with the server, and with each other, is defined
 in :mod:`.protocol`. The server starts this module without importing its package (see
-``sandbox._BOOTSTRAP``): nothing here may import the host or the plugin's hooks.
+``pool._BOOTSTRAP``): nothing here may import the host or the plugin's hooks.
 
 The mechanisms live in :mod:`.child`, one a module: :mod:`.child.program` (the jq program
 over the rules), :mod:`.child.ruleset` (compiling a rule set after its trials),

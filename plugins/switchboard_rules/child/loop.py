@@ -282,7 +282,7 @@ class ForkServer:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``[MODULE, CTRL_FD, CONFIG_JSON]`` (how the server runs it: sandbox.py)."""
+    """Entry point: ``[MODULE, CTRL_FD, CONFIG_JSON]`` (how the server runs it: pool.py)."""
     os.environ.clear()  # the interpreter's locale coercion sets LC_CTYPE; jq must see none
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -52,7 +52,7 @@ def build_program(
     took 17 us of jq's time for 32 rules, on every delivery, for what only a resumption
     needs.
 
-    ``sweep`` builds the program a sweep runs (:func:`.evaluate.evaluate_match`): every rule under one
+    ``sweep`` builds the program a sweep runs (:func:`.sweep.sweep_match`): every rule under one
     alarm, emitting only what decides something. A truthy first output becomes the rule's
     index (the number), a falsy one or none nothing at all, an error ``[index, "e" +
     message]``; so a delivery that matches nothing costs one output, not one per rule (and

@@ -1,7 +1,8 @@
 """The sandbox's protocol: every message between the server and the processes running jq.
 
-Imported by both sides: :mod:`.sandbox` (the server) and :mod:`.sandbox_child` (the fork
-server, its zygotes, their evaluators). Standard library only, so the child starts fast.
+Imported by both sides: the server (:mod:`.sandbox`, through its :mod:`.pool` and
+:mod:`.wire`) and :mod:`.sandbox_child` (the fork server, its zygotes, their evaluators).
+Standard library only, so the child starts fast.
 
 Who says what to whom::
 
