@@ -1,7 +1,7 @@
 """What the evaluators reported, judged: a :class:`MatchResult`, or where to go on (pure).
 
-The sandbox (:mod:`.sandbox`) runs evaluators and folds each one's report lines
-(:mod:`.protocol`) into an :class:`Attempt`; :func:`judge` alone decides what those attempts
+The sandbox (:mod:`.sandbox`) runs evaluators, and :mod:`.wire` folds each one's report
+lines (:mod:`.protocol`) into an :class:`Attempt`; :func:`judge` alone decides what those attempts
 mean. A rule that times out costs its evaluator, so an evaluation may take several
 attempts: each resumes after the rule that timed out, with what is left of the budget. A
 first attempt that swept every rule under one alarm and did not finish (``SWEEP``) is no

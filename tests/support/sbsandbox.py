@@ -11,9 +11,12 @@ from switchboard_rules.stage import DEFAULTS
 
 
 @asynccontextmanager
-async def sandbox(**kw: Any) -> AsyncIterator[Sandbox]:
-    """A started sandbox with the config's defaults, or these ``[plugins.rules]`` values."""
-    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}))
+async def sandbox(*, sweep_ms: int = 0, **kw: Any) -> AsyncIterator[Sandbox]:
+    """A started sandbox with the config's defaults, or these ``[plugins.rules]`` values.
+
+    ``sweep_ms``: a sweep's alarm of the test's choosing (see :class:`Sandbox`).
+    """
+    sb = Sandbox(Limits.from_config({**DEFAULTS, **kw}), sweep_ms=sweep_ms)
     await sb.start()
     try:
         yield sb

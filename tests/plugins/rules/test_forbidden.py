@@ -10,6 +10,7 @@ import pytest
 from switchboard_rules import protocol as wire
 from switchboard_rules import sandbox_child
 from switchboard_rules import stage as rules_stage
+from switchboard_rules.child import ruleset
 from switchboard_rules.jqscan import FORBIDDEN_ARITIES, FORBIDDEN_FUNCTIONS, shadow_prelude
 from switchboard_rules.sandbox_child import PRELUDE, RuleSet, build_program
 from switchboard_rules.stage import RulesStage
@@ -63,7 +64,9 @@ async def test_bypasses_are_refused_at_save(expr: str, name: str) -> None:
 def run(program: str) -> list[Any]:
     """Every output of ``program`` for the envelope, or the error it raised."""
     try:
-        return list(sandbox_child._compile(program, {}).input_text(json.dumps([0, ENVELOPE])))
+        return list(
+            sandbox_child.compile_program(program, {}).input_text(json.dumps([0, ENVELOPE]))
+        )
     except ValueError as exc:  # a compile error: the test shows it
         return [f"compile error: {exc}"]
 
@@ -106,7 +109,7 @@ def test_prelude_keeps_rule_semantics() -> None:
     assert run(build_program(['error("boom")', ".a == 1"], [0, 1])) == ["eboom", True]
     assert "\n" not in PRELUDE
     with pytest.raises(ValueError, match="foo/0 is not defined at <top-level>, line 2"):
-        sandbox_child._compile(build_program(["foo"], [0]), {})
+        sandbox_child.compile_program(build_program(["foo"], [0]), {})
     assert run(build_program(["def env: 1; env == 1"], [0])) == [True]  # a rule's own def wins
 
 
@@ -134,7 +137,7 @@ def test_trial_and_zygote_compile_the_prelude(monkeypatch: pytest.MonkeyPatch) -
         trials.append(program)
         return None, 0
 
-    monkeypatch.setattr(sandbox_child, "trial", fake_trial)
+    monkeypatch.setattr(ruleset, "trial", fake_trial)  # where RuleSet looks it up
     cfg = wire.ChildConfig(
         memory_bytes=2**27, rule_ms=50, compile_ms=1000, cache_size=4, parse_s_per_byte=0.0
     )

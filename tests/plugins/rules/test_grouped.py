@@ -15,6 +15,10 @@ pytestmark = pytest.mark.anyio
 
 CRASH = ".source * 3e7 | length > 0"  # kills its evaluator (SIGABRT under the memory cap)
 SLOW = "last(range(1e12)) > 0"
+#: What the tests that are not about giving up allow: the longest wait for a slot and an
+#: event's budget, neither of which starting evaluators on a loaded machine ever spends, so
+#: a rule that runs out runs out of its own rule_ms (an alarm), never of these.
+WAIT = {"slot_wait_ms": 60_000, "event_ms": 20_000}
 RULES: list[tuple[str | None, str]] = [
     ("one", ".payload.n == 1"),
     ("two", '.payload.n | if . == 2 then error("two") elif . == 3 then null else false end'),
@@ -54,7 +58,7 @@ async def busy_slot(sb: Sandbox) -> asyncio.Task[MatchResult]:
 
 
 async def test_deliveries_waiting_together_are_answered_each_as_if_alone() -> None:
-    async with sandbox(owner_concurrency=1, rule_ms=60) as sb:
+    async with sandbox(owner_concurrency=1, rule_ms=60, **WAIT) as sb:
         alone = {
             n: shape(await sb.evaluate(RULES, {}, env(n), owner="h", scope="w")) for n in EXPECTED
         }
@@ -95,7 +99,7 @@ async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
         return get("count"), get("sum"), get("bucket", le="1.0")
 
     before = frames()
-    async with sandbox(owner_concurrency=1) as sb:
+    async with sandbox(owner_concurrency=1, **WAIT) as sb:
         hold = await busy_slot(sb)
         n = 2 * GROUP_MAX + GROUP_MAX // 2
         results = await asyncio.gather(
@@ -110,7 +114,7 @@ async def test_a_group_is_capped_and_later_arrivals_form_the_next() -> None:
 
 
 async def test_webhooks_with_the_same_rules_never_share_a_frame() -> None:
-    async with sandbox(owner_concurrency=1) as sb:
+    async with sandbox(owner_concurrency=1, **WAIT) as sb:
         hold = await busy_slot(sb)
         results = await asyncio.gather(
             *(sb.evaluate(RULES[:1], {}, env(1), owner="h", scope=f"w{k % 2}") for k in range(6))
@@ -121,7 +125,7 @@ async def test_webhooks_with_the_same_rules_never_share_a_frame() -> None:
 
 
 async def test_the_others_are_answered_when_the_first_of_a_group_gives_up() -> None:
-    async with sandbox(owner_concurrency=1) as sb:
+    async with sandbox(owner_concurrency=1, **WAIT) as sb:
         hold = await busy_slot(sb)
         first = asyncio.ensure_future(sb.evaluate(RULES, {}, env(1), owner="h", scope="w"))
         await asyncio.sleep(0.01)  # it waits for the slot: the group's first
@@ -149,7 +153,7 @@ async def test_a_group_that_waits_too_long_is_busy_together() -> None:
 
 async def test_one_frame_per_rule_set_in_flight_and_the_next_takes_the_rest() -> None:
     """Slots to spare, yet what arrives while a frame is out waits for it and goes together."""
-    async with sandbox(owner_concurrency=2, rule_ms=60) as sb:
+    async with sandbox(owner_concurrency=2, rule_ms=60, **WAIT) as sb:
         first = asyncio.ensure_future(sb.evaluate(RULES, {}, env(4), owner="h", scope="w"))
         await asyncio.sleep(0.01)  # its frame is out: rule "slow" runs to its alarm
         ended: list[int] = []
@@ -172,7 +176,7 @@ async def test_one_frame_per_rule_set_in_flight_and_the_next_takes_the_rest() ->
 
 
 async def test_two_owners_never_share_a_frame_even_for_one_scope() -> None:
-    async with sandbox(rule_ms=60) as sb:
+    async with sandbox(rule_ms=60, **WAIT) as sb:
         firsts = [
             asyncio.ensure_future(sb.evaluate(RULES, {}, env(4), owner=o, scope="w"))
             for o in ("a", "b")

@@ -414,14 +414,14 @@ async def test_a_cancelled_diff_stops_and_the_sandbox_serves_the_next(
         history.diff_rules(rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=300)
     )
     for _ in range(2000):  # until a batch is in an evaluator
-        if sandbox._busy or task.done():
+        if sandbox._pool.busy or task.done():
             break
         await asyncio.sleep(0.005)
-    assert sandbox._busy, "the diff never reached the sandbox"
+    assert sandbox._pool.busy, "the diff never reached the sandbox"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not sandbox._busy  # nothing left evaluating
+    assert not sandbox._pool.busy  # nothing left evaluating
     again = await history.diff_rules(
         rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=20
     )

@@ -43,10 +43,18 @@ def tree(sb: Sandbox) -> dict[int, list[int]]:
     }
 
 
+async def until(condition: Any, what: str) -> None:
+    """Wait until ``condition()`` holds (what a loaded machine takes, up to a minute)."""
+    async with asyncio.timeout(60):
+        while not condition():
+            await asyncio.sleep(0.01)
+    assert condition(), what
+
+
 async def settle(sb: Sandbox) -> None:
     """Wait for background refills to finish starting their evaluators."""
     for _ in range(200):
-        if not sb._refills:
+        if not sb._pool.refills:
             break
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
@@ -122,12 +130,14 @@ async def test_evicted_rule_sets_come_back_without_a_fault() -> None:
         for scope in ("w1", "w2", "w1", "w3", "w2", "w1"):
             assert await sb.evaluate(RULES, {}, ENV, scope=scope) == MatchResult(1)
         await settle(sb)
-        await asyncio.sleep(0.2)
-        assert len(tree(sb)) == 1  # the evicted zygotes and their evaluators are gone
+        # the evicted zygotes and their evaluators go, as soon as this machine lets them
+        await until(lambda: len(tree(sb)) == 1, "one zygote left")
 
 
 async def test_a_timeout_replaces_only_its_own_evaluator() -> None:
-    async with sandbox(rule_ms=20) as sb:
+    # an event budget that starting evaluators here never spends: the slow rule runs out of
+    # its own rule_ms, and the next rule always has its turn
+    async with sandbox(rule_ms=20, event_ms=20_000) as sb:
         assert await sb.evaluate(RULES, {}, ENV, scope="quiet") == MatchResult(1)
         await settle(sb)
         quiet = tree(sb)
@@ -146,7 +156,9 @@ async def test_a_cancelled_delivery_leaves_no_evaluator_behind() -> None:
         assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
         await settle(sb)
         task = asyncio.create_task(sb.evaluate(slow, {}, ENV, scope="w2"))
-        await asyncio.sleep(0.5)
+        _, key = sb._spec("w2", [e for _, e in slow], {})
+        await until(lambda: sb._pool.busy.get(key), "the slow rule set is being evaluated")
+        await asyncio.sleep(0.1)  # its frame is out (and its evaluator spins, or soon will)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -159,7 +171,6 @@ async def test_a_cancelled_delivery_leaves_no_evaluator_behind() -> None:
         assert busy == []  # nothing still spinning on the abandoned rule
         for _ in range(3):
             assert await sb.evaluate(RULES, {}, ENV, scope="w") == MatchResult(1)
-        _, key = sb._spec("w2", [e for _, e in slow], {})
         await settle(sb)
         # counted out: what is left for that rule set is exactly its warm, idle evaluators
-        assert sb._live.get(key, 0) == len(sb._idle.get(key, []))
+        assert sb._pool.live.get(key, 0) == len(sb._pool.idle.get(key, []))

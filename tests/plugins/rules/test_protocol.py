@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from switchboard_rules import pool
 from switchboard_rules import protocol as wire
-from switchboard_rules import sandbox
 
 #: Every report line, as the module docstring documents it.
 REPORTS: list[tuple[wire.Report, str]] = [
@@ -114,12 +114,10 @@ def test_trial_answers() -> None:
 
 def test_the_fork_server_starts_without_the_host_or_the_plugin_hooks() -> None:
     """The child imports its own modules and jq: never the plugin package's ``__init__``."""
-    probe = sandbox._BOOTSTRAP.replace(
-        ".main(sys.argv[3:])", "; print(' '.join(sorted(sys.modules)))"
-    )
-    package_dir = str(Path(sandbox.__file__).resolve().parent)
+    probe = pool._BOOTSTRAP.replace(".main(sys.argv[3:])", "; print(' '.join(sorted(sys.modules)))")
+    package_dir = str(Path(pool.__file__).resolve().parent)
     out = subprocess.run(
-        [sys.executable, "-I", "-c", probe, sandbox._PACKAGE, package_dir, sandbox._CHILD_MODULE],
+        [sys.executable, "-I", "-c", probe, pool._PACKAGE, package_dir, pool._CHILD_MODULE],
         env={},
         cwd="/",
         capture_output=True,
@@ -129,5 +127,6 @@ def test_the_fork_server_starts_without_the_host_or_the_plugin_hooks() -> None:
     )
     modules = set(out.stdout.split())
     assert {"jq", "switchboard_rules.sandbox_child", "switchboard_rules.protocol"} <= modules
+    assert "switchboard_rules.child.loop" in modules  # the mechanisms behind sandbox_child
     assert not {m for m in modules if m == "switchboard" or m.startswith("switchboard.")}
     assert "switchboard_rules.stage" not in modules and "pluggy" not in modules

@@ -72,8 +72,13 @@ async def test_runtime_error_is_a_fault_and_evaluation_continues() -> None:
         assert causes(result) == [(0, "error")]
 
 
+#: An event's budget that the start-up of a few evaluators on a loaded machine never spends:
+#: the rules that run out run out of their own rule_ms (50 ms), never of the event's.
+AMPLE_MS = 20_000
+
+
 async def test_timeout_then_next_rule_in_fresh_process() -> None:
-    async with sandbox() as sb:
+    async with sandbox(event_ms=AMPLE_MS) as sb:
         result = await sb.evaluate([("slow", "last(range(1e12)) > 0"), ("ok", "true")], {}, ENV)
         assert result.rule_index == 1
         assert causes(result) == [(0, "timeout")]
@@ -83,14 +88,20 @@ async def test_timeout_then_next_rule_in_fresh_process() -> None:
 
 
 async def test_budget_exhausted() -> None:
+    """Rules that never end time out one by one until the event's budget runs out.
+
+    How many time out depends on how long each attempt takes here beyond its rule's 50 ms
+    (its evaluator's start, a loaded machine), so that count is not asserted: at least the
+    first (the whole budget is left for it), at most five (each takes 50 ms of the 250).
+    """
     slow = "last(range(1e12)) > 0"
     rules = [(f"s{i}", slow) for i in range(6)] + [("t", "true")]
     async with sandbox() as sb:
         result = await sb.evaluate(rules, {}, ENV)
     assert result.rule_index is None
-    assert [c for _, c in causes(result)].count("timeout") in (3, 4, 5)
-    assert causes(result)[-1][1] == "budget_exhausted"
-    assert [f for f in result.faults if f.cause == "budget_exhausted"][0].rule_index <= 5
+    k = len(result.faults) - 1
+    assert 1 <= k <= 5, causes(result)
+    assert causes(result) == [(i, "timeout") for i in range(k)] + [(k, "budget_exhausted")]
 
 
 async def test_compile_errors_at_evaluation_time() -> None:
@@ -135,7 +146,7 @@ FAILURES = [
 
 
 async def test_resource_faults_name_their_rule_and_the_next_rules_still_run() -> None:
-    async with sandbox() as sb:
+    async with sandbox(event_ms=AMPLE_MS) as sb:
         for expr in FAILURES:
             result = await sb.evaluate([("ok", "false"), ("bad", expr), ("t", "true")], {}, ENV)
             assert result.rule_index == 2, expr
@@ -272,7 +283,9 @@ async def test_verdicts_mode_judges_every_rule_and_survives_a_timeout() -> None:
     ]
     other = {**ENV, "payload": {**ENV["payload"], "number": 8}}
     envs = [wire.encode_envelope(e) for e in (ENV, other, ENV)]
-    async with sandbox() as sb:
+    # rule 6 of the second envelope runs out of its rule_ms, never of the event's budget,
+    # however long going on one rule at a time takes here
+    async with sandbox(event_ms=AMPLE_MS) as sb:
         found = await sb.verdicts(exprs, {}, envs)
     assert [[v.verdict for v in row] for row in found] == [
         ["matched", "null", "false", "false", "error", "matched", "matched"],
@@ -286,44 +299,48 @@ async def test_verdicts_mode_judges_every_rule_and_survives_a_timeout() -> None:
         wire.decode("v 3 mq")
 
 
-def _loop_for(seconds: float) -> str:
-    """A rule that counts for about ``seconds`` here (measured now, with this libjq)."""
-    import time
+#: Counts to 50,000 (false: no match): a few ms on a fast machine, a few hundred on a slow,
+#: loaded one. Against a sweep's alarm of 1 ms four of them always run out; against a rule's
+#: limit of 10 s each one always keeps it. Nothing here is measured or compared with a clock.
+COUNT = "last(range(50000)) < 0"
 
-    import jq
 
-    n = 200_000
-    began = time.perf_counter()
-    jq.compile(f"last(range({n})) < 0").input_value(None).first()
-    per = (time.perf_counter() - began) / n
-    return f"last(range({int(seconds / per)})) < 0"  # false: no match
+async def _refilled(sb: Any) -> None:
+    """Wait until no warm evaluator is being started (then none starts unasked)."""
+    async with asyncio.timeout(60):
+        while sb._pool.refills:
+            await asyncio.sleep(0.01)
 
 
 async def test_rules_that_each_keep_their_limit_but_not_together_lose_nothing() -> None:
-    """A sweep runs every rule under one rule's alarm; when that runs out, nothing is lost.
+    """A sweep runs every rule under one alarm; when that runs out, nothing is lost.
 
-    Four rules of ~0.3 rule_ms each (1.2 rule_ms together) and a match: the sweep's alarm
-    ends its evaluator, the server goes rule by rule with the whole budget, each rule keeps
-    its limit, and the answer is the match with no fault, exactly as before sweeps. The
-    rule set goes rule by rule from then on: no evaluator dies for its later deliveries.
+    Four rules that count and a match, a sweep's alarm (``sweep_ms``) far shorter than their
+    count and a rule's limit far longer: the sweep's alarm ends its evaluator, the server
+    goes rule by rule with the whole budget, each rule keeps its limit, and the answer is the
+    match with no fault, exactly as before sweeps. The rule set goes rule by rule from then
+    on: no evaluator dies for its later deliveries.
     """
-    slow = _loop_for(0.3 * 0.4)
-    rules = [(f"s{i}", slow) for i in range(4)] + [("t", "true")]
-    async with sandbox(rule_ms=400, event_ms=4000) as sb:
+    rules = [(f"s{i}", COUNT) for i in range(4)] + [("t", "true")]
+    async with sandbox(sweep_ms=1, rule_ms=10_000, event_ms=60_000) as sb:
         assert await sb.compile([e for _, e in rules], {}) == []
         spawned = sb.stats["spawned"]
         assert await sb.evaluate(rules, {}, ENV) == MatchResult(4)
         assert sb.stats["spawned"] - spawned >= 1  # the sweep's evaluator died: replaced
-        await asyncio.sleep(0.5)  # the replacement warms up
+        slow = sb._spec("", [e for _, e in rules], {})[1]
+        assert list(sb._scheduler.by_rule) == [slow]
+        await _refilled(sb)  # the compile's warm evaluator is in (or gave up)
         spawned = sb.stats["spawned"]
         for _ in range(3):
             assert await sb.evaluate(rules, {}, ENV) == MatchResult(4)
         assert sb.stats["spawned"] == spawned  # rule by rule now: every evaluator lived
-        # a fast rule set of the same owner still sweeps (one evaluator, no deaths)
+        # a fast rule set of the same owner still sweeps (whether its sweep keeps a 1 ms
+        # alarm is this machine's business: its answer is the same either way)
         fast = [("a", '.kind == "x"'), ("b", ".payload.number == 7")]
-        assert await sb.evaluate(fast, {}, ENV) == MatchResult(1)
         key = sb._spec("", [e for _, e in fast], {})[1]
-        assert key not in sb._by_rule and len(sb._by_rule) == 1
+        assert key not in sb._scheduler.by_rule
+        assert await sb.evaluate(fast, {}, ENV) == MatchResult(1)
+        assert slow in sb._scheduler.by_rule
 
 
 async def test_a_crash_in_a_sweep_still_names_its_rule_with_a_match_after_it() -> None:
@@ -335,4 +352,4 @@ async def test_a_crash_in_a_sweep_still_names_its_rule_with_a_match_after_it() -
             )
             assert result.rule_index == 2
             assert causes(result) == [(0, "error"), (1, "sandbox_failure")]
-        assert len(sb._by_rule) == 1
+        assert len(sb._scheduler.by_rule) == 1

@@ -1,0 +1,1 @@
+"""The sandbox's child processes, one mechanism a module (their face: ``sandbox_child``)."""
