@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +184,18 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
     return 0
 
 
+def refuse_unknown_keys(doc: dict[str, Any], known: Sequence[str], what: str) -> None:
+    """Refuse a JSON file's keys outside ``known``, naming them: a misspelt key must not be
+    dropped without a word (the MCP tools refuse unknown arguments the same way)."""
+    unknown = sorted(k for k in doc if k not in known)
+    if unknown:
+        noun = "key" if len(unknown) == 1 else "keys"
+        raise InvalidArgument(
+            f"{what}: unknown {noun} {', '.join(map(repr, unknown))}"
+            f" (known: {', '.join(sorted(known))})"
+        )
+
+
 def _read(path: str) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -193,6 +205,7 @@ def _read(path: str) -> dict[str, Any]:
         raise InvalidArgument(f"CANDIDATE: {path} is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidArgument("CANDIDATE: must be an object {rules, default_action?, params?}")
+    refuse_unknown_keys(doc, ("rules", "default_action", "params"), "CANDIDATE")
     if "rules" not in doc:
         doc["rules"] = []
     return doc
