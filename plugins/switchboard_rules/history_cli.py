@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from switchboard.cli.columns import Col
 from switchboard.cli.render import add_output_flags, wants_table
 from switchboard.plugin import InvalidArgument, Runtime
 
@@ -250,6 +251,17 @@ def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
 
 
+#: The changed events' column plan (switchboard.cli.columns): all five are key columns,
+#: truncated with "…" at 80 columns; the id and time shorten when the table would not fit.
+CHANGE_COLUMNS = [
+    Col("EVENT", lambda x: x["event_id"], kind="id"),
+    Col("RECEIVED", lambda x: x["received_at"], kind="time"),
+    Col("KIND", lambda x: x.get("kind"), min_width=8),
+    Col("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}", min_width=14),
+    Col("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}", min_width=14),
+]
+
+
 def _render_diff(out: Console, doc: dict[str, Any]) -> None:
     from switchboard.cli import render as r
 
@@ -258,9 +270,9 @@ def _render_diff(out: Console, doc: dict[str, Any]) -> None:
         r.table(
             "totals",
             [
-                ("OUTCOME", lambda x: x["outcome"]),
-                ("SAVED", lambda x: x["saved"]),
-                ("CANDIDATE", lambda x: x["candidate"]),
+                Col("OUTCOME", lambda x: x["outcome"], min_width=12),
+                Col("SAVED", lambda x: x["saved"], justify="right"),
+                Col("CANDIDATE", lambda x: x["candidate"], justify="right"),
             ],
             _totals_rows(doc),
         )
@@ -269,13 +281,7 @@ def _render_diff(out: Console, doc: dict[str, Any]) -> None:
         out.print(
             r.table(
                 "changed events",
-                [
-                    ("EVENT", lambda x: x["event_id"]),
-                    ("RECEIVED", lambda x: x["received_at"]),
-                    ("KIND", lambda x: x.get("kind")),
-                    ("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}"),
-                    ("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}"),
-                ],
+                CHANGE_COLUMNS,
                 doc["changes"],
             )
         )
