@@ -251,14 +251,21 @@ def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
 
 
+def _decided(decision: dict[str, Any]) -> str:
+    """A decision in a table cell, shortest first: ``inbox ×2 by rule-id`` or ``drop by …``."""
+    if decision.get("drop"):
+        return f"drop by {_by(decision)}"
+    return f"{decision.get('queue')} ×{len(decision.get('endpoints') or [])} by {_by(decision)}"
+
+
 #: The changed events' column plan (switchboard.cli.columns): all five are key columns,
 #: truncated with "…" at 80 columns; the id and time shorten when the table would not fit.
 CHANGE_COLUMNS = [
     Col("EVENT", lambda x: x["event_id"], kind="id"),
     Col("RECEIVED", lambda x: x["received_at"], kind="time"),
     Col("KIND", lambda x: x.get("kind"), min_width=8),
-    Col("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}", min_width=14),
-    Col("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}", min_width=14),
+    Col("SAVED", lambda x: _decided(x["saved"]), min_width=14),
+    Col("CANDIDATE", lambda x: _decided(x["candidate"]), min_width=14),
 ]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
     from rich.text import Text
 
 #: How many characters of an id a narrow table shows (a UUID's first group).
@@ -48,7 +48,7 @@ class Col:
     drop_below: int = 0
     kind: str = "text"
     wrap: bool = False
-    justify: str = "left"
+    justify: JustifyMethod = "left"
 
     @property
     def key(self) -> bool:
@@ -186,7 +186,7 @@ class PlannedTable:
                 min_width=min(col.floor(), w),
                 no_wrap=not col.wrap,
                 overflow="ellipsis",
-                justify=col.justify,  # type: ignore[arg-type]
+                justify=col.justify,
             )
         for line in cells:
             table.add_row(*line)
