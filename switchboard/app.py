@@ -13,7 +13,13 @@ from sanic.response import HTTPResponse
 
 from . import loghygiene, scrape
 from .config import load_config
-from .errors import RETRY_AFTER_SECONDS, StoreUnavailable, SwitchboardError, http_status
+from .errors import (
+    RETRY_AFTER_SECONDS,
+    StoreUnavailable,
+    SwitchboardError,
+    error_body,
+    http_status,
+)
 from .runtime import Runtime
 from .service.observe import observe_refusal
 
@@ -114,9 +120,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         if request.path.startswith(_INGEST_PREFIX):
             # Refused before the receiver ran: counted and logged here (the path is not).
             observe_refusal(status)
-        if status == 431:
-            return json({"error": "request headers too large"}, status=431)
-        return json({"error": "payload too large"}, status=413)
+        return json(error_body(status), status=status)
 
     @app.exception(SwitchboardError)
     async def _service_error(request: Request, exc: SwitchboardError) -> HTTPResponse:
@@ -132,14 +136,19 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
 
     @app.exception(SanicException)
     async def _sanic_error(request: Request, exc: SanicException) -> HTTPResponse:
+        # A fixed body per status: Sanic's own text quotes the path (GET on an ingest URL
+        # would answer 405 "Method GET not allowed for URL /webhooks/w/<token>").
         status = getattr(exc, "status_code", 500)
-        body = {"error": str(exc) or "error"}
-        return _retry_later(body) if status == 503 else json(body, status=status)
+        body = error_body(status)
+        if status == 503:
+            return _retry_later(body)
+        allow = (exc.headers or {}).get("Allow") if status == 405 else None
+        return json(body, status=status, headers={"Allow": allow} if allow else None)
 
     @app.exception(Exception)
     async def _unexpected(request: Request, exc: Exception) -> HTTPResponse:
         log.exception("unexpected error on %s %s", request.method, request.path)
-        return json({"error": "internal error"}, status=500)
+        return json(error_body(500, "internal error"), status=500)
 
     from .receiver import add_receiver_routes
 

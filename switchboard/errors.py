@@ -2,6 +2,8 @@
 
 The tree itself is part of the plugin contract (:mod:`switchboard.contract.errors`); it is
 re-exported here, where the host has always imported it from.
+
+Every HTTP error body is ``{"error": message, "code": code}`` (:func:`error_body`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "StoreUnavailable",
     "SwitchboardError",
     "RETRY_AFTER_SECONDS",
+    "error_body",
     "http_status",
     "mcp_code",
 ]
@@ -52,6 +55,39 @@ _MCP_CODE_ALIASES = {"not_granted": "forbidden"}
 
 #: Seconds a client should wait before retrying a 503 (the ``Retry-After`` header).
 RETRY_AFTER_SECONDS = 2
+
+
+#: The code an HTTP error body carries for each status, when no ServiceError with its own
+#: code raised it: the framework's 404 and 405, the size limits, the receiver's replies.
+_HTTP_CODE = {
+    400: "invalid_argument",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    431: "headers_too_large",
+    503: "unavailable",
+}
+
+#: What the body says for an error the framework raised. Never the framework's own text:
+#: Sanic's 404 and 405 messages quote the path, and an ingest URL's path is its token.
+_HTTP_MESSAGE = {
+    400: "bad request",
+    404: "not found",
+    405: "method not allowed",
+    413: "payload too large",
+    431: "request headers too large",
+    503: "unavailable: retry later",
+}
+
+
+def error_body(status: int, message: str | None = None) -> dict[str, str]:
+    """Every HTTP error body's shape, ``{"error": message, "code": code}``; without
+    ``message``, the status's fixed one (which echoes nothing of the request)."""
+    text = message if message is not None else _HTTP_MESSAGE.get(status, "error")
+    return {"error": text, "code": _HTTP_CODE.get(status, "internal")}
 
 
 def http_status(exc: BaseException) -> int:

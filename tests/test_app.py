@@ -62,7 +62,10 @@ def test_headers_over_the_limit_answer_431_and_bodies_413(server_factory: Any, d
     )
     assert reply.startswith(b"HTTP/1.1 431 "), reply[:200]
     resp = httpx.post(hook["ingest_url"], content=b"x" * (5 * 1024 * 1024 + 1), timeout=60)
-    assert resp.status_code == 413 and resp.json() == {"error": "payload too large"}
+    assert resp.status_code == 413 and resp.json() == {
+        "error": "payload too large",
+        "code": "payload_too_large",
+    }
 
 
 def test_expect_continue_with_an_oversized_length_gets_413_without_continue(
@@ -205,3 +208,25 @@ async def test_a_worker_freezes_what_it_loaded_before_serving(dsn: str, tmp_path
     finally:
         gc.unfreeze()
         await rt.shutdown()
+
+
+def test_ingest_404_and_405_never_echo_the_path(server_factory: Any, dsn: str) -> None:
+    # The path of an ingest URL is its capability token: no error body may quote it.
+    srv, w = _world(server_factory, dsn)
+    hook = w.webhook("owner", "generic")
+    token = _path(hook).rsplit("/", 1)[1]
+    got = httpx.get(hook["ingest_url"], timeout=30)
+    assert got.status_code == 405, got.text
+    assert got.json() == {"error": "method not allowed", "code": "method_not_allowed"}
+    assert got.headers["allow"] == "POST"
+    for method in ("PUT", "DELETE", "PATCH"):
+        resp = httpx.request(method, hook["ingest_url"], timeout=30)
+        assert resp.status_code == 405 and token not in resp.text
+    for url in (hook["ingest_url"] + "/extra", f"{srv.base_url}/webhooks/{token}"):
+        resp = httpx.post(url, content=b"{}", timeout=30)
+        assert resp.status_code == 404, resp.text
+        assert resp.json() == {"error": "not found", "code": "not_found"}
+    unknown = httpx.post(srv.base_url + "/webhooks/w/" + "0" * 48, content=b"{}", timeout=30)
+    assert unknown.json() == {"error": "unknown webhook", "code": "not_found"}
+    assert "0" * 48 not in unknown.text
+    assert token not in srv.log.read_text()

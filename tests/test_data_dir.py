@@ -145,3 +145,14 @@ async def test_one_database_from_any_directory_stdio_mcp_included(tmp_path: Path
     assert result.structured_content is not None
     assert result.structured_content["ceiling"]["webhook_source_types"] == ["generic"]
     assert not (tmp_path / "c" / ".switchboard").exists()
+
+
+def test_reusing_the_embedded_database_is_said_only_at_v(tmp_path: Path) -> None:
+    env = _env(tmp_path / "home")
+    made = _run(env, tmp_path, "human", "add", "alice")
+    assert made.returncode == 0 and "initialized embedded PostgreSQL" in made.stderr
+    quiet = _run(env, tmp_path, "human", "list", "--json")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    loud = _run(env, tmp_path, "-v", "human", "list", "--json")
+    assert loud.returncode == 0 and "reusing embedded PostgreSQL in" in loud.stderr
+    assert loud.stdout == quiet.stdout

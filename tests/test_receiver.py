@@ -220,7 +220,7 @@ def test_hostile_bytes_are_accepted_or_refused_and_stored_losslessly(
             seen.add((source, body))
             accepted.append((source, body, lines, doc))
         else:
-            assert doc == {"error": "signature verification failed"}
+            assert doc == {"error": "signature verification failed", "code": "unauthenticated"}
     # Every source accepts its clean-signed hostile payloads; only cairn refuses some
     # (a body that is not a cairn event fails its verification, as documented).
     assert len(accepted) >= 300, statuses

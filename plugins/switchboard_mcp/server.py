@@ -96,6 +96,29 @@ def adapt(tool: MCPTool) -> Callable[..., Awaitable[Any]]:
     return call
 
 
+def closed_tool(tool: MCPTool) -> Tool:
+    """The SDK tool for ``tool``, its input schema closed (``additionalProperties: false``):
+    :meth:`SwitchboardMCP.call_tool` refuses what the schema does not name."""
+    sdk_tool = Tool.from_function(adapt(tool), name=tool.name, description=tool.description)
+    sdk_tool.parameters["additionalProperties"] = False
+    return sdk_tool
+
+
+def unknown_arguments(sdk_tool: Tool, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` are refused for naming what the tool does not take (None: they don't).
+
+    The SDK's argument model ignores extra keys, so an agent's typo (or a key it believes
+    exists) would answer ok and be dropped without a word.
+    """
+    known = sdk_tool.parameters.get("properties") or {}
+    unknown = sorted(k for k in arguments if k not in known)
+    if not unknown:
+        return None
+    takes = ", ".join(sorted(known)) or "no arguments"
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    return f"unknown {noun} {', '.join(map(repr, unknown))}; {sdk_tool.name} takes: {takes}"
+
+
 class SwitchboardMCP(MCPServer[Any]):
     """An MCPServer whose tools come from the registry and run as an authenticated endpoint."""
 
@@ -110,10 +133,7 @@ class SwitchboardMCP(MCPServer[Any]):
         self.runtime = runtime
         self._resolve_caller = resolve_caller
         self._registered = {t.name: t for t in registry}
-        self._sdk_tools = {
-            t.name: Tool.from_function(adapt(t), name=t.name, description=t.description)
-            for t in registry
-        }
+        self._sdk_tools = {t.name: closed_tool(t) for t in registry}
         auth = None
         if token_verifier is not None:
             # The SDK applies a verifier only with AuthSettings; switchboard itself vends
@@ -174,6 +194,9 @@ class SwitchboardMCP(MCPServer[Any]):
                 " the verbs an endpoint may call are set when it is vended:"
                 " `switchboard endpoint vend --verbs ...`",
             )
+        refused = unknown_arguments(sdk_tool, arguments or {})
+        if refused is not None:
+            return tool_error("invalid_argument", refused)
         if context is None:
             context = Context(mcp_server=self)
         given = frozenset(arguments or ())

@@ -50,6 +50,7 @@ def _grant(path: str | None) -> Grant:
     doc = DEFAULT_GRANT if path is None else _read_json(path, "--grant")
     if not isinstance(doc, dict) or not isinstance(doc.get("target_queue"), str):
         raise InvalidArgument("--grant: needs an object with a target_queue string")
+    history_cli.refuse_unknown_keys(doc, tuple(DEFAULT_GRANT), "--grant")
     return Grant.from_json(doc)
 
 

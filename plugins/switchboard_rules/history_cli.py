@@ -11,10 +11,11 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from switchboard.cli.columns import Col
 from switchboard.cli.render import add_output_flags, wants_table
 from switchboard.plugin import InvalidArgument
 
@@ -188,6 +189,18 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
     return 0
 
 
+def refuse_unknown_keys(doc: dict[str, Any], known: Sequence[str], what: str) -> None:
+    """Refuse a JSON file's keys outside ``known``, naming them: a misspelt key must not be
+    dropped without a word (the MCP tools refuse unknown arguments the same way)."""
+    unknown = sorted(k for k in doc if k not in known)
+    if unknown:
+        noun = "key" if len(unknown) == 1 else "keys"
+        raise InvalidArgument(
+            f"{what}: unknown {noun} {', '.join(map(repr, unknown))}"
+            f" (known: {', '.join(sorted(known))})"
+        )
+
+
 def _read(path: str) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -197,6 +210,7 @@ def _read(path: str) -> dict[str, Any]:
         raise InvalidArgument(f"CANDIDATE: {path} is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidArgument("CANDIDATE: must be an object {rules, default_action?, params?}")
+    refuse_unknown_keys(doc, ("rules", "default_action", "params"), "CANDIDATE")
     if "rules" not in doc:
         doc["rules"] = []
     return doc
@@ -241,6 +255,24 @@ def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
 
 
+def _decided(decision: dict[str, Any]) -> str:
+    """A decision in a table cell, shortest first: ``inbox ×2 by rule-id`` or ``drop by …``."""
+    if decision.get("drop"):
+        return f"drop by {_by(decision)}"
+    return f"{decision.get('queue')} ×{len(decision.get('endpoints') or [])} by {_by(decision)}"
+
+
+#: The changed events' column plan (switchboard.cli.columns): all five are key columns,
+#: truncated with "…" at 80 columns; the id and time shorten when the table would not fit.
+CHANGE_COLUMNS = [
+    Col("EVENT", lambda x: x["event_id"], kind="id"),
+    Col("RECEIVED", lambda x: x["received_at"], kind="time"),
+    Col("KIND", lambda x: x.get("kind"), min_width=8),
+    Col("SAVED", lambda x: _decided(x["saved"]), min_width=14),
+    Col("CANDIDATE", lambda x: _decided(x["candidate"]), min_width=14),
+]
+
+
 def _render_diff(out: Console, doc: dict[str, Any]) -> None:
     from switchboard.cli import render as r
 
@@ -249,9 +281,9 @@ def _render_diff(out: Console, doc: dict[str, Any]) -> None:
         r.table(
             "totals",
             [
-                ("OUTCOME", lambda x: x["outcome"]),
-                ("SAVED", lambda x: x["saved"]),
-                ("CANDIDATE", lambda x: x["candidate"]),
+                Col("OUTCOME", lambda x: x["outcome"], min_width=12),
+                Col("SAVED", lambda x: x["saved"], justify="right"),
+                Col("CANDIDATE", lambda x: x["candidate"], justify="right"),
             ],
             _totals_rows(doc),
         )
@@ -260,13 +292,7 @@ def _render_diff(out: Console, doc: dict[str, Any]) -> None:
         out.print(
             r.table(
                 "changed events",
-                [
-                    ("EVENT", lambda x: x["event_id"]),
-                    ("RECEIVED", lambda x: x["received_at"]),
-                    ("KIND", lambda x: x.get("kind")),
-                    ("SAVED", lambda x: f"{_where(x['saved'])} by {_by(x['saved'])}"),
-                    ("CANDIDATE", lambda x: f"{_where(x['candidate'])} by {_by(x['candidate'])}"),
-                ],
+                CHANGE_COLUMNS,
                 doc["changes"],
             )
         )

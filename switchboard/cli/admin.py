@@ -9,6 +9,7 @@ from ..plugins import list_plugins
 from ..registry import CommandRegistry
 from ..runtime import Runtime
 from ..service import identity
+from .columns import Col
 from .main import emit
 from .render import Column, add_output_flags, show, table
 
@@ -89,6 +90,40 @@ FRIEND_COLUMNS: list[Column] = [
     ("CREATED", lambda r: r["created_at"]),
     ("UPDATED", lambda r: r["updated_at"]),
 ]
+
+
+def _verbs(known: list[str]) -> Any:
+    """An endpoint's verbs in a cell: "all (N)" when it may call every installed one."""
+
+    def get(row: dict[str, Any]) -> str:
+        verbs = list(row.get("verbs") or ())
+        if known and set(verbs) >= set(known):
+            return f"all ({len(verbs)})"
+        return f"{len(verbs)}: {', '.join(verbs)}" if verbs else "none"
+
+    return get
+
+
+def _joined(key: str) -> Any:
+    return lambda r: ", ".join(r.get(key) or ()) or "-"
+
+
+def endpoint_columns(known_verbs: list[str]) -> list[Col]:
+    """``endpoint list``'s plan (switchboard.cli.columns): six key columns, then the
+    low-value ones, which go below their width in the order listed from the last."""
+    return [
+        Col("ID", lambda r: r["endpoint_id"], kind="id"),
+        Col("OWNER", lambda r: r.get("owner_name"), min_width=6),
+        Col("NAME", lambda r: r["name"], min_width=8),
+        Col("STATE", lambda r: r["state"], min_width=7),
+        Col("QUEUES", _joined("scope_queues"), min_width=8),
+        Col("VERBS", _verbs(known_verbs), min_width=8),
+        Col("WEBHOOK QUEUES", _joined("webhook_queues"), drop_below=100),
+        Col("MAX", lambda r: r.get("webhook_max"), justify="right", drop_below=110),
+        Col("SOURCES", _joined("webhook_source_types"), drop_below=120),
+        Col("EXPIRES", lambda r: r.get("expires_at"), kind="time", drop_below=140),
+        Col("CREATED", lambda r: r.get("created_at"), kind="time", drop_below=150),
+    ]
 
 
 def conf_human(p: argparse.ArgumentParser) -> None:
@@ -176,7 +211,8 @@ def conf_endpoint(p: argparse.ArgumentParser) -> None:
         help="MCP verbs it may call (default: all installed)",
     )
     vend.add_argument("--expires-in", type=int, default=None, metavar="SECONDS")
-    sub.add_parser("list", help="list endpoints (never their tokens)")
+    lst = sub.add_parser("list", help="list endpoints (never their tokens)")
+    add_output_flags(lst)
     revoke = sub.add_parser("revoke", help="revoke an endpoint")
     revoke.add_argument("endpoint_id", metavar="ID")
 
@@ -196,7 +232,13 @@ async def cmd_endpoint(args: argparse.Namespace, rt: Runtime) -> int:
             expires_in_seconds=args.expires_in,
         )
     elif args.action == "list":
-        doc = await identity.list_endpoints(rt)
+        plan = endpoint_columns(identity.known_verbs(rt))
+        show(
+            args,
+            await identity.list_endpoints(rt),
+            lambda out, doc: out.print(table("endpoints", plan, doc)),
+        )
+        return 0
     else:
         doc = await identity.revoke_endpoint(rt, args.endpoint_id)
     emit(doc)

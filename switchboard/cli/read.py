@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from ..routing.model import DISPOSITIONS
 from ..runtime import Runtime
 from ..service import events, todos
+from .columns import Col
 from .main import emit
 from .render import (
-    Column,
     add_output_flags,
     bounded_int,
     cell,
@@ -39,37 +39,41 @@ def _rule(trace: dict[str, Any]) -> Any:
     return None
 
 
-WEBHOOK_COLUMNS: list[Column] = [
-    ("WEBHOOK", lambda r: r["webhook_id"]),
-    ("OWNER", lambda r: r.get("owner_name")),
-    ("ENDPOINT", lambda r: r.get("endpoint_name") or r["endpoint_id"]),
-    ("SOURCE", lambda r: r["source_type"]),
-    ("QUEUE", lambda r: r["target_queue"]),
-    ("TRUST", lambda r: r["trust_mode"]),
-    ("RULES", lambda r: r["rule_count"]),
-    ("CREATED", lambda r: r["created_at"]),
+# Column plans (switchboard.cli.columns): the key columns stay at 80 columns, truncated
+# with "…"; the low-value ones go below their width, highest first. Ids and times shorten
+# when a table would not fit whole; --json keeps every field in full.
+
+WEBHOOK_COLUMNS: list[Col] = [
+    Col("WEBHOOK", lambda r: r["webhook_id"], kind="id"),
+    Col("OWNER", lambda r: r.get("owner_name"), min_width=6),
+    Col("ENDPOINT", lambda r: r.get("endpoint_name") or r["endpoint_id"], min_width=8),
+    Col("SOURCE", lambda r: r["source_type"], min_width=7),
+    Col("QUEUE", lambda r: r["target_queue"], min_width=7),
+    Col("RULES", lambda r: r["rule_count"], justify="right"),
+    Col("TRUST", lambda r: r["trust_mode"], drop_below=100),
+    Col("CREATED", lambda r: r["created_at"], kind="time", drop_below=120),
 ]
 
-EVENT_COLUMNS: list[Column] = [
-    ("EVENT", lambda r: r["event_id"]),
-    ("RECEIVED", lambda r: r["received_at"]),
-    ("SOURCE", lambda r: r["source"]),
-    ("KIND", lambda r: r["kind"]),
-    ("VERIFIED", lambda r: r["verified"]),
-    ("DISPOSITION", lambda r: r["disposition"]),
-    ("STAGE", _trace("stage")),
-    ("CAUSE", _trace("cause")),
-    ("RULE", lambda r: _rule(r.get("routing_trace") or {})),
+EVENT_COLUMNS: list[Col] = [
+    Col("EVENT", lambda r: r["event_id"], kind="id"),
+    Col("RECEIVED", lambda r: r["received_at"], kind="time"),
+    Col("KIND", lambda r: r["kind"], min_width=8),
+    Col("DISPOSITION", lambda r: r["disposition"]),
+    Col("STAGE", _trace("stage"), min_width=7),
+    Col("RULE", lambda r: _rule(r.get("routing_trace") or {}), min_width=6),
+    Col("CAUSE", _trace("cause"), drop_below=100),
+    Col("SOURCE", lambda r: r["source"], drop_below=110),
+    Col("VERIFIED", lambda r: r["verified"], drop_below=120),
 ]
 
-TODO_COLUMNS: list[Column] = [
-    ("TODO", lambda r: r["todo_id"]),
-    ("ENDPOINT", lambda r: r.get("endpoint_name") or r["endpoint_id"]),
-    ("QUEUE", lambda r: r["queue"]),
-    ("STATE", lambda r: r["state"]),
-    ("ATTEMPTS", lambda r: r["attempts"]),
-    ("TITLE", lambda r: r["title"]),
-    ("CREATED", lambda r: r["created_at"]),
+TODO_COLUMNS: list[Col] = [
+    Col("TODO", lambda r: r["todo_id"], kind="id"),
+    Col("ENDPOINT", lambda r: r.get("endpoint_name") or r["endpoint_id"], min_width=8),
+    Col("QUEUE", lambda r: r["queue"], min_width=7),
+    Col("STATE", lambda r: r["state"], min_width=7),
+    Col("TITLE", lambda r: r["title"], min_width=16),
+    Col("CREATED", lambda r: r["created_at"], kind="time", drop_below=90),
+    Col("ATTEMPTS", lambda r: r["attempts"], justify="right", drop_below=100),
 ]
 
 

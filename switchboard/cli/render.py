@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # rich is imported when a table is drawn, not by every comman
     from rich.table import Table
     from rich.text import Text
 
+    from .columns import Col, PlannedTable
+
 #: (header, how to read the cell from one row)
 Column = tuple[str, Callable[[dict[str, Any]], Any]]
 
@@ -101,17 +103,35 @@ def heading(text: str) -> Text:
     return out
 
 
-def table(title: str | None, columns: Sequence[Column], rows: Iterable[dict[str, Any]]) -> Table:
-    from rich.table import Table
+#: Headers that read as ids or times in a table given as plain (header, getter) pairs.
+_ID_HEADERS = frozenset({"ID", "EVENT", "TODO", "WEBHOOK", "ENDPOINT ID"})
+_TIME_HEADERS = frozenset({"RECEIVED", "CREATED", "UPDATED", "EXPIRES"})
 
-    out = Table(title=cell(title) if title else None, title_justify="left")
-    for header, _ in columns:
-        # ids and times stay whole; free text wraps
-        whole = header in ("ID", "EVENT", "TODO", "WEBHOOK", "ENDPOINT ID", "RECEIVED", "CREATED")
-        out.add_column(header, no_wrap=whole, overflow="fold")
-    for row in rows:
-        out.add_row(*(cell(get(row)) for _, get in columns))
-    return out
+
+def _col(column: Column | Col) -> Col:
+    from .columns import Col
+
+    if isinstance(column, Col):
+        return column
+    header, get = column
+    if header in _ID_HEADERS:
+        return Col(header, get, kind="id")
+    if header in _TIME_HEADERS:
+        return Col(header, get, kind="time")
+    return Col(header, get, wrap=True)  # free text in a detail table wraps at spaces
+
+
+def table(
+    title: str | None, columns: Sequence[Column | Col], rows: Iterable[dict[str, Any]]
+) -> PlannedTable:
+    """A table that fits the console it is printed on, by its column plan (:mod:`.columns`).
+
+    ``columns`` are :class:`~.columns.Col` (a list's plan) or plain ``(header, getter)``
+    pairs (ids and times kept whole while they fit, other text wrapping at spaces).
+    """
+    from .columns import PlannedTable
+
+    return PlannedTable(cell(title) if title else None, [_col(c) for c in columns], rows, cell)
 
 
 def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:

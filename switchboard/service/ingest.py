@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..contract.sinks import SinkEvent, SinkTodo
-from ..errors import NotFound, StoreUnavailable, SwitchboardError, http_status
+from ..errors import NotFound, StoreUnavailable, SwitchboardError, error_body, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
@@ -43,9 +43,9 @@ class IngestReply:
     body: dict[str, Any]
 
 
-UNKNOWN = IngestReply(404, {"error": "unknown webhook"})
-UNVERIFIED = IngestReply(401, {"error": "signature verification failed"})
-UNCONFIGURED = IngestReply(503, {"error": "webhook not configured"})
+UNKNOWN = IngestReply(404, error_body(404, "unknown webhook"))
+UNVERIFIED = IngestReply(401, error_body(401, "signature verification failed"))
+UNCONFIGURED = IngestReply(503, error_body(503, "webhook not configured"))
 
 
 def todo_title(envelope: dict[str, Any], projections: ProjectionRegistry) -> str:

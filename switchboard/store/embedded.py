@@ -10,6 +10,7 @@ supported Python's embedded server runs, so a data directory moves between Pytho
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from importlib import metadata
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+log = logging.getLogger("switchboard.store")
 
 #: The major version a new embedded data directory is initialized with.
 EMBEDDED_MAJOR = 16
@@ -95,12 +98,18 @@ class EmbeddedPostgres:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         fresh = data_major(self.pgdata) is None
         self._server = open_server(self.pgdata, cleanup_mode="stop")
-        if not self.quiet:
-            verb = "initialized" if fresh else "reusing"
+        if fresh and not self.quiet:
             print(
-                f"switchboard: {verb} embedded PostgreSQL in {self.pgdata} "
+                f"switchboard: initialized embedded PostgreSQL in {self.pgdata} "
                 "(set SWITCHBOARD_DATABASE_URL to use another server)",
                 file=sys.stderr,
+            )
+        elif not self.quiet:
+            # Every command reuses it: news only at -v (and in serve's info log).
+            log.info(
+                "reusing embedded PostgreSQL in %s (set SWITCHBOARD_DATABASE_URL to use"
+                " another server)",
+                self.pgdata,
             )
         return str(self._server.get_uri())
 

@@ -103,14 +103,40 @@ class IdentityQueries:
             )
 
     async def create_endpoint(self, **fields: Any) -> Row:
-        row = await self.db.fetchone(
-            "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs, "
-            "webhook_queues, webhook_source_types, webhook_max, expires_at) "
-            "VALUES (%(owner_human)s, %(name)s, %(token_hash)s, %(scope_queues)s, %(verbs)s, "
-            "%(webhook_queues)s, %(webhook_source_types)s, %(webhook_max)s, %(expires_at)s) "
-            f"RETURNING {_ENDPOINT_COLS}",
-            fields,
-        )
+        """Insert an endpoint, refusing (``Conflict``) a name its human's live endpoints hold.
+
+        Checked under a lock on the human's row, so two concurrent vends of one name cannot
+        both pass; the check is its own statement, whose snapshot (READ COMMITTED) sees the
+        endpoint a vend that held the lock first committed. Not a unique index: databases
+        from before this check may hold duplicates, which stay as they are, and a revoked or
+        expired endpoint's name may be vended again (scope is fixed, so re-vending is the fix).
+        """
+        async with self.db.tx() as conn:
+            await conn.execute(
+                "SELECT 1 FROM humans WHERE id = %s FOR UPDATE", (fields["owner_human"],)
+            )
+            cur = await conn.execute(
+                f"SELECT e.id FROM endpoints e WHERE e.owner_human = %s AND e.name = %s"
+                f" AND {LIVE_ENDPOINT} ORDER BY e.created_at LIMIT 1",
+                (fields["owner_human"], fields["name"]),
+            )
+            taken = await cur.fetchone()
+            if taken is not None:
+                raise Conflict(
+                    f"name: this human already has a live endpoint named {fields['name']!r}"
+                    f" ({taken['id']}); choose another name, or revoke that one first"
+                    " (`switchboard endpoint revoke ID`)",
+                    endpoint_id=str(taken["id"]),
+                )
+            cur = await conn.execute(
+                "INSERT INTO endpoints (owner_human, name, token_hash, scope_queues, verbs, "
+                "webhook_queues, webhook_source_types, webhook_max, expires_at) "
+                "VALUES (%(owner_human)s, %(name)s, %(token_hash)s, %(scope_queues)s, %(verbs)s,"
+                " %(webhook_queues)s, %(webhook_source_types)s, %(webhook_max)s, %(expires_at)s)"
+                f" RETURNING {_ENDPOINT_COLS}",
+                fields,
+            )
+            row = await cur.fetchone()
         assert row is not None
         return row
 

@@ -523,3 +523,37 @@ def test_values_the_service_refuses_are_one_line(scene: Scene) -> None:
         proc = refused(scene.cli if args[0] == "todos" else scene.fast, *args)
         lines = proc.stderr.splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("width", [80, 132])
+def test_every_list_is_readable_at_80_and_132_columns(scene: Scene, width: int) -> None:
+    # The newcomer's terminal: each list shows its key columns, one line per row, cut with
+    # "…" (never broken mid-word); --json is the same bytes as the JSON a pipe gets.
+    s = scene
+    env = dict(s.cli.env, COLUMNS=str(width))
+    run = CLI(env, in_process=True).run
+    hook = s.hooks["gh"]["webhook_id"]
+    lists = {
+        ("webhook", "list"): ["WEBHOOK", "OWNER", "ENDPOINT", "SOURCE", "QUEUE", "RULES"],
+        ("events", "list", "--webhook", hook): ["EVENT", "RECEIVED", "KIND", "DISPOSITION"],
+        ("todos", "list"): ["TODO", "ENDPOINT", "QUEUE", "STATE", "TITLE"],
+        ("endpoint", "list"): ["ID", "OWNER", "NAME", "STATE", "QUEUES", "VERBS"],
+    }
+    for args, keys in lists.items():
+        out = run(*args, "--table").stdout
+        lines = out.splitlines()
+        assert all(len(line) <= width for line in lines), out
+        header = next(line for line in lines if line.startswith("┃"))
+        assert [h.strip() for h in header.split("┃")[1:-1]][: len(keys)] == keys, out
+        rows = [line for line in lines if line.startswith("│")]
+        doc = json.loads(run(*args, "--json").stdout)
+        items = (
+            doc if isinstance(doc, list) else next(v for v in doc.values() if isinstance(v, list))
+        )
+        assert len(rows) == len(items), out  # one line per row
+        for line in rows:
+            for got in (c.strip() for c in line.split("│")[1:-1]):
+                # a cut value ends in "…" right after a character of it, never mid-line
+                assert "…" not in got[:-1], (args, got)
+        assert run(*args, "--json").stdout == run(*args).stdout  # a pipe gets the same JSON
+    assert "dropped" in run("events", "list", "--webhook", hook, "--table").stdout

@@ -130,11 +130,17 @@ def test_unknown_token_and_oversize_body(world: Any, module_dsn: str) -> None:
     # (a module's tests run one at a time, so its growth here is this test's).
     events_before = _scalar(module_dsn, "SELECT count(*) FROM events")
     resp = httpx.post(srv.base_url + "/webhooks/w/" + "0" * 48, content=b"{}", timeout=30)
-    assert resp.status_code == 404 and resp.json() == {"error": "unknown webhook"}
+    assert resp.status_code == 404 and resp.json() == {
+        "error": "unknown webhook",
+        "code": "not_found",
+    }
     hook = w.webhook("owner", "generic")
     big = b"x" * (5 * 1024 * 1024 + 1)
     resp = httpx.post(hook["ingest_url"], content=big, timeout=60)
-    assert resp.status_code == 413 and resp.json() == {"error": "payload too large"}
+    assert resp.status_code == 413 and resp.json() == {
+        "error": "payload too large",
+        "code": "payload_too_large",
+    }
     # Size is checked before the token: an unknown token with a huge body is still 413.
     resp = httpx.post(srv.base_url + "/webhooks/w/nope", content=big, timeout=60)
     assert resp.status_code == 413
@@ -159,7 +165,10 @@ def test_signed_sources_accept_right_and_refuse_wrong(
         body = next(FIXTURES.glob(f"{source}*.json"))
     raw = body.read_bytes()
     bad = _post(hook["ingest_url"], source, raw, "whsec_" + "0" * 64, event="issues", stamp=True)
-    assert bad.status_code == 401 and bad.json() == {"error": "signature verification failed"}
+    assert bad.status_code == 401 and bad.json() == {
+        "error": "signature verification failed",
+        "code": "unauthenticated",
+    }
     assert _events(module_dsn, hook) == 0 and _todos(module_dsn, w) == 0
     ok = _post(hook["ingest_url"], source, raw, secret, event="issues", stamp=True)
     assert ok.status_code == 202, ok.text
@@ -222,7 +231,10 @@ def test_no_live_target_is_503(world: Any, module_dsn: str) -> None:
     hook = w.webhook("owner", "generic")
     w.cli.json("endpoint", "revoke", w.endpoints["owner"]["endpoint_id"])
     resp = httpx.post(hook["ingest_url"], content=b"{}", timeout=30)
-    assert resp.status_code == 503 and resp.json() == {"error": "webhook not configured"}
+    assert resp.status_code == 503 and resp.json() == {
+        "error": "webhook not configured",
+        "code": "unavailable",
+    }
     assert _events(module_dsn, hook) == 0
 
 

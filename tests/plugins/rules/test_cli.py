@@ -209,3 +209,31 @@ def test_packs_lists_the_shipped_packs_and_checks_offline(tmp_path: Path) -> Non
         _write(tmp_path, "g.json", grant),
     )
     assert out["ok"] is True
+
+
+def test_json_files_refuse_unknown_keys_naming_them(tmp_path: Path) -> None:
+    # A misspelt key is never dropped without a word: the grant, the routing config
+    # (its schema is closed) and the diff's candidate each refuse it by name.
+    cli = _cli(tmp_path)
+    config = _write(tmp_path, "r.json", {"rules": []})
+    grant = _write(tmp_path, "g.json", {"target_queue": "inbox", "queus": ["inbox"]})
+    proc = cli.run("rules", "check", config, "--grant", grant, check=False)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "invalid_argument: --grant: unknown key 'queus'" in proc.stderr
+    config = _write(tmp_path, "r2.json", {"rules": [], "on_fault": "hold"})
+    proc = cli.run("rules", "check", config, check=False)
+    assert proc.returncode == 2 and "'on_fault'" in json.loads(proc.stdout)["error"]["message"]
+
+
+def test_the_diff_candidate_refuses_unknown_keys(tmp_path: Path) -> None:
+    from switchboard_rules import history_cli
+
+    from switchboard.errors import InvalidArgument
+
+    path = _write(tmp_path, "c.json", {"rules": [], "default_actoin": None, "x": 1})
+    with pytest.raises(InvalidArgument, match=r"CANDIDATE: unknown keys 'default_actoin', 'x'"):
+        history_cli._read(path)
+    assert history_cli._read(_write(tmp_path, "ok.json", {"params": {}})) == {
+        "params": {},
+        "rules": [],
+    }
