@@ -3,9 +3,9 @@ any misbehaviour turned into a fault naming the stage (never a lost delivery).""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-import anyio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -44,7 +44,8 @@ async def call_stage(
     """What ``stage`` answered for ``ctx``, or the fault it earned (which the caller turns
     into the default)."""
     try:
-        with anyio.fail_after(timeout_ms / 1000):
+        # asyncio's own timeout: the cheapest deadline on the hot path (one timer handle).
+        async with asyncio.timeout(timeout_ms / 1000):
             result = await stage.route(ctx)
     except TimeoutError:
         return Fault.of_stage(stage.name, CAUSE_STAGE_TIMEOUT, f"no answer within {timeout_ms} ms")
