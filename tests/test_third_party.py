@@ -343,9 +343,10 @@ async def test_acme_source_live_dry_runs_send_and_sink(
         "disposition": "routed",
         "todos": [live["todos"][0]["id"]],
         "keys": sorted(SinkEvent.__required_keys__ | SinkEvent.__optional_keys__),
+        "title": "Printer on fire",
     }
     assert second["todos"] == [t["id"] for t in sent["response"]["todos"]]
-    assert second["kind"] == "ticket.opened"
+    assert second["kind"] == "ticket.opened" and second["title"] == "Low toner"
 
     # Start-up ran in the server, and the never-deciding stage saw every routed delivery
     # (three live, two MCP dry runs) without deciding any.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class SinkEvent(TypedDict):
@@ -11,7 +11,9 @@ class SinkEvent(TypedDict):
     ``headers`` are the sanitized producer headers; ``raw_headers`` the header block as
     received (secret values redacted); ``body`` the raw body bytes; ``external_id`` the
     idempotency key (``<webhook id>:<delivery id>``); ``disposition`` ``routed`` (sinks
-    never see a drop); ``routing_trace`` the trace (``schemas/trace.schema.json``).
+    never see a drop); ``routing_trace`` the trace (``schemas/trace.schema.json``);
+    ``envelope`` the envelope the routing stages saw, its projections' keys included (a live
+    delivery's; a sink handed an event from elsewhere may not get it).
     """
 
     id: str
@@ -29,6 +31,7 @@ class SinkEvent(TypedDict):
     verify_detail: str | None
     routing_trace: dict[str, Any]
     disposition: str
+    envelope: NotRequired[dict[str, Any]]
 
 
 class SinkTodo(TypedDict):

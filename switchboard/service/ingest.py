@@ -209,7 +209,7 @@ async def _ingest(
     if created:
         _run_sinks(
             rt,
-            cast(SinkEvent, {"id": outcome.event_id, **event}),
+            cast(SinkEvent, {"id": outcome.event_id, **event, "envelope": envelope}),
             [
                 SinkTodo(
                     id=str(t["id"]),

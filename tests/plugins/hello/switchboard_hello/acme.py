@@ -104,6 +104,8 @@ class JsonLinesSink:
             "disposition": event["disposition"],
             "todos": [todo["id"] for todo in todos],
             "keys": sorted(event),
+            # the envelope the stages saw, with this plugin's own projection in it
+            "title": (event.get("envelope") or {}).get("acme", {}).get("title"),
         }
         await asyncio.to_thread(self._append, json.dumps(line) + "\n")
 
