@@ -33,12 +33,29 @@ def switchboard_config_schema() -> dict[str, Any]:
     return CONFIG_SCHEMA
 
 
+#: The verbs that change a webhook: not a drain-only endpoint's unless vended with them.
+MANAGING = frozenset(
+    {
+        "create_webhook",
+        "rotate_webhook",
+        "delete_webhook",
+        "add_webhook_route",
+        "remove_webhook_route",
+    }
+)
+
+
 @hookimpl
 def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
     """The built-in verbs: webhooks, routes, events and the drain verbs (rules: that plugin)."""
     for module in (tools_webhooks, tools_events, tools_todos):
         for fn in module.TOOLS:
-            register.add_tool(fn.__name__, fn, description=inspect.cleandoc(fn.__doc__ or ""))
+            register.add_tool(
+                fn.__name__,
+                fn,
+                description=inspect.cleandoc(fn.__doc__ or ""),
+                manages_webhooks=fn.__name__ in MANAGING,
+            )
 
 
 @hookimpl

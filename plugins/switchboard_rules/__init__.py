@@ -51,12 +51,31 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
     commands.register(register)
 
 
+#: The verbs that write a webhook's rules: not a drain-only endpoint's unless vended with
+#: them (the reads, dry runs and diffs stay every endpoint's).
+MANAGING = frozenset(
+    {
+        "set_webhook_rules",
+        "add_webhook_rule",
+        "update_webhook_rule",
+        "move_webhook_rule",
+        "remove_webhook_rule",
+        "install_rule_pack",
+    }
+)
+
+
 @hookimpl
 def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
     """This plugin's verbs: list, set, add, update, move, remove and test a webhook's rules;
     list and install rule packs."""
     for fn in tools.TOOLS:
-        register.add_tool(fn.__name__, fn, description=inspect.cleandoc(fn.__doc__ or ""))
+        register.add_tool(
+            fn.__name__,
+            fn,
+            description=inspect.cleandoc(fn.__doc__ or ""),
+            manages_webhooks=fn.__name__ in MANAGING,
+        )
 
 
 @hookimpl

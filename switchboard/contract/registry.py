@@ -148,6 +148,9 @@ class MCPTool:
     fn: Callable[..., Awaitable[Any]]
     description: str = ""
     verb: str = ""
+    #: The verb changes a webhook (creates, rotates, deletes it, or writes its rules or
+    #: routes): an endpoint that may own no webhooks is not given it unless vended with it.
+    manages_webhooks: bool = False
 
     def __post_init__(self) -> None:
         self.verb = self.verb or self.name
@@ -157,9 +160,17 @@ class MCPToolRegistry(NamedRegistry[MCPTool]):
     kind = "MCP tool"
 
     def add_tool(
-        self, name: str, fn: Callable[..., Awaitable[Any]], description: str = "", verb: str = ""
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[Any]],
+        description: str = "",
+        verb: str = "",
+        *,
+        manages_webhooks: bool = False,
     ) -> MCPTool:
-        return self.add(MCPTool(name, fn, description or (fn.__doc__ or "").strip(), verb))
+        return self.add(
+            MCPTool(name, fn, description or (fn.__doc__ or "").strip(), verb, manages_webhooks)
+        )
 
 
 @dataclass

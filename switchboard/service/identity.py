@@ -109,6 +109,16 @@ def known_verbs(rt: Runtime) -> list[str]:
     return sorted({tool.verb for tool in rt.registries.mcp_tools})
 
 
+def default_verbs(rt: Runtime, *, may_own_webhooks: bool) -> list[str]:
+    """The verbs an endpoint gets when ``--verbs`` is not given: every one, except that an
+    endpoint which may own no webhooks (a pool that drains queues and reads prompt-
+    injectable todo text) gets none of the verbs that change its human's webhooks."""
+    if may_own_webhooks:
+        return known_verbs(rt)
+    managing = {t.verb for t in rt.registries.mcp_tools if t.manages_webhooks}
+    return [v for v in known_verbs(rt) if v not in managing]
+
+
 async def vend_endpoint(
     rt: Runtime,
     *,
@@ -133,7 +143,11 @@ async def vend_endpoint(
     if not isinstance(webhook_max, int) or not 0 <= webhook_max <= 1000:
         raise InvalidArgument("webhook_max: must be an integer from 0 to 1000")
     all_verbs = known_verbs(rt)
-    chosen = list(dict.fromkeys(verbs)) if verbs is not None else all_verbs
+    chosen = (
+        list(dict.fromkeys(verbs))
+        if verbs is not None
+        else default_verbs(rt, may_own_webhooks=webhook_max > 0 and bool(webhook_queues))
+    )
     bad = [v for v in chosen if v not in all_verbs]
     if bad:
         raise InvalidArgument(f"verbs: unknown verb {bad[0]!r}")
