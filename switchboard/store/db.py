@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import uuid
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, AsyncIterator, Sequence, cast
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import RowMaker, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -43,6 +47,78 @@ def is_uuid(value: object) -> bool:
     return True
 
 
+def abandon(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Break ``conn`` at once: whatever awaits it fails now with OperationalError.
+
+    A shutdown of the socket, not a close of its descriptor (the event loop still watches
+    that one) nor a cancellation (which waits on the server: ~10 s on a frozen one). The
+    connection is left BAD, so the pool throws it away instead of lending it again.
+    """
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:
+        return  # already closed
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _Scope:
+    """One store interaction under a deadline: the connection it holds, if any yet."""
+
+    def __init__(self) -> None:
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.abandoned = False
+
+    def lend(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        if self.abandoned:
+            abandon(conn)
+
+    def expire(self) -> None:
+        self.abandoned = True
+        if self.conn is not None:
+            abandon(self.conn)
+
+
+#: The interaction the current task is in (the pool's check runs inside it).
+_SCOPE: ContextVar[_Scope | None] = ContextVar("switchboard_store_scope", default=None)
+
+
+async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check before lending: an empty statement, under the lender's deadline."""
+    scope = _SCOPE.get()
+    if scope is not None:
+        scope.lend(conn)
+    await AsyncConnectionPool.check_connection(conn)
+
+
+def _connection_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
+    """What every pooled connection is opened with: the deadlines the server keeps too.
+
+    ``statement_timeout`` and ``idle_in_transaction_session_timeout`` end, on the server,
+    what a client abandoned (a statement it stopped waiting for, a transaction it left
+    open); keepalives and ``tcp_user_timeout`` find a dead peer on TCP without waiting for
+    the kernel's retransmission timers. An ``options`` the DSN already has is kept.
+    """
+    ms = max(1, round(timeout * 1000))
+    own = conninfo_to_dict(dsn).get("options") or ""
+    options = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
+    return {
+        "row_factory": _row_factory,
+        "autocommit": True,
+        "connect_timeout": max(1, round(timeout)),
+        "options": f"{own} {options}".strip(),
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": ms,
+    }
+
+
 class Database:
     """Owns the async pool; query mixins use :meth:`conn` and :meth:`tx`."""
 
@@ -50,19 +126,18 @@ class Database:
         self, dsn: str, *, min_size: int = 2, max_size: int = 20, acquire_timeout: float = 2.0
     ) -> None:
         self.dsn = dsn
-        # A request waits at most ``acquire_timeout`` for a connection: with the database
-        # gone, a producer gets its 503 quickly (and retries) instead of holding a socket
-        # for the pool's reconnect loop. New connections get the same bound to connect.
+        #: The deadline of one store interaction: acquiring a connection and every
+        #: statement on it (README: ``server.database_timeout_ms``).
+        self.timeout = acquire_timeout
+        # With the database gone, a producer gets its 503 quickly (and retries) instead of
+        # holding a socket for the pool's reconnect loop. New connections get the same
+        # bound to connect.
         self.pool = AsyncConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             open=False,
-            kwargs={
-                "row_factory": _row_factory,
-                "autocommit": True,
-                "connect_timeout": max(1, round(acquire_timeout)),
-            },
+            kwargs=_connection_kwargs(dsn, acquire_timeout),
             timeout=acquire_timeout,
         )
 
@@ -79,14 +154,36 @@ class Database:
     async def conn(
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
-        """A pooled autocommit connection; connection failures become StoreUnavailable."""
+        """A pooled autocommit connection; connection failures become StoreUnavailable.
+
+        Everything in the block, the wait for a connection included, finishes within
+        ``timeout`` (default: the pool's): past it the connection is abandoned (see
+        :func:`abandon`), the statement awaiting it fails, and the pool discards it.
+        """
+        limit = self.timeout if timeout is None else timeout
+        scope = _Scope()
+        expiry = asyncio.get_running_loop().call_later(limit, scope.expire)
+        token = _SCOPE.set(scope)
         try:
-            async with self.pool.connection(timeout=timeout) as conn:
-                yield cast("psycopg.AsyncConnection[Row]", conn)
+            async with self.pool.connection(timeout=limit) as conn:
+                scope.lend(conn)
+                try:
+                    yield cast("psycopg.AsyncConnection[Row]", conn)
+                finally:
+                    # Done with it before the pool takes it back: a deadline firing now
+                    # must not break a connection that is idle in the pool.
+                    expiry.cancel()
+                    scope.conn = None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if scope.abandoned:
+                detail = f"no answer within {limit:g} s: connection abandoned ({exc})"
+                raise StoreUnavailable(detail=detail) from exc
             raise StoreUnavailable(detail=str(exc)) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(detail=f"no connection within the timeout: {exc}") from exc
+        finally:
+            expiry.cancel()
+            _SCOPE.reset(token)
 
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
@@ -110,15 +207,11 @@ class Database:
 
     async def ping(self, timeout: float) -> bool:
         """True when the database answers within ``timeout`` seconds (False, never raises)."""
-
-        async def probe() -> bool:
+        try:
             async with self.conn(timeout=timeout) as conn:
                 cur = await conn.execute("SELECT 1 AS ok")
                 row = await cur.fetchone()
                 return bool(row and row["ok"] == 1)
-
-        try:
-            return await asyncio.wait_for(probe(), timeout)
-        except (StoreUnavailable, TimeoutError, psycopg.Error) as exc:
+        except (StoreUnavailable, psycopg.Error) as exc:
             log.warning("health check: database unavailable: %s", getattr(exc, "detail", exc))
             return False
