@@ -6,9 +6,10 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
+import weakref
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from typing import Any, AsyncIterator, Sequence, cast
 
 import psycopg
@@ -19,6 +20,12 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..errors import StoreUnavailable
 
 Row = dict[str, Any]
+
+#: A connection that answered this recently is lent without a check first: a server
+#: restart takes longer than this, so no connection lent after one skips its check.
+CHECK_AFTER_IDLE_S = 0.1
+#: Connections tried (each checked) for one interaction before it gives up.
+LEND_TRIES = 3
 
 log = logging.getLogger("switchboard.store")
 
@@ -83,18 +90,6 @@ class _Scope:
             abandon(self.conn)
 
 
-#: The interaction the current task is in (the pool's check runs inside it).
-_SCOPE: ContextVar[_Scope | None] = ContextVar("switchboard_store_scope", default=None)
-
-
-async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The pool's check before lending: an empty statement, under the lender's deadline."""
-    scope = _SCOPE.get()
-    if scope is not None:
-        scope.lend(conn)
-    await AsyncConnectionPool.check_connection(conn)
-
-
 def _connection_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
     """What every pooled connection is opened with: the deadlines the server keeps too.
 
@@ -132,13 +127,17 @@ class Database:
         # With the database gone, a producer gets its 503 quickly (and retries) instead of
         # holding a socket for the pool's reconnect loop. New connections get the same
         # bound to connect.
-        self.pool = AsyncConnectionPool(
+        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             open=False,
             kwargs=_connection_kwargs(dsn, acquire_timeout),
             timeout=acquire_timeout,
+        )
+        #: When each connection last finished an interaction without an error.
+        self._answered: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary()
         )
 
     async def open(self) -> None:
@@ -161,29 +160,68 @@ class Database:
         :func:`abandon`), the statement awaiting it fails, and the pool discards it.
         """
         limit = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
         scope = _Scope()
-        expiry = asyncio.get_running_loop().call_later(limit, scope.expire)
-        token = _SCOPE.set(scope)
+        expiry = loop.call_later(limit, scope.expire)
+        conn: psycopg.AsyncConnection[Row] | None = None
         try:
-            async with self.pool.connection(timeout=limit) as conn:
-                scope.lend(conn)
-                try:
-                    yield cast("psycopg.AsyncConnection[Row]", conn)
-                finally:
-                    # Done with it before the pool takes it back: a deadline firing now
-                    # must not break a connection that is idle in the pool.
-                    expiry.cancel()
-                    scope.conn = None
+            conn = await self._lend(scope, loop.time() + limit)
+            ok = False
+            try:
+                yield conn
+                ok = True
+            finally:
+                # Done with it before the pool takes it back: a deadline firing now
+                # must not break a connection that is idle in the pool.
+                expiry.cancel()
+                scope.conn = None
+                if ok:
+                    self._answered[conn] = time.monotonic()
+                else:
+                    self._answered.pop(conn, None)
+                await self.pool.putconn(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if scope.abandoned:
                 detail = f"no answer within {limit:g} s: connection abandoned ({exc})"
                 raise StoreUnavailable(detail=detail) from exc
+            if conn is not None and conn.broken:
+                await self._server_lost()
             raise StoreUnavailable(detail=str(exc)) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(detail=f"no connection within the timeout: {exc}") from exc
         finally:
             expiry.cancel()
-            _SCOPE.reset(token)
+
+    async def _lend(self, scope: _Scope, deadline: float) -> psycopg.AsyncConnection[Row]:
+        """A connection from the pool that works: after an idle gap or an error it is
+        checked first, and one that fails the check is thrown away with the whole pool
+        (the server restarted: every connection opened before is dead), then another is
+        tried at once (psycopg_pool's own check would wait a second's backoff first)."""
+        loop = asyncio.get_running_loop()
+        for _ in range(LEND_TRIES):
+            conn = cast(
+                "psycopg.AsyncConnection[Row]",
+                await self.pool.getconn(timeout=max(0.0, deadline - loop.time())),
+            )
+            scope.lend(conn)
+            answered = self._answered.get(conn)
+            if answered is not None and time.monotonic() - answered < CHECK_AFTER_IDLE_S:
+                return conn
+            try:
+                await conn.execute("")
+                return conn
+            except psycopg.Error:
+                await self.pool.putconn(conn)  # broken: the pool discards it
+                if scope.abandoned:
+                    raise
+                log.info("a pooled connection failed its check: discarding the pool's")
+                await self._server_lost()
+        raise StoreUnavailable(detail=f"{LEND_TRIES} pooled connections in a row were dead")
+
+    async def _server_lost(self) -> None:
+        """A connection died under us: the others, opened to the same server, go too."""
+        self._answered.clear()
+        await self.pool.drain()
 
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:

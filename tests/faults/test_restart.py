@@ -1,0 +1,56 @@
+"""After PostgreSQL restarts, no request fails on a connection the old server's death
+left in the pool: each is checked before it is lent, and a dead one takes the pool's
+others with it."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from sbfaults import PrivatePostgres, deliver, mcp_call, mcp_message, stored_deliveries
+from sbtest import CLI
+from sbworld import World
+
+POOL = 4
+
+
+@pytest.mark.slow
+def test_after_a_restart_every_request_succeeds(
+    server_factory: Any, private_pg: PrivatePostgres, private_dsn: str, fault_config: Any
+) -> None:
+    config = fault_config(f"[server]\npool_min_size = {POOL}\npool_max_size = {POOL}\n")
+    srv = server_factory(private_dsn, config=config)
+    w = World(CLI(srv.env))
+    w.human("alice")
+    token = w.endpoint("alice", "owner")["token"]
+    url = w.webhook("owner", "generic")["ingest_url"]
+    mcp = srv.base_url + "/mcp"
+    with httpx.Client(timeout=30) as http:
+        # Every pooled connection has served, concurrently, before the restart.
+        with ThreadPoolExecutor(2 * POOL) as pool:
+            warm = list(pool.map(lambda i: deliver(http, url, f"warm-{i}"), range(4 * POOL)))
+        assert {r.status_code for r in warm} == {202}
+
+        private_pg.restart()  # returns once the new server accepts connections
+        restarted = time.monotonic()
+        health = http.get(srv.base_url + "/healthz")
+        health_after = time.monotonic() - restarted
+        assert health.status_code == 200, health.text
+        assert health_after < 1.0, health_after
+
+        # More requests than the pool holds connections, one after another: none fails.
+        failures = []
+        for i in range(3 * POOL):
+            resp = deliver(http, url, f"after-{i}")
+            if resp.status_code != 202:
+                failures.append(("ingest", resp.status_code, resp.text))
+            call = mcp_call(http, mcp, token, "list_todos", {}, rid=i)
+            if call.status_code != 200 or "error" in mcp_message(call):
+                failures.append(("mcp", call.status_code, call.text))
+        assert failures == []
+        print(f"\nrestart: /healthz 200 {health_after:.2f} s after; {6 * POOL} requests, 0 failed")
+    ids = [f"warm-{i}" for i in range(4 * POOL)] + [f"after-{i}" for i in range(3 * POOL)]
+    assert stored_deliveries(private_dsn) == {d: 1 for d in ids}
