@@ -11,7 +11,7 @@ from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
-from . import loghygiene, scrape
+from . import arrival, loghygiene, scrape
 from .config import load_config
 from .errors import RETRY_AFTER_SECONDS, StoreUnavailable, SwitchboardError, http_status
 from .runtime import Runtime
@@ -51,6 +51,11 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     max_body = int(rt.config.section("ingest")["max_body_bytes"])
     app.config.REQUEST_MAX_SIZE = max_body
     app.config.KEEP_ALIVE_TIMEOUT = 30
+    # Total deadlines on each request's arrival (read by arrival.BoundedProtocol, which
+    # serve runs): Sanic's own REQUEST_TIMEOUT is reset by every byte.
+    server = rt.config.section("server")
+    app.config[arrival.HEADER_KEY] = int(server.get("header_timeout_ms", 10000)) / 1000
+    app.config[arrival.BODY_KEY] = int(server.get("body_timeout_ms", 30000)) / 1000
     app.config.MOTD = False
     app.ctx.runtime = rt
     app.ctx.draining = False

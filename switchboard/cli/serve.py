@@ -104,6 +104,7 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     from sanic import Sanic
 
     from .. import scrape
+    from ..arrival import BoundedProtocol
 
     dsn = rt.ensure_database()
     applied = asyncio.run(rt.migrate())
@@ -127,7 +128,14 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
 
         app = create_app(rt)
         log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
-        app.run(host=host, port=port, single_process=True, access_log=access_log, motd=False)
+        app.run(
+            host=host,
+            port=port,
+            single_process=True,
+            access_log=access_log,
+            motd=False,
+            protocol=BoundedProtocol,
+        )
         return 0
     # Workers are fresh processes: hand them the database this process started and
     # let each rebuild its runtime from the same config. Each writes its series to the
@@ -144,6 +152,13 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     loader = AppLoader(factory=app_from_environment)
     app = loader.load()
     log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
-    app.prepare(host=host, port=port, workers=workers, access_log=access_log, motd=False)
+    app.prepare(
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=access_log,
+        motd=False,
+        protocol=BoundedProtocol,
+    )
     Sanic.serve(primary=app, app_loader=loader)
     return 0

@@ -153,17 +153,23 @@ def stored_deliveries(dsn: str) -> dict[str, int]:
     return {str(r[0]).split(":", 1)[-1]: int(r[1]) for r in rows}
 
 
-def crawl(port: int, data: bytes, *, every: float, limit: float) -> tuple[float, bytes, bool]:
-    """Send ``data`` one byte each ``every`` seconds, for at most ``limit`` seconds.
+def crawl(
+    port: int, data: bytes, *, every: float, limit: float, burst: int = 0
+) -> tuple[float, bytes, bool]:
+    """Send ``data`` (its first ``burst`` bytes at once) one byte each ``every`` seconds,
+    for at most ``limit`` seconds.
 
-    ``(seconds until the server closed or answered, what it sent, closed by the server)``.
+    ``(seconds from the first trickled byte until the server closed, what it sent, whether
+    it closed)``.
     """
     sock = socket.create_connection(("127.0.0.1", port), timeout=limit)
-    started = time.monotonic()
     got = b""
     try:
+        if burst:
+            sock.sendall(data[:burst])
+        started = time.monotonic()
         sock.setblocking(False)
-        for byte in data:
+        for byte in data[burst:]:
             try:
                 sock.send(bytes([byte]))
             except OSError:
