@@ -56,6 +56,8 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     server = rt.config.section("server")
     app.config[arrival.HEADER_KEY] = int(server.get("header_timeout_ms", 10000)) / 1000
     app.config[arrival.BODY_KEY] = int(server.get("body_timeout_ms", 30000)) / 1000
+    # How long a stop waits for the requests in flight before it cuts them.
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = float(server.get("shutdown_grace_s", 15))
     app.config.MOTD = False
     app.ctx.runtime = rt
     app.ctx.draining = False
@@ -82,6 +84,13 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
 
     @app.after_server_stop
     async def _close(app: Sanic[Any, Any]) -> None:
+        if cut := arrival.cut_at_stop():
+            log.warning(
+                "shutdown: %d request(s) still in flight after server.shutdown_grace_s (%g s)"
+                " were cut",
+                cut,
+                app.config.GRACEFUL_SHUTDOWN_TIMEOUT,
+            )
         await rt.shutdown()
         scrape.process_exit()
 

@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
         "database_timeout_ms": 2000,
         "header_timeout_ms": 10000,
         "body_timeout_ms": 30000,
+        "shutdown_grace_s": 15,
     },
     "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24, "batch_max": 256},
     "routing": {"stages": ["rules", "llm"]},
