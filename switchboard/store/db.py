@@ -10,7 +10,7 @@ import time
 import uuid
 import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence, cast
+from typing import Any, AsyncIterator, Sequence
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -26,6 +26,8 @@ Row = dict[str, Any]
 CHECK_AFTER_IDLE_S = 0.1
 #: Connections tried (each checked) for one interaction before it gives up.
 LEND_TRIES = 3
+#: The server ends a transaction left idle this long (its client gone without a word).
+IDLE_IN_TRANSACTION_MS = 60_000
 
 log = logging.getLogger("switchboard.store")
 
@@ -72,35 +74,54 @@ def abandon(conn: psycopg.AsyncConnection[Any]) -> None:
         pass
 
 
-class _Scope:
-    """One store interaction under a deadline: the connection it holds, if any yet."""
+class DeadlineConnection(psycopg.AsyncConnection[Row]):
+    """A connection on which every wait for the server has a deadline.
 
-    def __init__(self) -> None:
-        self.conn: psycopg.AsyncConnection[Any] | None = None
-        self.abandoned = False
+    All of psycopg's statements, commits and rollbacks wait in :meth:`wait`: past
+    ``statement_s`` (the store's ``database_timeout_ms``), or past ``until`` when an
+    interaction was given a total, the connection is abandoned (see :func:`abandon`) and
+    the wait fails at once. Time a caller spends between statements (a rules compile
+    inside a transaction) is not the database's and is not counted.
+    """
 
-    def lend(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
-        if self.abandoned:
-            abandon(conn)
+    statement_s: float = 2.0
+    #: The loop time the current lending must finish by (None: each statement its own).
+    until: float | None = None
+    abandoned: bool = False
 
-    def expire(self) -> None:
+    async def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        seconds = self.statement_s
+        if self.until is not None:
+            seconds = min(seconds, self.until - loop.time())
+        expiry = loop.call_later(max(0.0, seconds), self._expire)
+        try:
+            return await super().wait(gen, *args, **kwargs)
+        finally:
+            expiry.cancel()
+
+    def _expire(self) -> None:
         self.abandoned = True
-        if self.conn is not None:
-            abandon(self.conn)
+        abandon(self)
+
+
+def _abandoned(limit: float, exc: BaseException) -> str:
+    return f"no answer within {limit:g} s: connection abandoned ({exc})"
 
 
 def _connection_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
     """What every pooled connection is opened with: the deadlines the server keeps too.
 
-    ``statement_timeout`` and ``idle_in_transaction_session_timeout`` end, on the server,
-    what a client abandoned (a statement it stopped waiting for, a transaction it left
-    open); keepalives and ``tcp_user_timeout`` find a dead peer on TCP without waiting for
-    the kernel's retransmission timers. An ``options`` the DSN already has is kept.
+    ``statement_timeout`` ends on the server a statement its client stopped waiting for,
+    and ``idle_in_transaction_session_timeout`` a transaction a client left open (longer:
+    a caller may work between a transaction's statements); keepalives and
+    ``tcp_user_timeout`` find a dead peer on TCP without waiting for the kernel's
+    retransmission timers. An ``options`` the DSN already has is kept.
     """
     ms = max(1, round(timeout * 1000))
+    idle_ms = max(ms, IDLE_IN_TRANSACTION_MS)
     own = conninfo_to_dict(dsn).get("options") or ""
-    options = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
+    options = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={idle_ms}"
     return {
         "row_factory": _row_factory,
         "autocommit": True,
@@ -133,6 +154,8 @@ class Database:
             max_size=max_size,
             open=False,
             kwargs=_connection_kwargs(dsn, acquire_timeout),
+            connection_class=DeadlineConnection,
+            configure=self._configure,
             timeout=acquire_timeout,
         )
         #: When each connection last finished an interaction without an error.
@@ -149,71 +172,69 @@ class Database:
     async def close(self) -> None:
         await self.pool.close()
 
+    async def _configure(self, conn: DeadlineConnection) -> None:
+        conn.statement_s = self.timeout
+
     @asynccontextmanager
     async def conn(
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
         """A pooled autocommit connection; connection failures become StoreUnavailable.
 
-        Everything in the block, the wait for a connection included, finishes within
-        ``timeout`` (default: the pool's): past it the connection is abandoned (see
-        :func:`abandon`), the statement awaiting it fails, and the pool discards it.
+        The wait for a connection, and each statement on it, take at most the pool's
+        timeout; with ``timeout`` given, the whole block does (``/healthz``). Past it the
+        connection is abandoned (see :func:`abandon`), the statement awaiting it fails,
+        and the pool discards it.
         """
         limit = self.timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
-        scope = _Scope()
-        expiry = loop.call_later(limit, scope.expire)
-        conn: psycopg.AsyncConnection[Row] | None = None
+        until = None if timeout is None else loop.time() + timeout
+        conn: DeadlineConnection | None = None
         try:
-            conn = await self._lend(scope, loop.time() + limit)
+            conn = await self._lend(limit, until)
             ok = False
             try:
                 yield conn
                 ok = True
             finally:
-                # Done with it before the pool takes it back: a deadline firing now
-                # must not break a connection that is idle in the pool.
-                expiry.cancel()
-                scope.conn = None
+                conn.until = None
                 if ok:
                     self._answered[conn] = time.monotonic()
                 else:
                     self._answered.pop(conn, None)
                 await self.pool.putconn(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            if scope.abandoned:
-                detail = f"no answer within {limit:g} s: connection abandoned ({exc})"
-                raise StoreUnavailable(detail=detail) from exc
+            if conn is not None and conn.abandoned:
+                raise StoreUnavailable(detail=_abandoned(limit, exc)) from exc
             if conn is not None and conn.broken:
                 await self._server_lost()
             raise StoreUnavailable(detail=str(exc)) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(detail=f"no connection within the timeout: {exc}") from exc
-        finally:
-            expiry.cancel()
 
-    async def _lend(self, scope: _Scope, deadline: float) -> psycopg.AsyncConnection[Row]:
+    async def _lend(self, limit: float, until: float | None) -> DeadlineConnection:
         """A connection from the pool that works: after an idle gap or an error it is
         checked first, and one that fails the check is thrown away with the whole pool
         (the server restarted: every connection opened before is dead), then another is
         tried at once (psycopg_pool's own check would wait a second's backoff first)."""
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
         for _ in range(LEND_TRIES):
-            conn = cast(
-                "psycopg.AsyncConnection[Row]",
-                await self.pool.getconn(timeout=max(0.0, deadline - loop.time())),
+            conn: DeadlineConnection = await self.pool.getconn(
+                timeout=max(0.0, deadline - loop.time())
             )
-            scope.lend(conn)
+            conn.until = until
             answered = self._answered.get(conn)
             if answered is not None and time.monotonic() - answered < CHECK_AFTER_IDLE_S:
                 return conn
             try:
                 await conn.execute("")
                 return conn
-            except psycopg.Error:
+            except psycopg.Error as exc:
+                conn.until = None
                 await self.pool.putconn(conn)  # broken: the pool discards it
-                if scope.abandoned:
-                    raise
+                if conn.abandoned:
+                    raise StoreUnavailable(detail=_abandoned(limit, exc)) from exc
                 log.info("a pooled connection failed its check: discarding the pool's")
                 await self._server_lost()
         raise StoreUnavailable(detail=f"{LEND_TRIES} pooled connections in a row were dead")

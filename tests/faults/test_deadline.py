@@ -52,3 +52,20 @@ async def test_a_statement_on_a_frozen_server_fails_on_time_and_its_connection_i
         )
     finally:
         await asyncio.wait_for(db.close(), 10)
+
+
+async def test_time_a_caller_spends_between_statements_is_not_the_databases(
+    private_dsn: str,
+) -> None:
+    """A rules compile runs inside the webhook's transaction: only the waits on the server
+    have the deadline, not the work between them."""
+    db = Database(private_dsn, min_size=1, max_size=2, acquire_timeout=TIMEOUT_S)
+    await db.open()
+    try:
+        async with db.tx() as conn:
+            await conn.execute("SELECT 1")
+            await asyncio.sleep(TIMEOUT_S * 2)
+            row = await (await conn.execute("SELECT 2 AS n")).fetchone()
+        assert row == {"n": 2}
+    finally:
+        await asyncio.wait_for(db.close(), 10)
