@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import os
@@ -71,21 +72,46 @@ def add_metrics_route(app: Sanic[Any, Any], rt: Runtime) -> None:
     if not enabled or addr:
         return
 
-    last: list[Any] = []  # [(monotonic time read, rows)] once read
+    counts = _TodoCounts(rt)
 
     @app.get(PATH, name="metrics")
     async def scrape(request: Request) -> HTTPResponse:
         extra: list[Metric] = []
-        try:
-            rows = await rt.store.todo_counts(timeout=TODO_COUNTS_WAIT_S)
-            last[:] = [(time.monotonic(), rows)]
-        except Exception as exc:  # the other series still answer while the database is away
-            log.warning("metrics: todo counts unavailable: %s", getattr(exc, "detail", exc))
-        if last:
-            read_at, rows = last[0]
+        last = await counts.read()
+        if last is not None:
+            read_at, rows = last
             extra.append(metrics.todo_family(rows, max_queues))
             extra.append(metrics.todo_age_family(time.monotonic() - read_at))
         return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
+
+
+class _TodoCounts:
+    """The todo gauge's rows, read by one task at a time that no scrape waits on for long.
+
+    A scrape starts a read (unless one is running) and waits :data:`TODO_COUNTS_WAIT_S`
+    for it; past that it serves the last rows read, and the read goes on under the store's
+    own deadline and updates them for the next scrape (a slow count is not abandoned, and
+    its connection not thrown away, at every scrape).
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.last: tuple[float, list[Any]] | None = None
+        self.reading: asyncio.Task[None] | None = None
+
+    async def read(self) -> tuple[float, list[Any]] | None:
+        if self.reading is None or self.reading.done():
+            self.reading = asyncio.get_running_loop().create_task(self._read())
+        await asyncio.wait({self.reading}, timeout=TODO_COUNTS_WAIT_S)
+        return self.last
+
+    async def _read(self) -> None:
+        try:
+            rows = await self.rt.store.todo_counts()
+        except Exception as exc:  # the other series still answer while the database is away
+            log.warning("metrics: todo counts unavailable: %s", getattr(exc, "detail", exc))
+            return
+        self.last = (time.monotonic(), rows)
 
 
 class _Listener(Collector):
