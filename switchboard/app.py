@@ -11,7 +11,7 @@ from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
-from . import arrival, loghygiene, scrape
+from . import arrival, lifeline, loghygiene, scrape
 from .config import load_config
 from .errors import RETRY_AFTER_SECONDS, StoreUnavailable, SwitchboardError, http_status
 from .runtime import Runtime
@@ -64,6 +64,8 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
 
     @app.before_server_start
     async def _open(app: Sanic[Any, Any]) -> None:
+        if lifeline.is_worker() and not lifeline.bind_to_serve():
+            app.add_task(lifeline.watch_serve(), name="switchboard-lifeline")
         await rt.open_store(migrate=False)
         await rt.startup()
         # Everything loaded so far (Sanic, psycopg, jsonschema, the plugins: ~130,000

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     # Sanic (through scrape) only here: every other command starts ~0.1 s sooner without it
     from sanic import Sanic
 
-    from .. import scrape
+    from .. import lifeline, scrape
     from ..arrival import BoundedProtocol
 
     dsn = rt.ensure_database()
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     # let each rebuild its runtime from the same config. Each writes its series to the
     # shared directory; a scrape sums them.
     os.environ["SWITCHBOARD_DATABASE_URL"] = dsn
+    # Each worker dies with this process (lifeline): it checks it has this parent.
+    os.environ[lifeline.SERVE_PID_ENV] = str(os.getpid())
     if rt.config.path is not None:
         os.environ["SWITCHBOARD_CONFIG"] = str(rt.config.path)
     scrape.prepare_multiprocess()
