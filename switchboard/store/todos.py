@@ -89,10 +89,9 @@ def todo_counts_sync(dsn: str, timeout_s: float = 2.0) -> list[Row]:
 class TodoQueries:
     db: Database
 
-    async def todo_counts(self, timeout: float | None = None) -> list[Row]:
-        """``{queue, state, n}`` for every queue and state but ``done`` (for the metrics);
-        ``timeout``: as :meth:`Database.conn`."""
-        async with self.db.conn(timeout) as conn:
+    async def todo_counts(self) -> list[Row]:
+        """``{queue, state, n}`` for every queue and state but ``done`` (for the metrics)."""
+        async with self.db.conn() as conn:
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL statement_timeout = {TODO_COUNTS_TIMEOUT_MS}")
                 cur = await conn.execute(TODO_COUNTS)
