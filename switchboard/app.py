@@ -11,7 +11,7 @@ from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
-from . import loghygiene, scrape
+from . import arrival, lifeline, loghygiene, scrape
 from .config import load_config
 from .errors import (
     RETRY_AFTER_SECONDS,
@@ -57,12 +57,21 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     max_body = int(rt.config.section("ingest")["max_body_bytes"])
     app.config.REQUEST_MAX_SIZE = max_body
     app.config.KEEP_ALIVE_TIMEOUT = 30
+    # Total deadlines on each request's arrival (read by arrival.BoundedProtocol, which
+    # serve runs): Sanic's own REQUEST_TIMEOUT is reset by every byte.
+    server = rt.config.section("server")
+    app.config[arrival.HEADER_KEY] = int(server.get("header_timeout_ms", 10000)) / 1000
+    app.config[arrival.BODY_KEY] = int(server.get("body_timeout_ms", 30000)) / 1000
+    # How long a stop waits for the requests in flight before it cuts them.
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = float(server.get("shutdown_grace_s", 15))
     app.config.MOTD = False
     app.ctx.runtime = rt
     app.ctx.draining = False
 
     @app.before_server_start
     async def _open(app: Sanic[Any, Any]) -> None:
+        if lifeline.is_worker() and not lifeline.bind_to_serve():
+            app.add_task(lifeline.watch_serve(), name="switchboard-lifeline")
         await rt.open_store(migrate=False)
         await rt.startup()
         # Everything loaded so far (Sanic, psycopg, jsonschema, the plugins: ~130,000
@@ -83,6 +92,13 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
 
     @app.after_server_stop
     async def _close(app: Sanic[Any, Any]) -> None:
+        if cut := arrival.cut_at_stop():
+            log.warning(
+                "shutdown: %d request(s) still in flight after server.shutdown_grace_s (%g s)"
+                " were cut",
+                cut,
+                app.config.GRACEFUL_SHUTDOWN_TIMEOUT,
+            )
         await rt.shutdown()
         scrape.process_exit()
 

@@ -148,6 +148,17 @@ def todo_family(rows: Iterable[Mapping[str, Any]], max_queues: int) -> GaugeMetr
     return family
 
 
+def todo_age_family(seconds: float) -> GaugeMetricFamily:
+    """``switchboard_todos_age_seconds``: how old the values of ``switchboard_todos`` are."""
+    family = GaugeMetricFamily(
+        "switchboard_todos_age_seconds",
+        "Seconds since switchboard_todos was read (0: at this scrape; more: the database"
+        " did not answer in time, so the last values read are served)",
+    )
+    family.add_metric([], round(seconds, 3))
+    return family
+
+
 class _Families(Collector):
     """A collector over families already built (the todo gauge, read before the scrape)."""
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +26,10 @@ from .store.todos import todo_counts_sync
 log = logging.getLogger("switchboard.metrics")
 
 PATH = "/metrics"
+
+#: How long a scrape waits for the todo gauge: past it, the last values read, with their
+#: age, so a scrape never waits on the database (README: /metrics within a second).
+TODO_COUNTS_WAIT_S = 0.5
 
 
 def settings(config: Config) -> tuple[bool, str, int]:
@@ -66,14 +72,46 @@ def add_metrics_route(app: Sanic[Any, Any], rt: Runtime) -> None:
     if not enabled or addr:
         return
 
+    counts = _TodoCounts(rt)
+
     @app.get(PATH, name="metrics")
     async def scrape(request: Request) -> HTTPResponse:
         extra: list[Metric] = []
+        last = await counts.read()
+        if last is not None:
+            read_at, rows = last
+            extra.append(metrics.todo_family(rows, max_queues))
+            extra.append(metrics.todo_age_family(time.monotonic() - read_at))
+        return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
+
+
+class _TodoCounts:
+    """The todo gauge's rows, read by one task at a time that no scrape waits on for long.
+
+    A scrape starts a read (unless one is running) and waits :data:`TODO_COUNTS_WAIT_S`
+    for it; past that it serves the last rows read, and the read goes on under the store's
+    own deadline and updates them for the next scrape (a slow count is not abandoned, and
+    its connection not thrown away, at every scrape).
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.last: tuple[float, list[Any]] | None = None
+        self.reading: asyncio.Task[None] | None = None
+
+    async def read(self) -> tuple[float, list[Any]] | None:
+        if self.reading is None or self.reading.done():
+            self.reading = asyncio.get_running_loop().create_task(self._read())
+        await asyncio.wait({self.reading}, timeout=TODO_COUNTS_WAIT_S)
+        return self.last
+
+    async def _read(self) -> None:
         try:
-            extra.append(metrics.todo_family(await rt.store.todo_counts(), max_queues))
+            rows = await self.rt.store.todo_counts()
         except Exception as exc:  # the other series still answer while the database is away
             log.warning("metrics: todo counts unavailable: %s", getattr(exc, "detail", exc))
-        return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
+            return
+        self.last = (time.monotonic(), rows)
 
 
 class _Listener(Collector):

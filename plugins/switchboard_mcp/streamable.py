@@ -13,7 +13,7 @@ from sanic.response import HTTPResponse, json, text
 
 from switchboard.runtime import Runtime
 
-from . import hosts, jsonrpc
+from . import hosts, jsonrpc, refusals
 from .auth import EndpointTokenVerifier, http_caller
 from .bridge import ASGIApp, serve_asgi
 from .server import SwitchboardMCP, build_server
@@ -43,6 +43,7 @@ def build_http(rt: Runtime) -> MCPHTTP:
         transport_security=security,
         max_request_body_size=int(rt.config.section("ingest")["max_body_bytes"]),
     )
+    refusals.install(asgi)
     return MCPHTTP(server, asgi, security)
 
 

@@ -106,7 +106,8 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     # Sanic (through scrape) only here: every other command starts ~0.1 s sooner without it
     from sanic import Sanic
 
-    from .. import scrape
+    from .. import lifeline, scrape
+    from ..arrival import BoundedProtocol
 
     dsn = rt.ensure_database()
     applied = asyncio.run(rt.migrate())
@@ -130,12 +131,21 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
 
         app = create_app(rt)
         log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
-        app.run(host=host, port=port, single_process=True, access_log=access_log, motd=False)
+        app.run(
+            host=host,
+            port=port,
+            single_process=True,
+            access_log=access_log,
+            motd=False,
+            protocol=BoundedProtocol,
+        )
         return 0
     # Workers are fresh processes: hand them the database this process started and
     # let each rebuild its runtime from the same config. Each writes its series to the
     # shared directory; a scrape sums them.
     os.environ["SWITCHBOARD_DATABASE_URL"] = dsn
+    # Each worker dies with this process (lifeline): it checks it has this parent.
+    os.environ[lifeline.SERVE_PID_ENV] = str(os.getpid())
     if rt.config.path is not None:
         os.environ["SWITCHBOARD_CONFIG"] = str(rt.config.path)
     scrape.prepare_multiprocess()
@@ -147,6 +157,13 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     loader = AppLoader(factory=app_from_environment)
     app = loader.load()
     log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
-    app.prepare(host=host, port=port, workers=workers, access_log=access_log, motd=False)
+    app.prepare(
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=access_log,
+        motd=False,
+        protocol=BoundedProtocol,
+    )
     Sanic.serve(primary=app, app_loader=loader)
     return 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from .. import metrics
+from ..errors import StoreUnavailable
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -34,7 +35,10 @@ class Batcher(Generic[T, R]):
     database; those are flushed by a task of their own. At most
     ``max_size`` items go into one flush. A flush that raises fails every item of its
     batch with that exception; a flush that must spare innocent items answers per item
-    instead (see ``store.events``). The state is per event loop, so a runtime used from
+    instead (see ``store.events``). A flush that fails with StoreUnavailable fails the
+    items waiting for the next one with it too: they would wait a whole second deadline
+    for the same answer (README: every request answers within ``database_timeout_ms``).
+    The state is per event loop, so a runtime used from
     several loops (tests, the CLI) never mixes their futures.
     """
 
@@ -85,6 +89,9 @@ class Batcher(Generic[T, R]):
                 return await self._lead(state, item)
             metrics.STORE_BATCH.labels(self._step).observe(1)
             [result] = await self._flush([item])
+        except StoreUnavailable as exc:
+            self._fail_waiting(state, exc)
+            raise
         finally:
             state.inline = False
             if state.waiting and state.flusher is None:
@@ -122,6 +129,8 @@ class Batcher(Generic[T, R]):
                     if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
                         self._fail_waiting(state, exc)
                         raise
+                    if isinstance(exc, StoreUnavailable):
+                        self._fail_waiting(state, exc)
                     continue
                 for (_, future), result in zip(batch, results, strict=True):
                     if future.done():

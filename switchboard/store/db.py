@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import time
 import uuid
+import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence, cast
+from typing import Any, AsyncIterator, Sequence
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import RowMaker, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreUnavailable
 
 Row = dict[str, Any]
+
+#: A connection that answered this recently is lent without a check first: a server
+#: restart takes longer than this, so no connection lent after one skips its check.
+CHECK_AFTER_IDLE_S = 0.1
+#: Connections tried (each checked) for one interaction before it gives up.
+LEND_TRIES = 3
+#: The server ends a transaction left idle this long (its client gone without a word).
+IDLE_IN_TRANSACTION_MS = 60_000
 
 log = logging.getLogger("switchboard.store")
 
@@ -43,6 +56,85 @@ def is_uuid(value: object) -> bool:
     return True
 
 
+def abandon(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Break ``conn`` at once: whatever awaits it fails now with OperationalError.
+
+    A shutdown of the socket, not a close of its descriptor (the event loop still watches
+    that one) nor a cancellation (which waits on the server: ~10 s on a frozen one). The
+    connection is left BAD, so the pool throws it away instead of lending it again.
+    """
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:
+        return  # already closed
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class DeadlineConnection(psycopg.AsyncConnection[Row]):
+    """A connection on which every wait for the server has a deadline.
+
+    All of psycopg's statements, commits and rollbacks wait in :meth:`wait`: past
+    ``statement_s`` (the store's ``database_timeout_ms``), or past ``until`` when an
+    interaction was given a total, the connection is abandoned (see :func:`abandon`) and
+    the wait fails at once. Time a caller spends between statements (a rules compile
+    inside a transaction) is not the database's and is not counted.
+    """
+
+    statement_s: float = 2.0
+    #: The loop time the current lending must finish by (None: each statement its own).
+    until: float | None = None
+    abandoned: bool = False
+
+    async def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        seconds = self.statement_s
+        if self.until is not None:
+            seconds = min(seconds, self.until - loop.time())
+        expiry = loop.call_later(max(0.0, seconds), self._expire)
+        try:
+            return await super().wait(gen, *args, **kwargs)
+        finally:
+            expiry.cancel()
+
+    def _expire(self) -> None:
+        self.abandoned = True
+        abandon(self)
+
+
+def _abandoned(limit: float, exc: BaseException) -> str:
+    return f"no answer within {limit:g} s: connection abandoned ({exc})"
+
+
+def _connection_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
+    """What every pooled connection is opened with: the deadlines the server keeps too.
+
+    ``statement_timeout`` ends on the server a statement its client stopped waiting for,
+    and ``idle_in_transaction_session_timeout`` a transaction a client left open (longer:
+    a caller may work between a transaction's statements); keepalives and
+    ``tcp_user_timeout`` find a dead peer on TCP without waiting for the kernel's
+    retransmission timers. An ``options`` the DSN already has is kept.
+    """
+    ms = max(1, round(timeout * 1000))
+    idle_ms = max(ms, IDLE_IN_TRANSACTION_MS)
+    own = conninfo_to_dict(dsn).get("options") or ""
+    options = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={idle_ms}"
+    return {
+        "row_factory": _row_factory,
+        "autocommit": True,
+        "connect_timeout": max(1, round(timeout)),
+        "options": f"{own} {options}".strip(),
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": ms,
+    }
+
+
 class Database:
     """Owns the async pool; query mixins use :meth:`conn` and :meth:`tx`."""
 
@@ -50,20 +142,25 @@ class Database:
         self, dsn: str, *, min_size: int = 2, max_size: int = 20, acquire_timeout: float = 2.0
     ) -> None:
         self.dsn = dsn
-        # A request waits at most ``acquire_timeout`` for a connection: with the database
-        # gone, a producer gets its 503 quickly (and retries) instead of holding a socket
-        # for the pool's reconnect loop. New connections get the same bound to connect.
-        self.pool = AsyncConnectionPool(
+        #: The deadline of one store interaction: acquiring a connection and every
+        #: statement on it (README: ``server.database_timeout_ms``).
+        self.timeout = acquire_timeout
+        # With the database gone, a producer gets its 503 quickly (and retries) instead of
+        # holding a socket for the pool's reconnect loop. New connections get the same
+        # bound to connect.
+        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             open=False,
-            kwargs={
-                "row_factory": _row_factory,
-                "autocommit": True,
-                "connect_timeout": max(1, round(acquire_timeout)),
-            },
+            kwargs=_connection_kwargs(dsn, acquire_timeout),
+            connection_class=DeadlineConnection,
+            configure=self._configure,
             timeout=acquire_timeout,
+        )
+        #: When each connection last finished an interaction without an error.
+        self._answered: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary()
         )
 
     async def open(self) -> None:
@@ -75,18 +172,77 @@ class Database:
     async def close(self) -> None:
         await self.pool.close()
 
+    async def _configure(self, conn: DeadlineConnection) -> None:
+        conn.statement_s = self.timeout
+
     @asynccontextmanager
     async def conn(
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
-        """A pooled autocommit connection; connection failures become StoreUnavailable."""
+        """A pooled autocommit connection; connection failures become StoreUnavailable.
+
+        The wait for a connection, and each statement on it, take at most the pool's
+        timeout; with ``timeout`` given, the whole block does (``/healthz``). Past it the
+        connection is abandoned (see :func:`abandon`), the statement awaiting it fails,
+        and the pool discards it.
+        """
+        limit = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        until = None if timeout is None else loop.time() + timeout
+        conn: DeadlineConnection | None = None
         try:
-            async with self.pool.connection(timeout=timeout) as conn:
-                yield cast("psycopg.AsyncConnection[Row]", conn)
+            conn = await self._lend(limit, until)
+            ok = False
+            try:
+                yield conn
+                ok = True
+            finally:
+                conn.until = None
+                if ok:
+                    self._answered[conn] = time.monotonic()
+                else:
+                    self._answered.pop(conn, None)
+                await self.pool.putconn(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if conn is not None and conn.abandoned:
+                raise StoreUnavailable(detail=_abandoned(limit, exc)) from exc
+            if conn is not None and conn.broken:
+                await self._server_lost()
             raise StoreUnavailable(detail=str(exc)) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(detail=f"no connection within the timeout: {exc}") from exc
+
+    async def _lend(self, limit: float, until: float | None) -> DeadlineConnection:
+        """A connection from the pool that works: after an idle gap or an error it is
+        checked first, and one that fails the check is thrown away with the whole pool
+        (the server restarted: every connection opened before is dead), then another is
+        tried at once (psycopg_pool's own check would wait a second's backoff first)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        for _ in range(LEND_TRIES):
+            conn: DeadlineConnection = await self.pool.getconn(
+                timeout=max(0.0, deadline - loop.time())
+            )
+            conn.until = until
+            answered = self._answered.get(conn)
+            if answered is not None and time.monotonic() - answered < CHECK_AFTER_IDLE_S:
+                return conn
+            try:
+                await conn.execute("")
+                return conn
+            except psycopg.Error as exc:
+                conn.until = None
+                await self.pool.putconn(conn)  # broken: the pool discards it
+                if conn.abandoned:
+                    raise StoreUnavailable(detail=_abandoned(limit, exc)) from exc
+                log.info("a pooled connection failed its check: discarding the pool's")
+                await self._server_lost()
+        raise StoreUnavailable(detail=f"{LEND_TRIES} pooled connections in a row were dead")
+
+    async def _server_lost(self) -> None:
+        """A connection died under us: the others, opened to the same server, go too."""
+        self._answered.clear()
+        await self.pool.drain()
 
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
@@ -110,15 +266,11 @@ class Database:
 
     async def ping(self, timeout: float) -> bool:
         """True when the database answers within ``timeout`` seconds (False, never raises)."""
-
-        async def probe() -> bool:
+        try:
             async with self.conn(timeout=timeout) as conn:
                 cur = await conn.execute("SELECT 1 AS ok")
                 row = await cur.fetchone()
                 return bool(row and row["ok"] == 1)
-
-        try:
-            return await asyncio.wait_for(probe(), timeout)
-        except (StoreUnavailable, TimeoutError, psycopg.Error) as exc:
+        except (StoreUnavailable, psycopg.Error) as exc:
             log.warning("health check: database unavailable: %s", getattr(exc, "detail", exc))
             return False

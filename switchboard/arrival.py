@@ -1,0 +1,135 @@
+"""Bounded request arrival: a request's headers, then its body, each within a total deadline.
+
+Sanic's ``REQUEST_TIMEOUT`` and ``RESPONSE_TIMEOUT`` are inactivity timers, reset by every
+byte received: a client sending one byte a second (slowloris) holds its connection, and a
+worker's share of sockets and memory, for ever. Here the clock starts at the request's first
+byte: the header block must be complete within ``server.header_timeout_ms``, and the body
+within ``server.body_timeout_ms`` of the end of the headers, however the bytes trickle in.
+Past either, the request is answered ``408`` and its connection closed.
+
+The same protocol stops gracefully: on ``SIGTERM`` Sanic closes the connections it finds
+idle at once, then waits ``server.shutdown_grace_s`` for the rest. Here an idle connection
+whose next request has already arrived (bytes in its buffer) is answered first (``503`` with
+``Connection: close`` while draining), an idle keep-alive connection lingers a moment for a
+request already on its way, and the requests still in flight when the grace runs out are
+counted in the log as they are cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+from sanic.exceptions import RequestTimeout
+from sanic.http import Http, Stage
+from sanic.server.protocols.http_protocol import HttpProtocol
+
+#: Where create_app leaves the deadlines (seconds) for the protocol to read.
+HEADER_KEY = "SWITCHBOARD_HEADER_TIMEOUT"
+BODY_KEY = "SWITCHBOARD_BODY_TIMEOUT"
+#: The defaults (README: ``server.header_timeout_ms``, ``server.body_timeout_ms``).
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
+#: How long an idle keep-alive connection stays open once the stop began: a request the
+#: client sent just before it saw nothing of the stop gets its 503 instead of a reset.
+IDLE_LINGER_S = 1.0
+
+log = logging.getLogger("switchboard.app")
+
+#: Requests of this process cut at the end of the shutdown grace (logged when it stops).
+_cut_at_stop = [0]
+
+
+def cut_at_stop() -> int:
+    """How many requests in flight this process cut when the shutdown grace ran out."""
+    return _cut_at_stop[0]
+
+
+class BoundedHttp(Http):
+    """Sanic's HTTP/1.1 state machine with a deadline armed for each request's arrival."""
+
+    __slots__ = ("_deadline",)
+    _deadline: asyncio.TimerHandle | None
+
+    def init_for_request(self) -> None:
+        super().init_for_request()
+        self._disarm()
+
+    async def http1_request_header(self) -> None:
+        # Called once the request's first bytes are in the buffer.
+        protocol = cast("BoundedProtocol", self.protocol)
+        self._arm(protocol.header_timeout, "Request Timeout: headers took too long")
+        await super().http1_request_header()
+        self._disarm()
+        if self.request_body:
+            self._arm(protocol.body_timeout, "Request Timeout: body took too long")
+
+    async def read(self) -> bytes | None:
+        data = await super().read()
+        if not self.request_body:
+            self._disarm()  # the whole body is in
+        return data
+
+    def _arm(self, seconds: float, message: str) -> None:
+        self._deadline = asyncio.get_running_loop().call_later(seconds, self._cut, message)
+
+    def _disarm(self) -> None:
+        deadline = getattr(self, "_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+        self._deadline = None
+
+    def _cut(self, message: str) -> None:
+        """Past the deadline and still arriving: answer 408 and close (as Sanic's own
+        request timeout does: the connection task is cancelled with the error to send)."""
+        self._deadline = None
+        arriving = self.stage is Stage.REQUEST or (
+            self.stage is Stage.HANDLER and bool(self.request_body)
+        )
+        task = self.protocol._task
+        if not arriving or task is None:
+            return
+        self.keep_alive = False
+        self.exception = RequestTimeout(message)
+        # Nothing more is read: Sanic would otherwise drain the rest of the body (at the
+        # client's pace) after answering.
+        self.request_body = None
+        task.cancel()
+
+
+class BoundedProtocol(HttpProtocol):
+    """The HTTP protocol ``serve`` runs: :class:`BoundedHttp` with the app's deadlines."""
+
+    __slots__ = ("header_timeout", "body_timeout")
+    HTTP_CLASS = BoundedHttp
+
+    def _setup(self) -> None:
+        super()._setup()
+        config: Any = self.app.config
+        self.header_timeout = float(config.get(HEADER_KEY, HEADER_TIMEOUT_S))
+        self.body_timeout = float(config.get(BODY_KEY, BODY_TIMEOUT_S))
+
+    def close_if_idle(self) -> bool:
+        """Sanic's first step of a stop: close the connection unless a request is on it.
+
+        A connection whose next request has already arrived is left to answer it (it is
+        not idle: the server has read it); an idle keep-alive one is closed after
+        :data:`IDLE_LINGER_S` unless a request arrives meanwhile.
+        """
+        http = self.http
+        if (http is None or http.stage is Stage.IDLE) and not self.recv_buffer:
+            self.loop.call_later(IDLE_LINGER_S, self._close_if_still_idle)
+        return False
+
+    def _close_if_still_idle(self) -> None:
+        http = self.http
+        if (http is None or http.stage is Stage.IDLE) and not self.recv_buffer:
+            self.close()
+
+    def abort(self) -> None:
+        """Sanic's last step of a stop, for the connections the grace did not see finish."""
+        http = self.http
+        if self.transport is not None and http is not None and http.stage is not Stage.IDLE:
+            _cut_at_stop[0] += 1
+        super().abort()

@@ -1,0 +1,193 @@
+"""Faults done for real: a private embedded PostgreSQL to freeze, kill and restart, and
+producers, agents and crawling clients that measure how long each answer took."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+
+#: An MCP client's Accept header and protocol version (streamable HTTP).
+MCP_ACCEPT = "application/json, text/event-stream"
+MCP_VERSION = "2025-06-18"
+
+
+class PrivatePostgres:
+    """An embedded PostgreSQL of one test module's own, so a fault on it hurts nobody else.
+
+    The session's server is shared by every test; this one is started under ``root`` and
+    stopped by :meth:`cleanup`.
+    """
+
+    def __init__(self, root: Path) -> None:
+        from switchboard.store import embedded
+
+        root.mkdir(parents=True, exist_ok=True)
+        self.pgdata = root / "pg"
+        self._server = embedded.open_server(self.pgdata, cleanup_mode="stop")
+
+    def get_uri(self, database: str | None = None) -> str:
+        return str(self._server.get_uri(database))
+
+    def processes(self) -> list[psutil.Process]:
+        """The postmaster and every process it forked (backends, checkpointer, ...)."""
+        pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        master = psutil.Process(pid)
+        return [master, *master.children(recursive=True)]
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP on every PostgreSQL process (a network partition, as the client sees it:
+        connections accepted by the kernel, no answer ever), SIGCONT on leaving."""
+        procs = self.processes()
+        for proc in procs:
+            proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for proc in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every session ends (``AdminShutdown``), then a new
+        postmaster on the same socket."""
+        from pgserver import _commands
+
+        user = "pgserver" if os.geteuid() == 0 else None
+        _commands.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.pgdata, user=user, timeout=60)
+
+    def migrated_database(self, name: str) -> str:
+        """A new database ``name`` with every migration applied; its DSN."""
+        import asyncio
+
+        from switchboard.plugins import build_registries, make_plugin_manager
+        from switchboard.store import migrate
+
+        with psycopg.connect(self.get_uri(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        regs = build_registries(make_plugin_manager())
+        dsn = self.get_uri(name)
+        asyncio.run(migrate.apply(dsn, migrate.collect(regs.migrations.directories)))
+        return dsn
+
+    def cleanup(self) -> None:
+        for proc in self.processes():  # never leave it stopped
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGCONT)
+        self._server.cleanup()
+
+
+def timed(call: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
+    """``(seconds, result)`` of one call; an exception is the result."""
+    started = time.monotonic()
+    try:
+        result = call(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the outcome is what the test looks at
+        result = exc
+    return time.monotonic() - started, result
+
+
+def deliver(
+    http: httpx.Client, url: str, delivery_id: str, *, timeout: float = 30
+) -> httpx.Response:
+    """One generic delivery, identified by ``delivery_id`` (a redelivery carries the same)."""
+    body = json.dumps({"delivery": delivery_id}).encode()
+    return http.post(
+        url,
+        content=body,
+        headers={"X-Delivery-Id": delivery_id, "Content-Type": "application/json"},
+        timeout=timeout,
+    )
+
+
+def mcp_call(
+    http: httpx.Client, url: str, token: str, tool: str, arguments: dict[str, Any], *, rid: int = 1
+) -> httpx.Response:
+    """One raw ``tools/call`` over streamable HTTP (stateless: no session to open first)."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    return http.post(
+        url,
+        content=json.dumps(body),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": MCP_ACCEPT,
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": MCP_VERSION,
+        },
+    )
+
+
+def mcp_message(resp: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a streamable-HTTP answer (an event stream or plain JSON)."""
+    if resp.headers.get("content-type", "").startswith("text/event-stream"):
+        data = next(line[5:] for line in resp.text.splitlines() if line.startswith("data:"))
+        message: dict[str, Any] = json.loads(data)
+        return message
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+def stored_deliveries(dsn: str) -> dict[str, int]:
+    """How many times each delivery id is stored (``events.external_id``, which is the
+    webhook's id, a colon, then the producer's delivery id)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT external_id, count(*) FROM events GROUP BY external_id"
+        ).fetchall()
+    return {str(r[0]).split(":", 1)[-1]: int(r[1]) for r in rows}
+
+
+def crawl(
+    port: int, data: bytes, *, every: float, limit: float, burst: int = 0
+) -> tuple[float, bytes, bool]:
+    """Send ``data`` (its first ``burst`` bytes at once) one byte each ``every`` seconds,
+    for at most ``limit`` seconds.
+
+    ``(seconds from the first trickled byte until the server closed, what it sent, whether
+    it closed)``.
+    """
+    sock = socket.create_connection(("127.0.0.1", port), timeout=limit)
+    got = b""
+    try:
+        if burst:
+            sock.sendall(data[:burst])
+        started = time.monotonic()
+        sock.setblocking(False)
+        for byte in data[burst:]:
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                return time.monotonic() - started, got, True
+            until = time.monotonic() + every
+            while time.monotonic() < until:
+                try:
+                    chunk = sock.recv(65536)
+                except BlockingIOError:
+                    time.sleep(0.02)
+                    continue
+                except OSError:
+                    return time.monotonic() - started, got, True
+                if not chunk:
+                    return time.monotonic() - started, got, True
+                got += chunk
+            if time.monotonic() - started > limit:
+                break
+        return time.monotonic() - started, got, False
+    finally:
+        sock.close()
