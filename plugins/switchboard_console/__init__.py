@@ -12,6 +12,14 @@ if TYPE_CHECKING:
 
 
 @hookimpl
+def switchboard_config_schema() -> dict[str, Any]:
+    """``[plugins.console]``: extra hosts and origins (a proxy's public name)."""
+    from .guard import CONFIG_SCHEMA
+
+    return CONFIG_SCHEMA
+
+
+@hookimpl
 def switchboard_register_routes(app: Any, runtime: Runtime) -> None:
     """``/console/…``: sign-in with an endpoint token, webhooks, deliveries, rules."""
     from . import views

@@ -22,6 +22,7 @@ from switchboard.service.events import encode_cursor
 from switchboard.service.identity import authenticate
 
 from . import charts, session
+from .guard import Guard
 from .trace import explain, verdict_text
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +56,7 @@ class Console:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.keys = session.Keys(rt)
+        self.guard = Guard(rt.config)
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -98,8 +100,7 @@ class Console:
         return self._finish(request, redirect(to, status=303))
 
     def csrf_ok(self, request: Request) -> bool:
-        origin = request.headers.get("origin")
-        if origin and origin != f"{request.scheme}://{request.host}":
+        if not self.guard.origin_ok(request):
             return False
         return self.keys.csrf_ok(request.cookies.get(session.CSRF_COOKIE), _field(request, "csrf"))
 
@@ -402,31 +403,34 @@ def _cursor(ev: Row) -> str:
 
 def add_routes(app: Any, rt: Runtime) -> None:
     c = Console(rt)
-    app.add_route(c.index, "/console", methods=["GET"], name="console_index")
-    app.add_route(c.signin_form, "/console/signin", methods=["GET"], name="console_signin_form")
-    app.add_route(c.signin, "/console/signin", methods=["POST"], name="console_signin")
-    app.add_route(c.signout, "/console/signout", methods=["POST"], name="console_signout")
-    app.add_route(c.static, "/console/static/<name:str>", methods=["GET"], name="console_static")
-    app.add_route(
-        c.page(c.webhook_list), "/console/webhooks", methods=["GET"], name="console_webhooks"
-    )
-    app.add_route(
+
+    def route(fn: Handler, uri: str, **kw: Any) -> None:
+        # every console route checks Host first and answers an outage as a page
+        app.add_route(c.guard.wrap(fn, c.render), uri, **kw)
+
+    route(c.index, "/console", methods=["GET"], name="console_index")
+    route(c.signin_form, "/console/signin", methods=["GET"], name="console_signin_form")
+    route(c.signin, "/console/signin", methods=["POST"], name="console_signin")
+    route(c.signout, "/console/signout", methods=["POST"], name="console_signout")
+    route(c.static, "/console/static/<name:str>", methods=["GET"], name="console_static")
+    route(c.page(c.webhook_list), "/console/webhooks", methods=["GET"], name="console_webhooks")
+    route(
         c.page(c.webhook),
         "/console/webhooks/<webhook_id:str>",
         methods=["GET"],
         name="console_webhook",
     )
-    app.add_route(
+    route(
         c.page(c.rules_page),
         "/console/webhooks/<webhook_id:str>/rules",
         methods=["GET", "POST"],
         name="console_rules",
     )
-    app.add_route(
+    route(
         c.page(c.delivery),
         "/console/deliveries/<event_id:str>",
         methods=["GET"],
         name="console_delivery",
     )
     # Last and least specific: whatever else is under /console.
-    app.add_route(c.unknown, "/console/<rest:path>", methods=["GET"], name="console_unknown")
+    route(c.unknown, "/console/<rest:path>", methods=["GET"], name="console_unknown")

@@ -3,6 +3,7 @@ request at most ``server.database_timeout_ms``, and nothing once it thaws."""
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +22,17 @@ TIMEOUT_MS = 1000
 BOUND_S = TIMEOUT_MS / 1000 + 0.5 + 0.5
 #: Concurrent requests per surface while frozen.
 CONCURRENT = 8
+
+
+def _console_session(base: str, token: str) -> httpx.Client:
+    """A signed-in console session (the sign-in form's CSRF token, then the token)."""
+    client = httpx.Client(base_url=base, timeout=30)
+    form = client.get("/console/signin").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert csrf, form[:300]
+    reply = client.post("/console/signin", data={"csrf": csrf[1], "token": token})
+    assert reply.status_code == 303, reply.text
+    return client
 
 
 def _spread(times: list[tuple[float, Any]]) -> str:
@@ -49,6 +61,8 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
             assert deliver(http, url, f"warm-{i}").status_code == 202
         assert http.get(srv.base_url + "/metrics").status_code == 200
         assert "error" not in mcp_message(list_todos(1))
+        console = _console_session(srv.base_url, token)
+        assert console.get("/console/webhooks").status_code == 200
 
         with private_pg.frozen():
             with ThreadPoolExecutor(2 * CONCURRENT + 2) as pool:
@@ -58,10 +72,14 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
                 agents = [pool.submit(timed, list_todos, 100 + i) for i in range(CONCURRENT)]
                 health = pool.submit(timed, http.get, srv.base_url + "/healthz")
                 scrape = pool.submit(timed, http.get, srv.base_url + "/metrics")
+                pages = [
+                    pool.submit(timed, console.get, "/console/webhooks") for _ in range(CONCURRENT)
+                ]
                 ingest_times = [f.result() for f in ingests]
                 agent_times = [f.result() for f in agents]
                 health_time, health_resp = health.result()
                 scrape_time, scrape_resp = scrape.result()
+                page_times = [f.result() for f in pages]
             # Once the pool's connections are all abandoned, new ones hang on connect.
             late_time, late = timed(deliver, http, url, "frozen-late")
 
@@ -80,6 +98,12 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
             assert error["id"] == 100 + i and error["error"]["data"] == {"code": "unavailable"}
             assert error["error"]["message"].startswith("unavailable: ")
             assert seconds < BOUND_S, seconds
+        for seconds, resp in page_times:
+            # The console's own error page, never a 500 or a traceback.
+            assert not isinstance(resp, Exception), resp
+            assert resp.status_code == 503 and "database is not answering" in resp.text
+            assert resp.headers["retry-after"].isdigit()
+            assert seconds < BOUND_S, seconds
         assert health_resp.status_code == 503 and health_time < 1.5, health_time
         assert scrape_resp.status_code == 200 and scrape_time < 1.5, scrape_time
         age = [
@@ -91,7 +115,7 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
         print(
             f"\nfrozen, {CONCURRENT} concurrent per surface, database_timeout_ms={TIMEOUT_MS}:"
             f" ingest 503 in {_spread(ingest_times)}, MCP 503 in {_spread(agent_times)},"
-            f" a later ingest {late_time:.2f} s, /healthz 503 in {health_time:.2f} s,"
+            f" console 503 in {_spread(page_times)}, a later ingest {late_time:.2f} s, /healthz 503 in {health_time:.2f} s,"
             f" /metrics 200 in {scrape_time:.2f} s"
         )
 
@@ -107,6 +131,7 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
             assert deliver(http, url, delivery).status_code == 202, delivery
         listed = mcp_message(list_todos(2))["result"]["structuredContent"]
         assert len(listed["todos"]) == len(ids), listed
+    console.close()
     assert stored_deliveries(private_dsn) == {d: 1 for d in ids}
     # An expected outage logs warnings: no traceback, no 500.
     log = srv.log.read_text()

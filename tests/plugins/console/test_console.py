@@ -262,6 +262,35 @@ def test_csrf_refuses_a_post_without_or_with_a_wrong_token(seeded: Any) -> None:
         assert reply.status_code == 403 and "sb_console" not in bare.cookies
 
 
+def test_a_host_that_is_not_this_service_gets_421_on_every_page(seeded: Any) -> None:
+    """DNS rebinding: a page on evil.example resolving to us sends Host: evil.example."""
+    client, _ = _signed_in(seeded)
+    with contextlib.closing(client):
+        for path in ["/console/signin", "/console/static/console.css", *_pages(seeded)]:
+            for host in ("evil.example", "127.0.0.1:80@evil.example", "127.0.0.1.evil.example"):
+                reply = client.get(path, headers={"Host": host})
+                assert reply.status_code == 421, (path, host, reply.status_code)
+                assert "does not answer to that host name" in reply.text
+                _secure(reply)
+        hook = seeded["github"]["webhook_id"]
+        good = _csrf(client.get(f"/console/webhooks/{hook}/rules").text)
+        # a rebinding page cannot make its Origin match by claiming a Host of its own
+        forged = client.post(
+            f"/console/webhooks/{hook}/rules",
+            data={"candidate": json.dumps({"rules": RULES}), "csrf": good},
+            headers={"Host": "evil.example", "Origin": "http://evil.example"},
+        )
+        assert forged.status_code == 421
+        port = seeded["base"].rsplit(":", 1)[1]
+        for origin in (f"http://localhost:{port}", f"http://127.0.0.1:{port}"):
+            ok = client.post(
+                f"/console/webhooks/{hook}/rules",
+                data={"candidate": json.dumps({"rules": RULES}), "csrf": good},
+                headers={"Origin": origin},
+            )
+            assert ok.status_code == 200, (origin, ok.text[:200])
+
+
 def test_a_forged_cookie_and_a_revoked_endpoint_have_no_session(seeded: Any) -> None:
     with httpx.Client(base_url=seeded["base"]) as forged:
         ep = seeded["world"].endpoints["owner"]["endpoint_id"]
