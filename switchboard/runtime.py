@@ -89,6 +89,11 @@ class Runtime:
             self.dsn = self._embedded.start()
         return self.dsn
 
+    @property
+    def embedded(self) -> EmbeddedPostgres | None:
+        """The embedded server this runtime started, if it uses one."""
+        return self._embedded
+
     async def migrate(self, *, create: bool = True) -> list[str]:
         dsn = self.ensure_database(create=create)
         return await migrations.apply(

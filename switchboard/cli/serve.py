@@ -108,8 +108,13 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
 
     from .. import lifeline, scrape
     from ..arrival import BoundedProtocol
+    from ..store.supervise import Supervisor
 
     dsn = rt.ensure_database()
+    embedded = rt.embedded
+    if embedded is not None:
+        # Dies with this process (a daemon thread); workers reconnect through their pools.
+        Supervisor(embedded).start()
     applied = asyncio.run(rt.migrate())
     if applied:
         print(f"switchboard: applied migrations {', '.join(applied)}", file=sys.stderr)

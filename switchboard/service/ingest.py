@@ -277,6 +277,15 @@ def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
         for sink in sinks:
             try:
                 await sink.deliver(rt, event, todos)
+            except StoreUnavailable as exc:
+                # An outage is expected and said elsewhere: a line, not a traceback.
+                sink_failed(sink.name)
+                log.warning(
+                    "sink %r (plugin %r) failed: %s",
+                    sink.name,
+                    rt.registries.sinks.owner(sink.name),
+                    exc,
+                )
             except Exception:
                 sink_failed(sink.name)
                 log.exception(

@@ -93,6 +93,8 @@ class EmbeddedPostgres:
         self.pgdata = data_dir / "pg"
         self.quiet = quiet
         self._server: Any = None
+        #: set by :meth:`stop`: a server going down on purpose is not restarted
+        self.stopping = False
 
     def start(self) -> str:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -114,6 +116,28 @@ class EmbeddedPostgres:
         return str(self._server.get_uri())
 
     def stop(self) -> None:
+        self.stopping = True  # the supervisor must not start it again behind this
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+
+    def alive(self) -> bool:
+        """Whether the server's postmaster is running (read from its ``postmaster.pid``)."""
+        if self._server is None:
+            return False
+        info_type = sys.modules[type(self._server).__module__].PostmasterInfo
+        info = info_type.read_from_pgdata(self.pgdata)
+        return bool(info is not None and info.is_running())
+
+    def restart(self) -> None:
+        """Start the server again in the same data directory (after it died), as the
+        provider starts it: under its lock, with its own ``pg_ctl start``. The DSN (a socket
+        in the data directory) stays the same, so open pools reconnect to it."""
+        if self._server is None or self.stopping:
+            raise RuntimeError("the embedded server was stopped")
+        with self._server._lock:
+            self._server.ensure_postgres_running()
+        if not self.alive():
+            raise RuntimeError(
+                f"the embedded PostgreSQL did not start (its log: {self.pgdata}/log)"
+            )
