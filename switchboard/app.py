@@ -11,7 +11,7 @@ from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
-from . import arrival, lifeline, loghygiene, scrape
+from . import admission, arrival, lifeline, loghygiene, scrape
 from .config import load_config
 from .errors import (
     RETRY_AFTER_SECONDS,
@@ -62,6 +62,10 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     server = rt.config.section("server")
     app.config[arrival.HEADER_KEY] = int(server.get("header_timeout_ms", 10000)) / 1000
     app.config[arrival.BODY_KEY] = int(server.get("body_timeout_ms", 30000)) / 1000
+    app.config[admission.TOTAL_KEY] = int(server.get("max_connections", admission.MAX_CONNECTIONS))
+    app.config[admission.PER_CLIENT_KEY] = int(
+        server.get("max_connections_per_client", admission.MAX_PER_CLIENT)
+    )
     # How long a stop waits for the requests in flight before it cuts them.
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = float(server.get("shutdown_grace_s", 15))
     app.config.MOTD = False

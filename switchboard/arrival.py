@@ -25,6 +25,8 @@ from sanic.exceptions import RequestTimeout
 from sanic.http import Http, Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
+from . import admission
+
 #: Where create_app leaves the deadlines (seconds) for the protocol to read.
 HEADER_KEY = "SWITCHBOARD_HEADER_TIMEOUT"
 BODY_KEY = "SWITCHBOARD_BODY_TIMEOUT"
@@ -99,9 +101,10 @@ class BoundedHttp(Http):
 
 
 class BoundedProtocol(HttpProtocol):
-    """The HTTP protocol ``serve`` runs: :class:`BoundedHttp` with the app's deadlines."""
+    """The HTTP protocol ``serve`` runs: :class:`BoundedHttp` with the app's deadlines, and
+    at most so many connections per worker and per client address (:mod:`.admission`)."""
 
-    __slots__ = ("header_timeout", "body_timeout")
+    __slots__ = ("header_timeout", "body_timeout", "_admitted")
     HTTP_CLASS = BoundedHttp
 
     def _setup(self) -> None:
@@ -109,6 +112,25 @@ class BoundedProtocol(HttpProtocol):
         config: Any = self.app.config
         self.header_timeout = float(config.get(HEADER_KEY, HEADER_TIMEOUT_S))
         self.body_timeout = float(config.get(BODY_KEY, BODY_TIMEOUT_S))
+        self._admitted: str | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not admission.admit(self.app.config, address):
+            # Refused before Sanic sees it: a canned 503, then closed (never a reset).
+            transport.write(admission.BUSY)
+            transport.close()
+            return
+        self._admitted = address
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted is None:
+            return  # refused at connection_made: Sanic never knew it
+        admission.release(self._admitted)
+        self._admitted = None
+        super().connection_lost(exc)
 
     def close_if_idle(self) -> bool:
         """Sanic's first step of a stop: close the connection unless a request is on it.

@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
         "access_log": False,
         "database_timeout_ms": 2000,
         "header_timeout_ms": 10000,
+        "max_connections": 2048,
+        "max_connections_per_client": 512,
         "body_timeout_ms": 30000,
         "shutdown_grace_s": 15,
     },
