@@ -70,8 +70,9 @@ async def list_events(
     limit: int | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    """The webhook's events, newest first, one page at a time."""
-    hook = await owned_webhook(rt, caller, webhook_id)
+    """The webhook's events, newest first, one page at a time (a deleted webhook's too:
+    they stay, and the answer says when it was deleted)."""
+    hook = await owned_webhook(rt, caller, webhook_id, deleted=True)
     if disposition is not None and disposition not in DISPOSITIONS:
         raise InvalidArgument(f"disposition: must be one of {', '.join(DISPOSITIONS)}")
     size = LIMIT_DEFAULT if limit is None else limit
@@ -83,6 +84,8 @@ async def list_events(
     )
     page = rows[:size]
     out: dict[str, Any] = {"webhook_id": hook["id"], "events": [event_view(r) for r in page]}
+    if hook.get("deleted_at") is not None:
+        out["webhook_deleted_at"] = jsonable(hook["deleted_at"])
     out["next_cursor"] = encode_cursor(page[-1]) if len(rows) > size else None
     return out
 
@@ -91,7 +94,7 @@ async def get_event(
     rt: Runtime, caller: Row | None, webhook_id: str, event_id: str
 ) -> dict[str, Any]:
     """One event with its sanitized headers and parsed payload; another webhook's is not found."""
-    hook = await owned_webhook(rt, caller, webhook_id)
+    hook = await owned_webhook(rt, caller, webhook_id, deleted=True)
     row = await rt.store.get_event(event_id)
     if row is None or row.get("webhook_id") != hook["id"]:
         raise NotFound(f"event {event_id} not found")
@@ -130,7 +133,7 @@ async def show_event(rt: Runtime, caller: Row | None, event_id: str) -> dict[str
     row = await rt.store.get_event(event_id)
     if row is not None and caller is not None:
         try:
-            await owned_webhook(rt, caller, row.get("webhook_id") or "")
+            await owned_webhook(rt, caller, row.get("webhook_id") or "", deleted=True)
         except NotFound:
             row = None
     if row is None:

@@ -184,9 +184,17 @@ async def create_webhook(
     return out
 
 
-async def owned_webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> Row:
-    """The webhook, if ``caller``'s human owns it; another human's is exactly not found."""
+async def owned_webhook(
+    rt: Runtime, caller: Row | None, webhook_id: str, *, deleted: bool = False
+) -> Row:
+    """The webhook, if ``caller``'s human owns it; another human's is exactly not found.
+
+    With ``deleted``, a webhook that was deleted is found too (its tombstone, with
+    ``deleted_at``): what reads its stored events asks for that, nothing that changes it.
+    """
     row = await rt.store.get_webhook(webhook_id)
+    if row is None and deleted:
+        row = await rt.store.get_deleted_webhook(webhook_id)
     if row is None or (caller is not None and row["owner_human"] != caller["owner_human"]):
         raise NotFound(f"webhook {webhook_id} not found")
     return row

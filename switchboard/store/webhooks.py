@@ -197,10 +197,26 @@ class WebhookQueries:
         return row
 
     async def delete_webhook(self, webhook_id: str) -> bool:
+        """Delete the webhook and leave its tombstone (one statement: both or neither)."""
         row = await self.db.fetchone(
-            "DELETE FROM endpoint_webhooks WHERE id = %s RETURNING id", (webhook_id,)
+            "WITH gone AS (DELETE FROM endpoint_webhooks WHERE id = %s RETURNING *)"
+            " INSERT INTO deleted_webhooks"
+            " (id, endpoint_id, owner_human, source_type, target_queue, created_at)"
+            " SELECT g.id, g.endpoint_id, e.owner_human, g.source_type, g.target_queue,"
+            " g.created_at FROM gone g JOIN endpoints e ON e.id = g.endpoint_id RETURNING id",
+            (webhook_id,),
         )
         return row is not None
+
+    async def get_deleted_webhook(self, webhook_id: str) -> Row | None:
+        """A deleted webhook's tombstone: whose it was, and when it went."""
+        if not is_uuid(webhook_id):
+            return None
+        return await self.db.fetchone(
+            "SELECT id, endpoint_id, owner_human, source_type, target_queue, created_at,"
+            " deleted_at FROM deleted_webhooks WHERE id = %s",
+            (webhook_id,),
+        )
 
     async def resolve_webhook(self, token_hash: str) -> Row | None:
         """The webhook behind an ingest token's hash with its live targets and grant queues.
