@@ -170,6 +170,13 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
     assert _stage_errors(srv.base_url + "/metrics") - before == len(MISBEHAVING)
     log = srv.log.read_text()
     assert "Traceback" not in log
+    # Each delivery's log line names the stage that decided, or the one that failed.
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
+    by_event = {x["event_id"]: x for x in lines if x.get("logger") == "switchboard.delivery"}
+    for level, (stage, _, fault, _) in EXPECTED.items():
+        line = by_event[stored[level][0]]
+        assert line["stage"] == stage, (level, line)
+        assert line.get("failed_stages") == ([STAGE] if fault else None), (level, line)
 
 
 #: What the stage said on each level's delivery, live: decided, passed or faulted.
