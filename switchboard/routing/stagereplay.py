@@ -31,6 +31,7 @@ from .decide import decide, default_decision, resolve
 from .model import (
     CAUSE_STAGE_ERROR,
     STAGE_DEFAULT,
+    STAGE_RULE,
     Decision,
     Fault,
     Grant,
@@ -96,6 +97,8 @@ def live_decider(stages: Sequence[RoutingStage], trace: Mapping[str, Any]) -> in
             names = [s.name for s in stages]
             return names.index(f["stage"]) if f["stage"] in names else None
     said = trace.get("stage")
+    if said == STAGE_DEFAULT and "rule_index" in trace:
+        said = STAGE_RULE  # the rules decided the default: their rule is no longer granted
     for i, stage in enumerate(stages):
         if said == _named(stage) or (said == STAGE_DEFAULT and stage.name in trace):
             return i

@@ -185,3 +185,17 @@ async def test_a_stored_stage_is_read_from_the_trace_never_asked(
         assert out.stored is mine and out.decision.trace["model"] == trace["model"]
     if said == "faulted":
         assert out.decision.trace["faults"] == trace["faults"]
+
+
+async def test_a_rule_no_longer_granted_was_the_rules_deciding_so_a_later_stored_stage_is_unknown() -> (
+    None
+):
+    trace = {
+        "stage": "default",
+        "cause": "rule_not_granted",
+        "rule_index": 0,
+        "rule_id": "r1",
+        "action": {"queue": "inbox"},
+    }
+    out = await _replay([Rules(), Model()], "info", trace)
+    assert [(s.stage, s.said) for s in out.said] == [("rules", "passed"), ("model", "unknown")]
