@@ -198,7 +198,10 @@ def switchboard_register_routing_stages(register: StageRegistry, config: PluginC
         checks whenever a routing config is saved or dry-run; it raises
         :class:`switchboard.plugin.RuleValidationError` (see ``rule_error``). The
         config's ``routing.stages`` list enables and orders stages; the first stage
-        that decides wins, otherwise the default action applies.
+        that decides wins, otherwise the default action applies. History (diff,
+        explain, lint) replays every stage in that order: re-run on the stored envelope,
+        unless the stage sets ``replay = "stored"`` (``REPLAY_STORED``: its verdict is
+        then read from each event's stored trace, as the ``llm`` stage's is).
     :param config: this plugin's section (a stage reads its limits here).
     """
 

@@ -1,10 +1,15 @@
 """A third party's routing stage (tests/plugins/sentrylevel), installed like a package: it
 decides, passes and misbehaves in every way a stage can, through the live receiver, the
-MCP dry run and /metrics, and no delivery is lost."""
+MCP dry run and /metrics, and no delivery is lost; the history verbs (explain, diff, lint,
+their CLI and the console) replay it before the rules and agree with every stored trace.
+
+One server and one set of deliveries for the module (``delivered``)."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,12 +73,20 @@ def _stage_errors(url: str) -> float:
     return 0.0
 
 
-async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_a_delivery(
-    sentry_site: Path, server_factory: Any, dsn: str, tmp_path: Path
-) -> None:
-    config = tmp_path / "sb.toml"
+@pytest.fixture(scope="module")
+def delivered(
+    sentry_site: Path,
+    module_server_factory: Any,
+    module_dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    """The server with ``sentry_level`` before ``rules``, and one delivery per level,
+    stored: ``stored[level] = (event_id, trace, disposition)``."""
+    config = tmp_path_factory.mktemp("sentry-config") / "sb.toml"
     config.write_text(f'[routing]\nstages = ["{STAGE}", "rules"]\nstage_timeout_ms = 400\n')
-    srv = server_factory(dsn, config=config, env_extra={"PYTHONPATH": str(sentry_site)})
+    srv = module_server_factory(
+        module_dsn, config=config, env_extra={"PYTHONPATH": str(sentry_site)}
+    )
     listed = {p["name"]: p for p in CLI(srv.env).json("plugins")}
     assert listed[STAGE]["distribution"] == "switchboard-sentrylevel"
     w = World(CLI(srv.env))
@@ -95,12 +108,30 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
         )
         assert resp.status_code == 202, (level, resp.text)
 
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(module_dsn) as conn:
         rows = conn.execute(
             "SELECT id, body, routing_trace, disposition FROM events WHERE webhook_id = %s",
             (wid,),
         ).fetchall()
     stored = {json.loads(bytes(r[1]))["level"]: (str(r[0]), r[2], r[3]) for r in rows}
+    return {
+        "server": srv,
+        "world": w,
+        "owner": owner,
+        "hook": hook,
+        "wid": wid,
+        "bodies": bodies,
+        "stored": stored,
+        "before": before,
+    }
+
+
+async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_a_delivery(
+    delivered: dict[str, Any],
+) -> None:
+    d = delivered
+    srv, owner, wid, bodies, stored = d["server"], d["owner"], d["wid"], d["bodies"], d["stored"]
+    before = d["before"]
     assert sorted(stored) == sorted(EXPECTED)  # every delivery stored, once
 
     for level, (stage, cause, fault, detail) in EXPECTED.items():
@@ -139,3 +170,119 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
     assert _stage_errors(srv.base_url + "/metrics") - before == len(MISBEHAVING)
     log = srv.log.read_text()
     assert "Traceback" not in log
+    # Each delivery's log line names the stage that decided, or the one that failed.
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
+    by_event = {x["event_id"]: x for x in lines if x.get("logger") == "switchboard.delivery"}
+    for level, (stage, _, fault, _) in EXPECTED.items():
+        line = by_event[stored[level][0]]
+        assert line["stage"] == stage, (level, line)
+        assert line.get("failed_stages") == ([STAGE] if fault else None), (level, line)
+
+
+#: What the stage said on each level's delivery, live: decided, passed or faulted.
+SAID = {
+    level: "faulted" if want[2] else ("passed" if want[0] == "default" else "decided")
+    for level, want in EXPECTED.items()
+}
+#: A candidate whose one rule matches everything: it can only decide what the stage passed.
+EVERYTHING = [{"id": "all", "expr": "true", "action": {"drop": True}}]
+
+
+async def test_explain_and_diff_replay_the_stage_before_the_rules_as_live_routing_did(
+    delivered: dict[str, Any],
+) -> None:
+    d = delivered
+    wid, stored = d["wid"], d["stored"]
+    async with agent(d["server"].base_url + "/mcp", d["owner"]["token"]) as me:
+        for level, (event_id, trace, _) in stored.items():
+            doc = await me.call("explain_webhook_event", webhook_id=wid, event_id=event_id)
+            assert doc["trace"] == trace, level  # the replay is what was stored
+            assert [(s["stage"], s["said"]) for s in doc["stages"]] == [
+                (STAGE, SAID[level]),
+                ("rules", "passed" if SAID[level] == "passed" else "not_reached"),
+            ], level
+            decided_by = STAGE if SAID[level] == "decided" else "default"
+            assert doc["decision"]["decided_by"] == decided_by, level
+            if SAID[level] == "faulted":
+                assert doc["stages"][0]["fault"] == trace["faults"][0], level
+            if SAID[level] == "decided":
+                assert doc["stages"][0]["decision"]["trace"] == trace, level
+            # with a rule matching everything: the rules only decide what the stage passed,
+            # and no rule "matched" a delivery the stage decided or faulted on
+            cand = await me.call(
+                "explain_webhook_event", webhook_id=wid, event_id=event_id, rules=EVERYTHING
+            )
+            [verdict] = cand["verdicts"]
+            if SAID[level] == "passed":
+                assert verdict["verdict"] == "matched" and cand["decision"]["rule_id"] == "all"
+                assert cand["decision"]["decided_by"] == "rules" and cand["decision"]["drop"]
+            else:
+                assert verdict == {
+                    "index": 0,
+                    "id": "all",
+                    "verdict": "not_reached",
+                    "would": "matched",
+                    "decided_by": STAGE,
+                }, level
+                assert cand["trace"] == trace, level
+
+        # the saved config over history: exactly the stored outcomes, the stage's drop counted
+        same = await me.call("diff_webhook_rules", webhook_id=wid, rules=[])
+        assert same["evaluated"] == len(EXPECTED) and same["changed"] == 0
+        saved = same["totals"]["saved"]
+        assert saved == same["totals"]["candidate"]
+        assert saved["drop"] == sum(1 for _, _, disp in stored.values() if disp == "dropped") == 1
+        assert saved["stages"] == {STAGE: 2, "default": len(EXPECTED) - 2}
+        assert saved["queues"] == {"urgent": 1, "inbox": len(EXPECTED) - 2}
+        assert saved["faults"] == {"stage_error": 4, "stage_timeout": 1}
+        assert saved["rules"] == {} and "not_reasked" not in same  # nothing stored-only
+
+        diff = await me.call("diff_webhook_rules", webhook_id=wid, rules=EVERYTHING)
+    assert diff["evaluated"] == len(EXPECTED) and diff["changed"] == 1
+    [change] = diff["changes"]
+    assert change["event_id"] == stored["info"][0]
+    assert change["saved"]["decided_by"] == "default" and change["saved"]["queue"] == "inbox"
+    assert change["candidate"]["decided_by"] == "rules" and change["candidate"]["drop"] is True
+    cand = diff["totals"]["candidate"]
+    assert cand["drop"] == 2 and cand["rules"] == {"all": 1}
+    assert cand["stages"] == {STAGE: 2, "rules": 1, "default": len(EXPECTED) - 3}
+
+
+async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
+    delivered: dict[str, Any],
+) -> None:
+    d = delivered
+    wid, stored, srv = d["wid"], d["stored"], d["server"]
+    rules = [
+        {"id": "all", "expr": "true", "action": {"queue": "inbox"}},
+        # matches only what the stage decides first: the rules never see it
+        {"id": "fatal", "expr": '.payload.level == "fatal"', "action": {"queue": "urgent"}},
+    ]
+    async with agent(srv.base_url + "/mcp", d["owner"]["token"]) as me:
+        await me.call("set_webhook_rules", webhook_id=wid, rules=rules)
+        try:
+            lint = await me.call("lint_webhook_rules", webhook_id=wid)
+            cli = CLI(srv.env)  # a process of its own: the stage is on its PYTHONPATH
+            table = cli.run("rules", "explain", stored["fatal"][0], "--table").stdout
+            client = httpx.Client(base_url=srv.base_url, timeout=30)
+            form = client.get("/console/signin")
+            token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert token, form.text[:300]
+            signed = client.post(
+                "/console/signin", data={"csrf": token[1], "token": d["owner"]["token"]}
+            )
+            assert signed.status_code == 303, signed.text
+            page = client.get(f"/console/deliveries/{stored['fatal'][0]}").text
+        finally:
+            await me.call("set_webhook_rules", webhook_id=wid, rules=[])
+    # only the one delivery the stage passed reached the rules
+    assert lint["evaluated"] == len(EXPECTED) and lint["not_reached"] == len(EXPECTED) - 1
+    kinds = {(f["rule_id"], f["kind"]) for f in lint["findings"]}
+    assert ("fatal", "never_matched") in kinds and ("fatal", "shadowed") not in kinds
+    table = " ".join(table.split())  # the heading wraps at the terminal's width
+    assert f"by {STAGE}" in table and "decided" in table and "not_reached" in table
+    page = html.unescape(page)
+    assert f"Decided by stage \u201c{STAGE}\u201d" in page
+    assert f"Stage \u201c{STAGE}\u201d decided." in page
+    assert "Decided by the rules stage" not in page and "an earlier rule matched" not in page
+    assert f"stage \u201c{STAGE}\u201d answered before the rules" in page

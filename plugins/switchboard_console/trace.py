@@ -15,6 +15,8 @@ CAUSES = {
     "llm_error": "the LLM call failed",
     "llm_timeout": "the LLM call timed out",
     "llm_budget_exhausted": "the LLM budget was spent",
+    "stage_error": "a routing stage misbehaved, so the default action applied",
+    "stage_timeout": "a routing stage did not answer in time, so the default action applied",
 }
 
 VERDICTS = {
@@ -23,6 +25,15 @@ VERDICTS = {
     "null": "did not match (the expression gave null)",
     "error": "faulted",
     "not_reached": "was not evaluated for routing: an earlier rule matched",
+}
+#: Stage names in sentences (any other stage is named as it registered itself).
+STAGES = {"rule": "the rules stage", "rules": "the rules stage", "llm": "the LLM triage"}
+SAID = {
+    "decided": "decided",
+    "passed": "passed (it decided nothing)",
+    "faulted": "faulted",
+    "not_reached": "was not reached: an earlier stage decided",
+    "unknown": "was never asked for this delivery (its verdict is not re-asked)",
 }
 
 
@@ -67,12 +78,18 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
                 f"The model's reason (confidence {llm.get('confidence')}): {llm['reason']}"
             )
     else:
-        lines.append(f"Decided by stage {stage!r}.")
+        lines.append(f"Decided by stage \u201c{stage}\u201d (no rule was evaluated).")
     if trace.get("cause"):
         cause = str(trace["cause"])
         lines.append("Why: " + CAUSES.get(cause, cause) + ".")
     for fault in trace.get("faults") or ():
         detail = f": {fault['detail']}" if fault.get("detail") else ""
+        if fault.get("stage"):
+            lines.append(
+                f"Fault in stage \u201c{fault['stage']}\u201d: {fault.get('cause')}{detail}"
+                " (no later stage was asked; the default action applied)."
+            )
+            continue
         lines.append(
             f"Fault in {_rule(fault)}: {fault.get('cause')}{detail}"
             " (treated as no match; later rules were still tried)."
@@ -93,9 +110,31 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
 
 
 def verdict_text(doc: dict[str, Any]) -> str:
+    """A rule's verdict as a phrase (``decided_by``: the stage that decided before it)."""
+    if doc.get("verdict") == "not_reached" and doc.get("decided_by"):
+        text = (
+            "was not evaluated for routing: stage"
+            f" \u201c{doc['decided_by']}\u201d answered before the rules"
+        )
+        if doc.get("would"):
+            text += f"; on its own it {VERDICTS.get(str(doc['would']), str(doc['would']))}"
+        return text
     text = VERDICTS.get(str(doc.get("verdict")), str(doc.get("verdict")))
     if doc.get("verdict") == "not_reached" and doc.get("would"):
         text += f"; on its own it {VERDICTS.get(str(doc['would']), str(doc['would']))}"
     if doc.get("error"):
         text += f": {doc['error']}"
     return text
+
+
+def stage_text(doc: dict[str, Any]) -> str:
+    """What one stage said in a replay, as a sentence (``explain_webhook_event``'s ``stages``)."""
+    name = STAGES.get(str(doc.get("stage")), f"Stage \u201c{doc.get('stage')}\u201d")
+    said = SAID.get(str(doc.get("said")), str(doc.get("said")))
+    text = f"{name[0].upper()}{name[1:]} {said}"
+    fault = doc.get("fault") or {}
+    if fault.get("detail"):
+        text += f": {fault['detail']}"
+    if doc.get("replay") == "stored" and doc.get("said") in ("decided", "faulted", "passed"):
+        text += " (as stored: not asked again)"
+    return text + "."

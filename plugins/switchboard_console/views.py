@@ -23,7 +23,7 @@ from switchboard.service.identity import authenticate
 
 from . import charts, session
 from .guard import Guard
-from .trace import explain, verdict_text
+from .trace import explain, stage_text, verdict_text
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"console.css": "text/css; charset=utf-8"}
@@ -321,11 +321,12 @@ class Console:
         try:
             why = await history.explain_stored(self.rt, who, event_id)
             verdicts = [{**v, "text": verdict_text(v)} for v in why["verdicts"]]
+            stages = [{**s, "text": stage_text(s)} for s in why.get("stages") or ()]
             why_error = None
         except (InvalidArgument, SwitchboardError) as exc:
             if isinstance(exc, NotFound):
                 raise
-            verdicts, why_error = [], str(exc)
+            verdicts, stages, why_error = [], [], str(exc)
         return self.render(
             request,
             "delivery.html",
@@ -333,6 +334,7 @@ class Console:
             event=event,
             story=explain(event.get("routing_trace"), event.get("disposition")),
             verdicts=verdicts,
+            stages=stages,
             why_error=why_error,
         )
 

@@ -24,6 +24,7 @@ from switchboard.plugin import (
     CAUSE_LLM_LOW_CONFIDENCE,
     CAUSE_LLM_TIMEOUT,
     CAUSE_LLM_UNKNOWN_QUEUE,
+    REPLAY_STORED,
     STAGE_LLM,
     Decision,
     RoutingContext,
@@ -88,6 +89,9 @@ class LLMStage:
     """The ``llm`` stage, limited by the operator's ``[plugins.llm]`` ceilings."""
 
     name = "llm"
+    #: history never asks the model again (it costs money and is not reproducible): its
+    #: verdict on a stored delivery is read from that delivery's trace
+    replay = REPLAY_STORED
 
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}

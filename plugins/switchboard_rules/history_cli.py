@@ -232,9 +232,14 @@ def _where(decision: dict[str, Any]) -> str:
 
 
 def _by(decision: dict[str, Any]) -> str:
+    """What decided: ``default (cause)``, the deciding rule's id, or the deciding stage's
+    name (``llm (stored)``: its stored verdict, not re-asked)."""
     if decision.get("stage") == "default":
         return f"default ({decision.get('cause')})"
-    return str(decision.get("rule_id"))
+    if decision.get("stage") == "rule" and decision.get("rule_id"):
+        return str(decision["rule_id"])
+    by = str(decision.get("decided_by") or decision.get("stage"))
+    return f"{by} (stored)" if decision.get("replay") == "stored" else by
 
 
 def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -247,6 +252,16 @@ def _totals_rows(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
     for key in ("drop", "default"):
         yield {"outcome": key, "saved": saved[key], "candidate": cand[key]}
+    for key, label in (("stages", "by stage"), ("stored", "stored, not re-asked")):
+        mine, theirs = saved.get(key) or {}, cand.get(key) or {}
+        for name in sorted(set(mine) | set(theirs)):
+            if key == "stages" and name == "default":
+                continue  # the default row above
+            yield {
+                "outcome": f"{label} {name}",
+                "saved": mine.get(name, 0),
+                "candidate": theirs.get(name, 0),
+            }
     for cause in sorted(set(saved["faults"]) | set(cand["faults"])):
         yield {
             "outcome": f"fault {cause}",
@@ -307,6 +322,21 @@ def _render_explain(out: Console, doc: dict[str, Any]) -> None:
 
     decision = doc["decision"]
     out.print(r.heading(f"event {doc.get('event_id')}: {_where(decision)} by {_by(decision)}"))
+    if doc.get("stages"):
+        out.print(
+            r.table(
+                "stages",
+                [
+                    ("STAGE", lambda x: x["stage"]),
+                    (
+                        "SAID",
+                        lambda x: x["said"] + (" (stored)" if x.get("replay") == "stored" else ""),
+                    ),
+                    ("FAULT", lambda x: (x.get("fault") or {}).get("detail")),
+                ],
+                doc["stages"],
+            )
+        )
     out.print(
         r.table(
             None,
@@ -315,7 +345,11 @@ def _render_explain(out: Console, doc: dict[str, Any]) -> None:
                 ("RULE", lambda x: x["id"]),
                 (
                     "VERDICT",
-                    lambda x: x["verdict"] + (f" (would: {x['would']})" if x.get("would") else ""),
+                    lambda x: (
+                        x["verdict"]
+                        + (f" (would: {x['would']})" if x.get("would") else "")
+                        + (f" ({x['decided_by']} decided)" if x.get("decided_by") else "")
+                    ),
                 ),
                 ("ERROR", lambda x: x.get("error")),
             ],

@@ -249,7 +249,9 @@ async def diff_webhook_rules(
     """Run a candidate routing config and the saved one over the webhook's stored events
     (newest first) and report what would change: totals per outcome for both sides, the
     number of events whose decision changes, and those events (event_id, received_at, the
-    saved and candidate decisions with the deciding rule) a page at a time (next_cursor).
+    saved and candidate decisions with the deciding stage and rule) a page at a time
+    (next_cursor). Every enabled stage is replayed in order; a stage that is not re-asked
+    (llm) has its stored verdicts taken, and not_reasked lists the events it decided.
     Saves nothing. Bounded by [plugins.rules] history_max_events and history_deadline_s;
     sends progress notifications when the request carries a progressToken."""
     result: dict[str, Any] = await _history().diff_rules(
@@ -280,9 +282,11 @@ async def explain_webhook_event(
     default_action: DefaultAction = None,
     params: Params = None,
 ) -> dict[str, Any]:
-    """Why (not): every rule's verdict on one stored event or sample, in order: matched,
-    false, null, error (with its message) or not_reached (an earlier rule matched), and the
-    decision. The verdicts come from the routing sandbox, as live. Saves nothing."""
+    """Why (not): what each routing stage said on one stored event or sample, in order
+    (stages: decided, passed, faulted, not_reached, unknown), every rule's verdict in order:
+    matched, false, null, error (with its message) or not_reached (an earlier rule matched,
+    or an earlier stage decided: decided_by), and the decision. The verdicts come from the
+    routing sandbox, as live. Saves nothing."""
     result: dict[str, Any] = await _history().explain_event(
         ctx.runtime,
         ctx.endpoint,

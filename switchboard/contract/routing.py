@@ -306,3 +306,59 @@ class VerdictStage(Protocol):
     ) -> list[tuple[list[RuleVerdict], ...]]:
         """Per envelope, per config, every rule's verdict (in rule order)."""
         ...
+
+
+# --------------------------------------------------------------------------------------
+# History: how each stage is replayed over stored deliveries
+# --------------------------------------------------------------------------------------
+
+#: ``stage.replay``: re-run the stage on the stored envelope (the default: a stage is
+#: assumed deterministic), or take its verdict from the event's stored trace (a stage that
+#: must not be asked again: the ``llm`` stage costs money and is not reproducible).
+REPLAY_RERUN = "rerun"
+REPLAY_STORED = "stored"
+REPLAYS = (REPLAY_RERUN, REPLAY_STORED)
+
+#: What one stage said on one delivery, in a replay (``explain_webhook_event``'s
+#: ``stages``): it decided, passed, faulted, or was not reached (an earlier stage decided
+#: or faulted). ``unknown``: a stored stage that was never asked live (an earlier stage
+#: decided then) and is not asked now; the replay goes on as if it passed.
+SAID_DECIDED = "decided"
+SAID_PASSED = "passed"
+SAID_FAULTED = "faulted"
+SAID_NOT_REACHED = "not_reached"
+SAID_UNKNOWN = "unknown"
+SAIDS = (SAID_DECIDED, SAID_PASSED, SAID_FAULTED, SAID_NOT_REACHED, SAID_UNKNOWN)
+
+
+def replay_of(stage: object) -> str:
+    """How history replays ``stage``: ``rerun`` when it declares nothing (or ``rerun``),
+    else ``stored`` (any other value: when in doubt, a stage is never asked again)."""
+    mode = getattr(stage, "replay", REPLAY_RERUN)
+    return REPLAY_RERUN if mode == REPLAY_RERUN else REPLAY_STORED
+
+
+@dataclass
+class StageSaid:
+    """What one stage said in a replay, in stage order (:data:`SAIDS`).
+
+    ``decision`` is set when it decided, ``fault`` when it faulted; ``replay`` is how it
+    was replayed (:data:`REPLAYS`): a ``stored`` stage's verdict was read from the trace.
+    """
+
+    stage: str
+    said: str
+    replay: str = REPLAY_RERUN
+    decision: Decision | None = None
+    fault: Fault | None = None
+    faults: tuple[Fault, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"stage": self.stage, "said": self.said, "replay": self.replay}
+        if self.decision is not None:
+            doc["decision"] = {**self.decision.to_json(), "trace": self.decision.trace}
+        if self.fault is not None:
+            doc["fault"] = self.fault.to_json()
+        if self.faults:
+            doc["faults"] = [f.to_json() for f in self.faults]
+        return doc

@@ -186,6 +186,10 @@ class RoutingStage(Protocol):
       ``[routing] stage_timeout_ms`` (the llm stage: its longest model call).
     - ``trace_name``: what ``trace["stage"]`` says when it decides (default: ``name``; the
       rules stage says ``rule``).
+    - ``replay``: how history (diff, explain, lint) replays it over stored deliveries:
+      ``"rerun"`` (the default: it is deterministic, and re-run on the stored envelope) or
+      ``"stored"`` (it must not be asked again, as the llm stage: its verdict is read from
+      each event's stored trace). See :func:`switchboard.contract.routing.replay_of`.
 
     A stage that raises, answers anything but a :class:`StageResult`, writes a trace that
     fails its schema or goes past its budget costs no delivery: the delivery takes the

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..contract.routing import (
+    SAID_DECIDED,
+    SAID_FAULTED,
+    SAID_NOT_REACHED,
+    SAID_PASSED,
+    StageSaid,
+    replay_of,
+)
 from .decide import default_decision
-from .model import Decision, Fault, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
+from .model import (
+    Decision,
+    Fault,
+    Grant,
+    RoutingConfig,
+    RoutingContext,
+    RoutingStage,
+    StageResult,
+    Target,
+)
 from .stagecall import budget_ms, call_stage
 
 if TYPE_CHECKING:
@@ -38,6 +55,11 @@ def config_of(webhook: dict[str, Any]) -> RoutingConfig:
     return RoutingConfig.from_json(webhook.get("routing"), copy=False)
 
 
+#: One stage's turn in a replay: what it answers for the context (a :class:`StageResult`,
+#: or the :class:`Fault` it earned), in place of calling it live.
+Turn = Callable[[RoutingStage, RoutingContext], Awaitable[StageResult | Fault]]
+
+
 async def route(
     stages: Sequence[RoutingStage],
     webhook: dict[str, Any],
@@ -48,6 +70,8 @@ async def route(
     runtime: Runtime | None = None,
     external_id: str | None = None,
     stage_timeout_ms: int | None = None,
+    turn: Turn | None = None,
+    said: list[StageSaid] | None = None,
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
@@ -55,6 +79,10 @@ async def route(
     handed to the stages (``ctx.runtime``) by the receiver and the dry runs over a webhook,
     ``external_id`` (the dedup key) by the receiver only. Each stage runs under
     ``stage_timeout_ms`` (``[routing] stage_timeout_ms``; :mod:`.stagecall`).
+
+    History replays walk the same loop: ``turn`` answers for each stage instead (re-run,
+    or read from the stored trace: :mod:`.stagereplay`), and ``said`` is given what each
+    stage said, in order (the stages after the deciding one: not reached).
     """
     ctx = RoutingContext(
         webhook=webhook,
@@ -64,14 +92,31 @@ async def route(
         runtime=runtime,
         external_id=external_id,
     )
-    for stage in stages:
-        answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
+    for i, stage in enumerate(stages):
+        if turn is None:
+            answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
+        else:
+            answer = await turn(stage, ctx)
         if isinstance(answer, Fault):
+            if said is not None:
+                said.append(StageSaid(stage.name, SAID_FAULTED, replay_of(stage), fault=answer))
+                _not_reached(said, stages[i + 1 :])
             # A misbehaving stage decides nothing: the default, saying which stage and why.
             return default_decision(
                 grant, config.default_action, (*ctx.faults, answer), cause=answer.cause
             )
         if answer.decision is not None:
+            if said is not None:
+                said.append(StageSaid(stage.name, SAID_DECIDED, replay_of(stage), answer.decision))
+                _not_reached(said, stages[i + 1 :])
             return answer.decision
         ctx.faults.extend(answer.faults)
+        if said is not None:
+            said.append(
+                StageSaid(stage.name, SAID_PASSED, replay_of(stage), faults=tuple(answer.faults))
+            )
     return default_decision(grant, config.default_action, ctx.faults)
+
+
+def _not_reached(said: list[StageSaid], rest: Sequence[RoutingStage]) -> None:
+    said.extend(StageSaid(s.name, SAID_NOT_REACHED, replay_of(s)) for s in rest)

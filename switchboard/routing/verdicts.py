@@ -56,11 +56,17 @@ def match_of(config: RoutingConfig, verdicts: Sequence[RuleVerdict]) -> MatchRes
     return MatchResult(None, tuple(faults))
 
 
-def explained(config: RoutingConfig, verdicts: Sequence[RuleVerdict]) -> list[dict[str, Any]]:
+def explained(
+    config: RoutingConfig, verdicts: Sequence[RuleVerdict], *, before: str | None = None
+) -> list[dict[str, Any]]:
     """``[{index, id, verdict, error?}]``: rules after the first match are ``not_reached``
-    (with ``would``: what they would have said), and a spent budget's rules are errors."""
+    (with ``would``: what they would have said), and a spent budget's rules are errors.
+
+    ``before``: the stage that decided (or faulted) before the rules were reached: then
+    every rule is ``not_reached``, with ``would`` and ``decided_by`` naming that stage.
+    """
     out: list[dict[str, Any]] = []
-    matched = False
+    matched = before is not None
     for index, verdict in enumerate(verdicts):
         rule = config.rules[index] if index < len(config.rules) else {}
         doc: dict[str, Any] = {"index": index, "id": rule.get("id")}
@@ -69,6 +75,8 @@ def explained(config: RoutingConfig, verdicts: Sequence[RuleVerdict]) -> list[di
         if matched:
             doc["verdict"] = NOT_REACHED
             doc["would"] = verdict.verdict
+            if before is not None:
+                doc["decided_by"] = before
         else:
             doc["verdict"] = verdict.verdict
             if verdict.verdict == ERROR:

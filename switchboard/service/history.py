@@ -1,9 +1,12 @@
 """Change rules with evidence: a candidate vs the saved config over stored deliveries, "why not"
 per rule, and lint from real traffic. Saves nothing.
 
-Every verdict comes from the enabled stage that reports them (:class:`VerdictStage`: the rules
-stage's sandbox, as live routing evaluates); the server only decides, under the grant as it
-is now, with the same ``decide`` as a live delivery. The LLM triage stage is not run.
+Every stored delivery is replayed through every enabled stage, in order, with live routing's
+own loop (``routing.stagereplay``): the rules' verdicts come from the stage that reports
+them (:class:`VerdictStage`: the rules stage's sandbox, as live routing evaluates), a stage
+that declares ``replay = "stored"`` (the llm stage) is never asked again (its verdict is read
+from the event's trace), and any other stage is re-run on the stored envelope. The server
+decides under the grant as it is now, with the same ``decide`` as a live delivery.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import contextlib
 from collections import Counter
 from typing import Any
 
-from ..errors import InvalidArgument, NotFound, ServiceError
+from ..contract.routing import REPLAY_STORED, SAID_UNKNOWN, RuleVerdict, replay_of
+from ..errors import InvalidArgument, NotFound
 from ..routing.config import validate_config
-from ..routing.decide import decide
 from ..routing.model import Decision, Grant, RoutingConfig
 from ..routing.replay import raw_body, sample_envelope, stored_envelope
 from ..routing.route import config_of, grant_for
-from ..routing.verdicts import VerdictStage, explained, match_of, verdict_stage
+from ..routing.stagecall import stage_timeout_ms
+from ..routing.stagereplay import Replayed, needs_envelope, replay
+from ..routing.verdicts import VerdictStage, explained, verdict_stage
 from ..runtime import Runtime
 from ..store import Row
 from .common import jsonable
@@ -32,14 +37,54 @@ CHANGES_PAGE = 100
 DEFAULT_LAST = 1000
 
 
-def _stage(rt: Runtime) -> VerdictStage:
-    stage = verdict_stage(rt.stages)
-    if stage is None:
-        raise ServiceError(
-            "no enabled routing stage reports rule verdicts (the rules plugin is disabled)",
-            code="unavailable",
+#: History's bounds when no enabled stage declares its own (``history_max_events``, ...).
+DEFAULT_MAX_EVENTS = 10000
+DEFAULT_DEADLINE_S = 30.0
+#: Event ids listed per stored stage in a diff's ``not_reasked``.
+NOT_REASKED_IDS = 100
+
+
+class _Replay:
+    """What one history call replays with: the enabled stages in order, the one reporting
+    rule verdicts (if any), the bounds, and the webhook and grant as they are now."""
+
+    def __init__(self, rt: Runtime, webhook: Row, grant: Grant, *, upto_verdicts: bool = False):
+        stages = list(rt.stages)
+        self.verdict: VerdictStage | None = verdict_stage(stages)
+        if upto_verdicts and self.verdict is not None:
+            # lint: only what runs before the rules decides whether they are reached
+            stages = stages[: stages.index(self.verdict) + 1]  # type: ignore[arg-type]
+        self.stages = stages
+        self.rt, self.webhook, self.grant = rt, webhook, grant
+        self.max_events = (
+            self.verdict.history_max_events if self.verdict is not None else DEFAULT_MAX_EVENTS
         )
-    return stage
+        self.deadline_s = (
+            self.verdict.history_deadline_s if self.verdict is not None else DEFAULT_DEADLINE_S
+        )
+        self.keep_envelopes = needs_envelope(stages, self.verdict)
+        self.timeout_ms = stage_timeout_ms(rt)
+        self.stored = [s.name for s in stages if replay_of(s) == REPLAY_STORED]
+
+    async def run(
+        self,
+        config: RoutingConfig,
+        verdicts: list[RuleVerdict],
+        envelope: dict[str, Any] | None,
+        trace: Any,
+    ) -> Replayed:
+        return await replay(
+            self.stages,
+            self.webhook,
+            config,
+            envelope,
+            self.grant,
+            stored_trace=trace if isinstance(trace, dict) else None,
+            verdict_stage=self.verdict,
+            verdicts=verdicts,
+            runtime=self.rt,
+            stage_timeout_ms=self.timeout_ms,
+        )
 
 
 async def _webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> tuple[Row, Row, Grant]:
@@ -66,8 +111,10 @@ def _candidate_doc(
     return doc
 
 
-def decision_view(decision: Decision) -> dict[str, Any]:
-    """A decision for reading: where it goes and what decided it (the deciding rule's id)."""
+def decision_view(decision: Decision, replayed: Replayed | None = None) -> dict[str, Any]:
+    """A decision for reading: where it goes and what decided it (the deciding stage's name
+    in ``decided_by``, the deciding rule's id; ``replay: "stored"`` when the deciding stage
+    was not re-asked and its stored verdict was taken)."""
     trace = decision.trace
     view: dict[str, Any] = {
         **decision.to_json(),
@@ -75,6 +122,10 @@ def decision_view(decision: Decision) -> dict[str, Any]:
         "rule_id": trace.get("rule_id"),
         "rule_index": trace.get("rule_index"),
     }
+    if replayed is not None:
+        view["decided_by"] = replayed.decided_by
+        if replayed.stored is not None:
+            view["replay"] = REPLAY_STORED
     if trace.get("cause"):
         view["cause"] = trace["cause"]
     if trace.get("faults"):
@@ -87,9 +138,13 @@ def _same(a: Decision, b: Decision) -> bool:
 
 
 class _Totals:
-    """Per outcome: events per queue, todos per endpoint, drops, defaults, faults by cause."""
+    """Per outcome: events per queue, todos per endpoint, drops, defaults, faults by cause,
+    decisions by stage, and the stored stages' decisions (taken, not re-asked) and unknowns."""
 
     def __init__(self) -> None:
+        self.stages: Counter[str] = Counter()
+        self.stored: Counter[str] = Counter()
+        self.unknown: Counter[str] = Counter()
         self.queues: Counter[str] = Counter()
         self.endpoints: Counter[str] = Counter()
         self.rules: Counter[str] = Counter()
@@ -97,8 +152,13 @@ class _Totals:
         self.drop = 0
         self.default = 0
 
-    def add(self, decision: Decision) -> None:
+    def add(self, replayed: Replayed) -> None:
+        decision = replayed.decision
         trace = decision.trace
+        self.stages[replayed.decided_by] += 1
+        if replayed.stored is not None:
+            self.stored[replayed.stored.stage] += 1
+        self.unknown.update(s.stage for s in replayed.said if s.said == SAID_UNKNOWN)
         if decision.drop:
             self.drop += 1
         elif decision.queue is not None:
@@ -118,6 +178,9 @@ class _Totals:
             "default": self.default,
             "rules": dict(self.rules),
             "faults": dict(self.faults),
+            "stages": dict(self.stages),
+            "stored": dict(self.stored),
+            "unknown": dict(self.unknown),
         }
 
 
@@ -144,25 +207,35 @@ async def diff_rules(
     ``totals`` count the events this call evaluated; ``next_cursor`` (with the same candidate)
     goes on from there, and is absent once the window is done.
     """
-    stage = _stage(rt)
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
+    rp = _Replay(rt, resolved, grant)
     saved = config_of(row)
     candidate = await validate_config(
         _candidate_doc(saved, rules, default_action, params), grant, rt.stages, resolved
     )
     window = window_of(last, since, cursor, default_last=DEFAULT_LAST)
-    cap = stage.history_max_events
+    cap = rp.max_events
     total = await count_window(rt, row["id"], window, cap) if progress is not None else None
-    clock = Clock(stage.history_deadline_s, progress, total)
+    clock = Clock(rp.deadline_s, progress, total)
     sides = (_Totals(), _Totals())
     changes: list[dict[str, Any]] = []
+    not_reasked: dict[str, list[str]] = {name: [] for name in rp.stored}
     taken, stopped, last_row = 0, None, None
-    stream = evaluated(rt, stage, resolved, (saved, candidate), window, limit=cap)
+    stream = evaluated(
+        rt,
+        rp.verdict,
+        resolved,
+        (saved, candidate),
+        window,
+        limit=cap,
+        keep_envelopes=rp.keep_envelopes,
+    )
     async with contextlib.aclosing(stream) as events:
         async for item in events:
-            was = decide(saved, match_of(saved, item.verdicts[0]), grant)
-            now = decide(candidate, match_of(candidate, item.verdicts[1]), grant)
-            if not _same(was, now):
+            trace = item.row.get("routing_trace")
+            was = await rp.run(saved, item.verdicts[0], item.envelope, trace)
+            now = await rp.run(candidate, item.verdicts[1], item.envelope, trace)
+            if not _same(was.decision, now.decision):
                 if len(changes) >= page:
                     stopped = "page"
                     break
@@ -171,10 +244,13 @@ async def diff_rules(
                         "event_id": str(item.row["id"]),
                         "received_at": jsonable(item.row["received_at"]),
                         "kind": item.row.get("kind"),
-                        "saved": decision_view(was),
-                        "candidate": decision_view(now),
+                        "saved": decision_view(was.decision, was),
+                        "candidate": decision_view(now.decision, now),
                     }
                 )
+            for side in {s.stage for s in (was.stored, now.stored) if s is not None}:
+                if len(not_reasked[side]) < NOT_REASKED_IDS:
+                    not_reasked[side].append(str(item.row["id"]))
             sides[0].add(was)
             sides[1].add(now)
             taken += 1
@@ -198,6 +274,19 @@ async def diff_rules(
         "totals": {"saved": sides[0].view(), "candidate": sides[1].view()},
         "changes": changes,
     }
+    if not_reasked:
+        # The stored stages were not asked again: their verdicts are the events' traces.
+        out["not_reasked"] = {
+            name: {
+                "decided": sides[0].stored.get(name, 0),
+                "decided_candidate": sides[1].stored.get(name, 0),
+                "event_ids": ids,
+                "detail": f"stage {name!r} is replayed from each event's stored trace: it"
+                " was not asked again (saved and candidate decisions it made are its"
+                " stored ones)",
+            }
+            for name, ids in not_reasked.items()
+        }
     if stopped is not None and last_row is not None:
         out["next_cursor"] = window.cursor(last_row, taken)
         out["stopped"] = stopped
@@ -216,25 +305,29 @@ async def explain_event(
     default_action: Any = None,
     params: Any = None,
 ) -> dict[str, Any]:
-    """Every rule's verdict on one stored event (or a sample payload), in order, and the
-    decision: ``matched``, ``false``, ``null``, ``error`` (with its message) or
-    ``not_reached`` (an earlier rule matched; ``would`` says what it would have said)."""
-    stage = _stage(rt)
+    """What each stage said on one stored event (or a sample payload), in stage order
+    (``stages``: decided, passed, faulted, not_reached, or unknown for a stored stage never
+    asked), every rule's verdict (``matched``, ``false``, ``null``, ``error`` with its
+    message, or ``not_reached``: an earlier rule matched, or an earlier stage decided, with
+    ``would``: what it would have said), and the decision, as live routing takes it."""
     if (event_id is None) == (payload is None):
         raise InvalidArgument("give exactly one of event_id or payload")
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
+    rp = _Replay(rt, resolved, grant)
     config = config_of(row)
     if rules is not None or default_action is not None or params is not None:
         config = await validate_config(
             _candidate_doc(config, rules, default_action, params), grant, rt.stages, resolved
         )
     out: dict[str, Any] = {"webhook_id": row["id"]}
+    stored: Any = None
     if event_id is not None:
         event = await rt.store.get_event(event_id)
         if event is None or event["webhook_id"] != row["id"]:
             raise NotFound(f"event {event_id} not found")
         envelope = stored_envelope(rt.registries.projections, event, row["id"])
         out["event_id"] = str(event["id"])
+        stored = event.get("routing_trace")
     else:
         if headers is not None and not isinstance(headers, dict):
             raise InvalidArgument("headers: must be an object of header names to values")
@@ -247,10 +340,19 @@ async def explain_event(
             body=raw_body(payload),
             headers={str(k): str(v) for k, v in (headers or {}).items()},
         )
-    [(verdicts,)] = await stage.verdicts((config,), [envelope], webhook=resolved)
-    decision = decide(config, match_of(config, verdicts), grant)
+    verdicts: list[RuleVerdict] = []
+    if rp.verdict is not None:
+        [(verdicts,)] = await rp.verdict.verdicts((config,), [envelope], webhook=resolved)
+    replayed = await rp.run(config, verdicts, envelope, stored)
+    decision = replayed.decision
+    before = None
+    if rp.verdict is not None and not replayed.reached(rp.verdict.name):
+        before = replayed.ended_by
     out.update(
-        decision=decision_view(decision), verdicts=explained(config, verdicts), trace=decision.trace
+        decision=decision_view(decision, replayed),
+        stages=[s.to_json() for s in replayed.said],
+        verdicts=explained(config, verdicts, before=before),
+        trace=decision.trace,
     )
     return out
 
@@ -277,21 +379,43 @@ async def lint_rules(
     """The saved rules over the newest ``last`` stored events: rules that never matched, that
     only ever faulted, that an earlier rule shadowed on every event they matched, and params
     no rule reads. Bounded like :func:`diff_rules` (``stopped`` says when it stopped early)."""
-    stage = _stage(rt)
-    row, resolved, _grant = await _webhook(rt, caller, webhook_id)
+    row, resolved, grant = await _webhook(rt, caller, webhook_id)
+    rp = _Replay(rt, resolved, grant, upto_verdicts=True)
     config = config_of(row)
     window = window_of(last, None, None, default_last=DEFAULT_LAST)
-    cap = stage.history_max_events
+    cap = rp.max_events
     total = await count_window(rt, row["id"], window, cap) if progress is not None else None
-    clock = Clock(stage.history_deadline_s, progress, total)
+    clock = Clock(rp.deadline_s, progress, total)
     n = len(config.rules)
     matched, faulted, won = [0] * n, [0] * n, [0] * n
     shadows: list[Counter[int]] = [Counter() for _ in range(n)]
-    taken, stopped = 0, None
-    if n:
-        stream = evaluated(rt, stage, resolved, (config,), window, limit=cap)
+    taken, stopped, passed_over = 0, None, 0
+    if n and rp.verdict is not None:
+        rules_stage = rp.verdict.name
+        before_rules = len(rp.stages) > 1
+        stream = evaluated(
+            rt,
+            rp.verdict,
+            resolved,
+            (config,),
+            window,
+            limit=cap,
+            keep_envelopes=rp.keep_envelopes,
+        )
         async with contextlib.aclosing(stream) as events:
             async for item in events:
+                taken += 1
+                if before_rules:
+                    trace = item.row.get("routing_trace")
+                    replayed = await rp.run(config, item.verdicts[0], item.envelope, trace)
+                    if not replayed.reached(rules_stage):
+                        # an earlier stage decided: the rules never saw this delivery
+                        passed_over += 1
+                        await clock.tick(taken)
+                        if clock.expired():
+                            stopped = "deadline"
+                            break
+                        continue
                 first: int | None = None
                 for i, verdict in enumerate(item.verdicts[0]):
                     if verdict.verdict == "matched":
@@ -303,7 +427,6 @@ async def lint_rules(
                             shadows[i][first] += 1
                     elif verdict.verdict == "error":
                         faulted[i] += 1
-                taken += 1
                 await clock.tick(taken)
                 if clock.expired():
                     stopped = "deadline"
@@ -311,8 +434,10 @@ async def lint_rules(
         if stopped is None and taken >= cap and (window.remaining or 0) > taken:
             stopped = "max_events"
     await clock.tick(taken, force=True)
-    findings = lint_findings(config, taken, matched, faulted, won, shadows)
+    findings = lint_findings(config, taken - passed_over, matched, faulted, won, shadows)
     out: dict[str, Any] = {"webhook_id": row["id"], "evaluated": taken, "findings": findings}
+    if passed_over:
+        out["not_reached"] = passed_over
     if stopped is not None:
         out["stopped"] = stopped
     return out

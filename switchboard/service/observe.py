@@ -67,6 +67,7 @@ def _observe(d: Observation, now: float, per_webhook: bool) -> None:
         metrics.WEBHOOK_DELIVERIES.labels(d.webhook_id, status).inc()
     faults = _fault_causes(d.trace)
     stage = cause = None
+    failed: list[str] = []
     if d.disposition is not None:
         # Labels come from the trace's enums (schemas/trace.schema.json), so they are bounded.
         stage = str(d.trace.get("stage") or "unknown")
@@ -95,6 +96,9 @@ def _observe(d: Observation, now: float, per_webhook: bool) -> None:
         "latency_ms": None if latency is None else round(latency * 1000, 1),
         "todos_created": d.todos_created,
     }
+    if failed:
+        # the default decided because these stages misbehaved: name them, as /metrics does
+        line["failed_stages"] = failed
     if d.handshake:
         line["handshake"] = True
     if d.status == 401:

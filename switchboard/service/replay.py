@@ -1,5 +1,8 @@
 """Stream a webhook's stored deliveries through a verdict stage: pages in, verdicts out, in order.
 
+Each event comes out with its stored trace (``row["routing_trace"]``) and, when a stage is
+to be re-run on it, its envelope, so that ``routing.stagereplay`` can replay every stage.
+
 The one evaluation path of the history verbs (``service.history``): each page of stored
 events is read by keyset (never the whole window), each event's envelope is rebuilt once
 (parsed once, whatever the number of configs) and handed in batches to the stage's
@@ -131,22 +134,27 @@ async def count_window(rt: Runtime, webhook_id: str, window: Window, cap: int) -
 
 @dataclass
 class Evaluated:
-    """One stored event and, per config, every rule's verdict on it."""
+    """One stored event and, per config, every rule's verdict on it (none without a verdict
+    stage); its envelope when asked for (``keep_envelopes``)."""
 
     row: Row
     verdicts: tuple[list[RuleVerdict], ...]
+    envelope: dict[str, Any] | None = None
 
 
 async def evaluated(
     rt: Runtime,
-    stage: VerdictStage,
+    stage: VerdictStage | None,
     webhook: Row,
     configs: Sequence[RoutingConfig],
     window: Window,
     *,
     limit: int,
+    keep_envelopes: bool = False,
 ) -> AsyncGenerator[Evaluated, None]:
     """The window's events (at most ``limit``), newest first, each with its verdicts.
+
+    ``keep_envelopes``: each event keeps its envelope (for the stages history re-runs).
 
     Close it (``contextlib.aclosing``) to stop early: batches still in the sandbox are
     cancelled, which kills their evaluators.
@@ -174,12 +182,24 @@ async def evaluated(
     )
 
     async def judge(rows: list[Row]) -> list[Evaluated]:
+        kept: list[dict[str, Any] | None] = [None] * len(rows)
+        if keep_envelopes or stage is None:
+            kept = [stored_envelope(projections, r, webhook_id) for r in rows]
+        if stage is None:
+            none: tuple[list[RuleVerdict], ...] = tuple([] for _ in configs)
+            return [Evaluated(r, none, e) for r, e in zip(rows, kept, strict=True)]
         found = await stage.verdicts(
             configs,
-            [prepare(stored_envelope(projections, r, webhook_id)) for r in rows],
+            [
+                prepare(e if e is not None else stored_envelope(projections, r, webhook_id))
+                for r, e in zip(rows, kept, strict=True)
+            ],
             webhook=webhook,
         )
-        return [Evaluated(r, v) for r, v in zip(rows, found, strict=True)]
+        return [
+            Evaluated(r, v, e if keep_envelopes else None)
+            for r, v, e in zip(rows, found, kept, strict=True)
+        ]
 
     read = 0
     asked = min(PAGE, want)

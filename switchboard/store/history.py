@@ -8,7 +8,10 @@ from typing import Any
 from .db import Database, Row
 
 #: What rebuilding a stored delivery's envelope needs (``routing.replay.stored_envelope``).
-_COLUMNS = "id, received_at, source, kind, trust_mode, verified, content_type, headers, body"
+_COLUMNS = (
+    "id, received_at, source, kind, trust_mode, verified, content_type, headers, body,"
+    " routing_trace"
+)
 
 
 class HistoryQueries:
