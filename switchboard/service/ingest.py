@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
+from .. import metrics
 from ..contract.sinks import SinkEvent, SinkTodo
 from ..errors import NotFound, StoreUnavailable, SwitchboardError, error_body, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
@@ -126,6 +127,7 @@ async def _ingest(
     if not verdict.ok:
         # The delivery line carries the detail (and the metric its reason): not logged here.
         seen.verify_detail = verdict.detail or ""
+        seen.verify_reason = metrics.verification_reason(verdict.reason, source)
         return UNVERIFIED
     if verdict.reply is not None and verdict.verified:
         # the producer's handshake (proving the URL): answered, nothing stored
