@@ -81,6 +81,10 @@ STORE_BATCH = Histogram(
     ["step"],
     buckets=BATCH_BUCKETS,
 )
+REFUSALS_UNRECORDED = Counter(
+    "switchboard_refusals_unrecorded",
+    "Refused deliveries that could not be recorded (the database failed; they were answered)",
+)
 SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by sink", ["sink"])
 
 #: Every documented value of the ``reason`` label of a 401 (``none`` for every other
