@@ -30,13 +30,19 @@ from jsonschema import Draft202012Validator
 
 from .routing.envelope import parse_payload
 from .sources import (
+    REASON_MALFORMED,
+    REASON_MISCONFIGURED,
+    REASON_MISMATCH,
+    REASON_MISSING_HEADER,
+    REASON_NO_SIGNATURE,
+    REASON_STALE_TIMESTAMP,
+    REASON_UNKNOWN_SECRET,
     TRUST_SIGNED,
     Delivery,
     Headers,
     Identity,
     Verification,
     body_key,
-    refuse,
     usable_delivery_id,
 )
 
@@ -337,52 +343,71 @@ class HmacSource:
         """Check the signature (or token) before anything trusts the body."""
         scheme = self._scheme(delivery.config)
         if scheme is None:
-            return refuse("the webhook's source_config is not a valid scheme")
+            return Verification.refuse(
+                reason=REASON_MISCONFIGURED,
+                detail="the webhook's source_config is not a valid scheme",
+            )
         if not secret:
-            return refuse("the webhook has no signing secret")
+            return Verification.refuse(
+                reason=REASON_MISCONFIGURED, detail="the webhook has no signing secret"
+            )
         read = _Read(scheme, delivery.headers, delivery.body)
         if read.signature_header is None:
-            return refuse(f"missing {scheme.signature_header} header")
+            return Verification.refuse(
+                reason=REASON_MISSING_HEADER, detail=f"missing {scheme.signature_header} header"
+            )
         if scheme.mode == "token":
             token = read.signature_header.strip().encode("utf-8", "replace")
             if not hmac.compare_digest(token, secret):
-                return refuse(f"{scheme.signature_header} does not match the secret")
+                return Verification.refuse(
+                    reason=REASON_UNKNOWN_SECRET,
+                    detail=f"{scheme.signature_header} does not match the secret",
+                )
             return self._verified(read)
         stamp = ""
         if scheme.timestamp is not None:
             stamp = read.at(scheme.timestamp) or ""
             if not stamp.isdigit() or len(stamp) > _MAX_TIMESTAMP_DIGITS:
-                return refuse("missing or malformed signature timestamp")
+                return Verification.refuse(
+                    reason=REASON_MALFORMED, detail="missing or malformed signature timestamp"
+                )
             skew = now - int(stamp)
             if skew > scheme.tolerance_seconds:
-                return refuse(
-                    f"stale signature timestamp ({int(skew)} s old, tolerance "
-                    f"{scheme.tolerance_seconds} s)"
+                return Verification.refuse(
+                    reason=REASON_STALE_TIMESTAMP,
+                    detail=f"stale signature timestamp ({int(skew)} s old, tolerance "
+                    f"{scheme.tolerance_seconds} s)",
                 )
             if -skew > scheme.tolerance_seconds:
-                return refuse(
-                    f"signature timestamp in the future ({int(-skew)} s ahead, "
-                    f"tolerance {scheme.tolerance_seconds} s)"
+                return Verification.refuse(
+                    reason=REASON_STALE_TIMESTAMP,
+                    detail=f"signature timestamp in the future ({int(-skew)} s ahead, "
+                    f"tolerance {scheme.tolerance_seconds} s)",
                 )
         given = read.signatures()
         if not given:
-            return refuse(f"no signature in {scheme.signature_header}")
+            return Verification.refuse(
+                reason=REASON_NO_SIGNATURE, detail=f"no signature in {scheme.signature_header}"
+            )
         delivery_id = ""
         if "{id}" in scheme.signed:  # else the body is not read before it verifies
             delivery_id = read.first(scheme.delivery_id) or ""
             if not delivery_id:
-                return refuse("missing the delivery id the signature covers")
+                return Verification.refuse(
+                    reason=REASON_MISSING_HEADER,
+                    detail="missing the delivery id the signature covers",
+                )
         try:
             key = secret_key(secret, scheme.secret_encoding)
         except ValueError as exc:
-            return refuse(str(exc))
+            return Verification.refuse(reason=REASON_MISCONFIGURED, detail=str(exc))
         expected = _mac(
             scheme, key, signed_content(scheme.signed, delivery.body, delivery_id, stamp)
         )
         if not any(
             hmac.compare_digest(expected.encode(), g.encode("utf-8", "replace")) for g in given
         ):
-            return refuse("signature mismatch")
+            return Verification.refuse(reason=REASON_MISMATCH, detail="signature mismatch")
         return self._verified(read)
 
     def _verified(self, read: _Read) -> Verification:

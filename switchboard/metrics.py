@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -11,6 +10,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, g
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+
+from .contract.sources import REASON_OTHER, reason_code
+from .contract.sources import REASONS as CONTRACT_REASONS
 
 #: The environment variable prometheus-client reads (at import) to write per-process files.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -79,42 +81,37 @@ STORE_BATCH = Histogram(
     ["step"],
     buckets=BATCH_BUCKETS,
 )
+REFUSALS_UNRECORDED = Counter(
+    "switchboard_refusals_unrecorded",
+    "Refused deliveries that could not be recorded (the database failed; they were answered)",
+)
 SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by sink", ["sink"])
 
-#: Every value the ``reason`` label of a 401 takes (``none`` for every other status).
-REASONS = (
-    "missing_header",
-    "stale_timestamp",
-    "mismatch",
-    "no_signature",
-    "malformed",
-    "misconfigured",
-    "other",
-)
+#: Every documented value of the ``reason`` label of a 401 (``none`` for every other
+#: status): the sources' refusal codes. A source's own codes (``refusal_reasons``) add to it.
+REASONS = CONTRACT_REASONS
 
-# A source's refusal text is free-form (a third party's plugin writes its own), so it is
-# never a label: it is sorted into one of REASONS by what the built-in refusals say.
-_REASON_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("misconfigured", re.compile(r"no signing secret|not a valid scheme|not base64", re.I)),
-    ("stale_timestamp", re.compile(r"stale|in the future|\bs old\b|s ahead|window", re.I)),
-    ("missing_header", re.compile(r"^missing .*headers?$|missing the delivery id", re.I)),
-    ("no_signature", re.compile(r"no signature", re.I)),
-    ("mismatch", re.compile(r"does not match|mismatch", re.I)),
-    ("malformed", re.compile(r"malformed|not a json|not an rfc|has no |invalid", re.I)),
-)
+
+def verification_reason(reason: object, source: object = None) -> str:
+    """The ``reason`` label of a refusal with code ``reason`` from ``source``.
+
+    The code is the source's (``Verification.reason``), never read from its message: a
+    documented code is its own label, and so is a code ``source`` declares in its
+    ``refusal_reasons``; anything else (no code, a code not declared) is ``other``, so a
+    source cannot grow the series without bound.
+    """
+    code = reason_code(reason)
+    if code in REASONS:
+        return code
+    declared = getattr(source, "refusal_reasons", None) or ()
+    if isinstance(declared, (tuple, list, frozenset, set)) and code in declared:
+        return code
+    return REASON_OTHER
+
 
 #: At most this many queues get their own ``queue`` label on the todo gauge by default.
 DEFAULT_MAX_QUEUES = 50
 OTHER_QUEUE = "other"
-
-
-def verification_reason(detail: str | None) -> str:
-    """One of :data:`REASONS` for a source's refusal text."""
-    text = (detail or "").strip()
-    for reason, pattern in _REASON_PATTERNS:
-        if pattern.search(text):
-            return reason
-    return "other"
 
 
 def multiprocess() -> bool:

@@ -20,6 +20,11 @@ def add_receiver_routes(app: Sanic[Any, Any], rt: Runtime) -> None:
         # Sanic already refused bodies over REQUEST_MAX_SIZE with 413 before routing.
         headers = Headers(list(request.headers.items()))
         reply = await ingest(
-            rt, token, headers, request.body or b"", request.headers.get("content-type")
+            rt,
+            token,
+            headers,
+            request.body or b"",
+            request.headers.get("content-type"),
+            source_ip=request.remote_addr or request.ip or None,
         )
         return json(reply.body, status=reply.status)

@@ -6,6 +6,7 @@ may use of it) and holds more: the plugin manager, the secrets and the embedded 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
 from .store.embedded import EmbeddedPostgres, embedded_exists
+from .store.refusals import DEFAULT_REFUSALS_KEPT
 
 log = logging.getLogger("switchboard")
 
@@ -117,8 +119,11 @@ class Runtime:
                 acquire_timeout=int(server.get("database_timeout_ms", 2000)) / 1000,
             )
             await db.open()
+            ingest = self.config.section("ingest")
             self._store = Store(
-                db, batch_max=int(self.config.section("ingest").get("batch_max", 256))
+                db,
+                batch_max=int(ingest.get("batch_max", 256)),
+                refusals_kept=int(ingest.get("refusals_kept", DEFAULT_REFUSALS_KEPT)),
             )
         return self._store
 
@@ -153,6 +158,10 @@ class Runtime:
             except Exception:
                 log.exception("plugin %r failed to shut down", plugin)
         if self._store is not None:
+            try:  # refusals still queued are written before the pool goes
+                await asyncio.wait_for(self._store.refusals.drain(), 5.0)
+            except (TimeoutError, RuntimeError):
+                log.warning("refused deliveries still queued were not recorded")
             await self._store.db.close()
             self._store = None
 

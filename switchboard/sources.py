@@ -12,6 +12,16 @@ from collections.abc import Sequence
 
 from .contract.sources import (
     MAX_DELIVERY_ID_BYTES,
+    REASON_ID_MISMATCH,
+    REASON_MALFORMED,
+    REASON_MISCONFIGURED,
+    REASON_MISMATCH,
+    REASON_MISSING_HEADER,
+    REASON_NO_SIGNATURE,
+    REASON_OTHER,
+    REASON_STALE_TIMESTAMP,
+    REASON_UNKNOWN_SECRET,
+    REASONS,
     SIGNATURE_PREFIX,
     TRUST_SIGNED,
     TRUST_TOKEN,
@@ -22,11 +32,22 @@ from .contract.sources import (
     ProducerSide,
     Source,
     Verification,
+    reason_code,
 )
 from .pgtext import raw_bytes
 
 __all__ = [
     "MAX_DELIVERY_ID_BYTES",
+    "REASONS",
+    "REASON_ID_MISMATCH",
+    "REASON_MALFORMED",
+    "REASON_MISCONFIGURED",
+    "REASON_MISMATCH",
+    "REASON_MISSING_HEADER",
+    "REASON_NO_SIGNATURE",
+    "REASON_OTHER",
+    "REASON_STALE_TIMESTAMP",
+    "REASON_UNKNOWN_SECRET",
     "SIGNATURE_PREFIX",
     "TRUST_SIGNED",
     "TRUST_TOKEN",
@@ -37,6 +58,7 @@ __all__ = [
     "ProducerSide",
     "Source",
     "Verification",
+    "reason_code",
 ]
 
 
@@ -94,9 +116,12 @@ def body_key(body: bytes) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def refuse(detail: str) -> Verification:
-    """A refusal; ``detail`` is logged and stored, so it never carries a secret or a MAC."""
-    return Verification(ok=False, detail=detail)
+def refuse(detail: str, *, reason: str | None = None) -> Verification:
+    """A refusal; ``reason`` its code (``Verification.refuse``; None counts as ``other``).
+
+    ``detail`` is logged and recorded, so it never carries a secret or a MAC.
+    """
+    return Verification(ok=False, detail=detail, reason=reason)
 
 
 def usable_delivery_id(value: str | None) -> str | None:
@@ -144,10 +169,10 @@ def prefixed_signature_refusal(
 ) -> Verification | None:
     """None when ``header`` carries ``sha256=<hmac of the raw body>``; else the refusal."""
     if not secret:
-        return refuse("webhook has no signing secret")
+        return refuse("webhook has no signing secret", reason=REASON_MISCONFIGURED)
     given = delivery.headers.get(header)
     if not given:
-        return refuse(f"missing {header} header")
+        return refuse(f"missing {header} header", reason=REASON_MISSING_HEADER)
     if not prefixed_signature_matches(given, secret, delivery.body):
-        return refuse(f"{header} does not match the body")
+        return refuse(f"{header} does not match the body", reason=REASON_MISMATCH)
     return None

@@ -108,6 +108,29 @@ def test_a_per_webhook_scheme_reads_entries_pointers_and_headers() -> None:
     assert "timestamp" in _deliver(src, {"Sig": "v1=AAAA"}, body, SCHEME).detail
     assert "timestamp" in _deliver(src, {"Sig": "t=1e9,v1=AAAA"}, body, SCHEME).detail
     assert "no signature" in _deliver(src, {"Sig": f"t={NOW},v2=AAAA"}, body, SCHEME).detail
+    # ... and its code: what /metrics and the recorded refusals show
+    reasons = {
+        "stale": _deliver(src, headers, body, SCHEME, now=NOW + 61),
+        "future": _deliver(src, headers, body, SCHEME, now=NOW - 61),
+        "tampered": _deliver(src, headers, body + b" ", SCHEME),
+        "wrong secret": _deliver(src, headers, body, SCHEME, secret=b"other"),
+        "no header": _deliver(src, {}, body, SCHEME),
+        "no timestamp": _deliver(src, {"Sig": "v1=AAAA"}, body, SCHEME),
+        "no v1": _deliver(src, {"Sig": f"t={NOW},v2=AAAA"}, body, SCHEME),
+        "no secret": _deliver(src, headers, body, SCHEME, secret=b""),
+        "bad scheme": _deliver(src, headers, body, {"signature_header": ""}),
+    }
+    assert {what: v.reason for what, v in reasons.items()} == {
+        "stale": "stale_timestamp",
+        "future": "stale_timestamp",
+        "tampered": "mismatch",
+        "wrong secret": "mismatch",
+        "no header": "missing_header",
+        "no timestamp": "malformed",
+        "no v1": "no_signature",
+        "no secret": "misconfigured",
+        "bad scheme": "misconfigured",
+    }
     assert not _deliver(src, headers, body, {"signature_header": 5}).ok  # never a 500
     assert not _deliver(src, headers, body, SCHEME, secret=b"").ok
 

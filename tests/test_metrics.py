@@ -23,11 +23,11 @@ from switchboard.cli.send import build_request
 from switchboard.config import load_config
 from switchboard.metrics import todo_family, verification_reason
 from switchboard.plugin import hookimpl
-from switchboard.plugins import make_plugin_manager
+from switchboard.plugins import build_registries, make_plugin_manager
 from switchboard.runtime import Runtime
 from switchboard.service import rules as rules_svc
 from switchboard.service.ingest import drain_sinks, ingest
-from switchboard.sources import Headers
+from switchboard.sources import REASONS, Delivery, Headers
 
 _tenant = itertools.count()
 
@@ -103,24 +103,63 @@ def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def test_verification_reasons_are_a_fixed_set() -> None:
+class _OwnCodes:
+    """A third party's source that declares a refusal code of its own."""
+
+    refusal_reasons = ("sentry_key_revoked",)
+
+
+def test_the_reason_label_is_the_sources_code_never_its_words() -> None:
     table = {
-        "missing X-Hub-Signature-256 header": "missing_header",
-        "missing X-Gitea-Signature and X-Hub-Signature-256 headers": "missing_header",
-        "X-Hub-Signature-256 does not match the body": "mismatch",
-        "signature mismatch": "mismatch",
-        "stale signature timestamp (400 s old, tolerance 300 s)": "stale_timestamp",
-        "signature timestamp in the future (400 s ahead, tolerance 300 s)": "stale_timestamp",
-        "created_at is 900 s old (window 300 s)": "stale_timestamp",
-        "no signature in Webhook-Signature": "no_signature",
-        "missing or malformed signature timestamp": "malformed",
-        "signed body is not a JSON object": "malformed",
-        "webhook has no signing secret": "misconfigured",
-        "the signing secret is not base64": "misconfigured",
-        "something a third party says": "other",
+        # every documented code is its own label (the values /metrics always had, and more)
+        **{code: code for code in REASONS},
+        # no code, or words: other (the message is never read)
+        None: "other",
         "": "other",
+        "X-Hub-Signature-256 does not match the body": "other",
+        "stale signature timestamp (400 s old, tolerance 300 s)": "other",
+        # a well-formed code a source did not declare cannot grow the series
+        "sentry_key_revoked": "other",
+        "a" * 40: "other",
     }
     assert {d: verification_reason(d) for d in table} == table
+    assert verification_reason("sentry_key_revoked", _OwnCodes()) == "sentry_key_revoked"
+    assert verification_reason("not_declared", _OwnCodes()) == "other"
+    assert verification_reason("Bad Code!", _OwnCodes()) == "other"
+
+
+def _refusal(name: str, headers: dict[str, str], body: bytes, secret: bytes, now: float) -> Any:
+    registries = build_registries(make_plugin_manager())
+    source = registries.sources.get(name)
+    return source.verify(Delivery(Headers(headers), body), secret, now)
+
+
+def test_first_party_sources_refuse_with_codes() -> None:
+    secret, now = b"codes-secret-0123456789abcdef", 1_800_000_000.0
+    gh_body, gh = build_request("github", b'{"action": "x"}', secret, "issues", {}, False)
+    gt_body, gt = build_request("gitea", b'{"action": "x"}', secret, "issues", {}, False)
+    cairn = json.dumps(
+        {"kind": "artifact.created", "event_id": "e-1", "created_at": "2027-01-15T08:00:00Z"}
+    ).encode()
+    c_body, c_headers = build_request("cairn", cairn, secret, None, {}, False)
+    c_now = now  # the body's created_at
+    cases = {
+        "github wrong secret": (
+            ("github", gh, gh_body, b"other-secret-0123456789", now),
+            "mismatch",
+        ),
+        "github no header": (("github", {}, gh_body, secret, now), "missing_header"),
+        "github no secret": (("github", gh, gh_body, b"", now), "misconfigured"),
+        "gitea wrong secret": (("gitea", gt, gt_body, b"other-secret-0123456789", now), "mismatch"),
+        "gitea no header": (("gitea", {}, gt_body, secret, now), "missing_header"),
+        "cairn stale": (("cairn", c_headers, c_body, secret, c_now + 3600), "stale_timestamp"),
+        "cairn id": (
+            ("cairn", {**c_headers, "X-Cairn-Event-Id": "e-2"}, c_body, secret, c_now),
+            "id_mismatch",
+        ),
+    }
+    got = {what: _refusal(*args).reason for what, (args, _) in cases.items()}
+    assert got == {what: code for what, (_, code) in cases.items()}
 
 
 def test_todo_gauge_caps_queue_labels() -> None:

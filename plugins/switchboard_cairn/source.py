@@ -10,6 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from switchboard.plugin import (
+    REASON_ID_MISMATCH,
+    REASON_MALFORMED,
+    REASON_STALE_TIMESTAMP,
     TRUST_SIGNED,
     Delivery,
     Headers,
@@ -19,7 +22,6 @@ from switchboard.plugin import (
     constant_time_equal,
     prefixed_signature,
     prefixed_signature_refusal,
-    refuse,
     usable_delivery_id,
 )
 
@@ -98,24 +100,36 @@ class CairnSource:
 
         doc = _body_object(delivery.body)
         if doc is None:
-            return refuse("signed body is not a JSON object")
+            return Verification.refuse(
+                reason=REASON_MALFORMED, detail="signed body is not a JSON object"
+            )
         event_id = doc.get("event_id")
         if not isinstance(event_id, str) or not event_id:
-            return refuse("signed body has no event_id")
+            return Verification.refuse(
+                reason=REASON_MALFORMED, detail="signed body has no event_id"
+            )
         created_at = doc.get("created_at")
         if not isinstance(created_at, str) or not created_at:
-            return refuse("signed body has no created_at")
+            return Verification.refuse(
+                reason=REASON_MALFORMED, detail="signed body has no created_at"
+            )
         header_id = delivery.headers.get(EVENT_ID_HEADER)
         if header_id is not None and not constant_time_equal(event_id, header_id):
-            return refuse(f"{EVENT_ID_HEADER} does not match the body's event_id")
+            return Verification.refuse(
+                reason=REASON_ID_MISMATCH,
+                detail=f"{EVENT_ID_HEADER} does not match the body's event_id",
+            )
         when = parse_rfc3339(created_at)
         if when is None:
-            return refuse("created_at is not an RFC 3339 timestamp")
+            return Verification.refuse(
+                reason=REASON_MALFORMED, detail="created_at is not an RFC 3339 timestamp"
+            )
         skew = now - when.timestamp()
         if abs(skew) > self.window_seconds:
             direction = "old" if skew > 0 else "in the future"
-            return refuse(
-                f"created_at is {abs(skew):.0f} s {direction} (window {self.window_seconds:.0f} s)"
+            return Verification.refuse(
+                reason=REASON_STALE_TIMESTAMP,
+                detail=f"created_at is {abs(skew):.0f} s {direction} (window {self.window_seconds:.0f} s)",
             )
         found = identity(doc, delivery.body)
         return Verification(ok=True, verified=True, delivery_id=found.delivery_id, kind=found.kind)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import uuid
 
 from switchboard.plugin import (
+    REASON_MISCONFIGURED,
+    REASON_MISMATCH,
+    REASON_MISSING_HEADER,
     SIGNATURE_PREFIX,
     TRUST_SIGNED,
     Delivery,
@@ -16,7 +19,6 @@ from switchboard.plugin import (
     first_header,
     hmac_sha256_hex,
     prefixed_signature_matches,
-    refuse,
 )
 
 GITEA_SIGNATURE = "X-Gitea-Signature"
@@ -64,7 +66,9 @@ class GiteaSource:
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Check the HMAC before anything reads the body; ``now`` is unused (Gitea has no clock)."""
         if not secret:
-            return refuse("webhook has no signing secret")
+            return Verification.refuse(
+                reason=REASON_MISCONFIGURED, detail="webhook has no signing secret"
+            )
         headers = delivery.headers
         bare = headers.get(GITEA_SIGNATURE)
         if bare:
@@ -75,11 +79,16 @@ class GiteaSource:
         else:
             prefixed = headers.get(HUB_SIGNATURE)
             if not prefixed:
-                return refuse(f"missing {GITEA_SIGNATURE} and {HUB_SIGNATURE} headers")
+                return Verification.refuse(
+                    reason=REASON_MISSING_HEADER,
+                    detail=f"missing {GITEA_SIGNATURE} and {HUB_SIGNATURE} headers",
+                )
             checked = HUB_SIGNATURE
             ok = prefixed_signature_matches(prefixed, secret, delivery.body)
         if not ok:
-            return refuse(f"{checked} does not match the body")
+            return Verification.refuse(
+                reason=REASON_MISMATCH, detail=f"{checked} does not match the body"
+            )
         found = identity(headers, delivery.body)
         return Verification(
             ok=True,

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from switchboard.service import webhooks
+from switchboard.service import refusals, webhooks
 
 from .context import ToolContext
 
@@ -95,6 +95,20 @@ async def remove_webhook_route(
     return await webhooks.remove_route(ctx.runtime, ctx.endpoint, webhook_id, target_endpoint_id)
 
 
+async def list_webhook_refusals(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    limit: Annotated[
+        int | None, Field(description="How many, newest first (default 20, at most those kept)")
+    ] = None,
+) -> dict[str, Any]:
+    """Deliveries this webhook refused (401), newest first: when, the reason code
+    (missing_header, mismatch, stale_timestamp, ...), the source's words, the delivery id,
+    source IP, size and sanitized headers (never the body). The last [ingest] refusals_kept
+    (default 100) are kept; total counts every refusal."""
+    return await refusals.list_refusals(ctx.runtime, ctx.endpoint, webhook_id, limit=limit)
+
+
 TOOLS = (
     create_webhook,
     list_webhooks,
@@ -103,4 +117,5 @@ TOOLS = (
     add_webhook_route,
     list_webhook_routes,
     remove_webhook_route,
+    list_webhook_refusals,
 )

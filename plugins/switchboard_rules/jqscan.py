@@ -351,6 +351,21 @@ def forbidden_names(expr: str) -> list[str]:
     return sorted(names)
 
 
+#: jq's own ``$__``-variable: every other ``$__`` name is the sandbox wrapper's.
+JQ_DOUBLE_UNDERSCORE = frozenset({"$__loc__", "$__prog_args"})
+
+
+def wrapper_names(expr: str) -> list[str]:
+    """Sorted ``$__`` variables and labels ``expr`` names that are not jq's own.
+
+    They are the sandbox wrapper's (``$__e`` the envelope, ``$__s``, the label ``$__l``):
+    a rule never sees them, so naming one is refused at save, as jq refuses an undefined
+    name.
+    """
+    found = scan(expr).variables
+    return sorted(v for v in found if v.startswith("$__") and v not in JQ_DOUBLE_UNDERSCORE)
+
+
 def balanced(expr: str) -> bool:
     """True when ``expr``'s brackets nest properly (a rule cannot escape its wrapper)."""
     stack: list[str] = []

@@ -18,7 +18,7 @@ from switchboard.plugin import (
 
 from . import protocol as wire
 from . import sandbox_metrics
-from .jqscan import forbidden_names
+from .jqscan import forbidden_names, wrapper_names
 from .reads import project, rule_set_reads
 from .sandbox import Limits, Sandbox
 
@@ -120,6 +120,15 @@ class RulesStage:
             if bad:
                 raise rule_error(
                     index, rule, "forbidden_function", f"expression uses forbidden {', '.join(bad)}"
+                )
+            hidden = wrapper_names(rule["expr"])
+            if hidden:
+                raise rule_error(
+                    index,
+                    rule,
+                    "invalid_expression",
+                    f"expression does not compile: {', '.join(hidden)} is not defined"
+                    " (names starting with $__ belong to the sandbox, not to rules)",
                 )
         if not config.rules:
             return

@@ -77,6 +77,22 @@ TODO_COLUMNS: list[Col] = [
 ]
 
 
+REFUSAL_COLUMNS: list[Col] = [
+    Col("RECEIVED", lambda r: r["received_at"], kind="time"),
+    Col("REASON", lambda r: r["reason"], min_width=14),
+    Col("DETAIL", lambda r: r.get("detail"), min_width=16),
+    Col("DELIVERY", lambda r: r.get("delivery_id"), kind="id"),
+    Col("SOURCE IP", lambda r: r.get("source_ip"), drop_below=110),
+    Col("SIZE", lambda r: r["size"], justify="right", drop_below=90),
+]
+
+
+def render_refusals(out: Console, doc: dict[str, Any]) -> None:
+    title = f"refusals of webhook {doc['webhook_id']} (newest first)"
+    out.print(table(title, REFUSAL_COLUMNS, doc["refusals"]))
+    out.print(cell(f"{doc['total']} refused in all; the last {doc['kept']} are kept"))
+
+
 def render_webhooks(out: Console, doc: dict[str, Any]) -> None:
     out.print(table("webhooks", WEBHOOK_COLUMNS, doc["webhooks"]))
 

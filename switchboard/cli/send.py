@@ -6,20 +6,35 @@ import argparse
 import asyncio
 import functools
 import json
+import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import load_config
+from ..errors import SwitchboardError
 from ..plugins import apply_config, build_registries, make_plugin_manager
 from ..registry import SourceRegistry
-from ..sources import ProducerSide, prepare_body, producer_side
+from ..sources import (
+    TRUST_SIGNED,
+    Headers,
+    Identity,
+    ProducerSide,
+    identify,
+    prepare_body,
+    producer_side,
+)
 
 #: Exit codes: 0 the target answered 2xx, 1 anything else, 2 the command was misused.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT = 10.0
+#: How long ``send`` waits for the server to record its refused delivery (it does so after
+#: answering).
+REFUSAL_WAIT = 5.0
 
 
 class UsageError(Exception):
@@ -239,7 +254,61 @@ async def run(args: argparse.Namespace, runtime: Any = None) -> int:
     except UsageError as exc:
         _emit({"error": str(exc)})
         return EXIT_USAGE
+    source = registry.get(args.source)
+    if not secret and getattr(source, "trust_mode", None) == TRUST_SIGNED:
+        _warn(
+            f"sending unsigned: {args.source} is a signed source and no --secret was given"
+            " (its webhook will refuse this delivery)"
+        )
     # urllib blocks; a thread keeps the caller's event loop responsive.
     status, response = await asyncio.to_thread(post, args.url, body, headers, args.timeout)
-    _emit({"status": status, "response": response})
+    doc: dict[str, Any] = {"status": status, "response": response}
+    if status == 401 and runtime is not None:
+        refusal = await _recorded_refusal(
+            runtime, args.url, identify(source, Headers(headers), body)
+        )
+        if refusal is not None:
+            doc["refusal"] = {k: refusal.get(k) for k in ("reason", "detail", "delivery_id")}
+            _warn(f"refused: {refusal['reason']}: {refusal.get('detail') or ''}".rstrip(": "))
+    _emit(doc)
     return EXIT_OK if 200 <= status < 300 else EXIT_FAILED
+
+
+def _warn(text: str) -> None:
+    print(f"switchboard send: {text}", file=sys.stderr)
+
+
+def ingest_token(url: str) -> str | None:
+    """The ingest token in a ``.../webhooks/w/<token>`` URL, else None."""
+    path = urllib.parse.urlsplit(url).path.rstrip("/")
+    head, _, token = path.rpartition("/")
+    return token if head.endswith("/webhooks/w") and token else None
+
+
+async def _recorded_refusal(runtime: Any, url: str, found: Identity) -> dict[str, Any] | None:
+    """What the server recorded for this refused delivery, by its delivery id.
+
+    Read from the database this command's config names (the server's, for an operator);
+    None, with a line on stderr, when it cannot be read or nothing was recorded in time.
+    """
+    from ..service.refusals import refusal_of_delivery  # the store only after a 401
+
+    token = ingest_token(url)
+    if token is None:
+        return None
+    try:
+        await runtime.open_store(migrate=False, create=False)
+        deadline = time.monotonic() + REFUSAL_WAIT
+        while True:
+            refusal: dict[str, Any] | None = await refusal_of_delivery(
+                runtime, token, found.delivery_id
+            )
+            if refusal is not None or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+    except SwitchboardError as exc:
+        _warn(f"the server's reason cannot be read here ({exc}): see webhook refusals")
+        return None
+    if refusal is None:
+        _warn("the server recorded no reason for this delivery (see `webhook refusals`)")
+    return refusal

@@ -10,9 +10,9 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..runtime import Runtime
-from ..service import webhooks
+from ..service import refusals, webhooks
 from .main import emit
-from .read import render_webhooks
+from .read import render_refusals, render_webhooks
 from .render import add_output_flags, show
 
 
@@ -52,6 +52,15 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     )
     delete = sub.add_parser("delete", help="delete a webhook (its events stay)")
     delete.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    refusals_p = sub.add_parser(
+        "refusals",
+        help="deliveries the webhook refused (401), newest first, with their reason code",
+    )
+    refusals_p.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    refusals_p.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="how many (default 20)"
+    )
+    add_output_flags(refusals_p)
     route = sub.add_parser("route", help="manage a webhook's extra delivery targets")
     rsub = route.add_subparsers(dest="route_action", metavar="ACTION", required=True)
     for name, help in (
@@ -118,6 +127,10 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         }
     elif args.action == "list":
         show(args, await webhooks.list_all_webhooks(rt, owner=args.owner), render_webhooks)
+        return 0
+    elif args.action == "refusals":
+        doc = await refusals.list_refusals(rt, None, args.webhook_id, limit=args.limit)
+        show(args, doc, render_refusals)
         return 0
     elif args.action == "rotate":
         doc = await webhooks.rotate_webhook(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
@@ -15,6 +16,54 @@ MAX_DELIVERY_ID_BYTES = 256
 
 #: The prefix of the ``sha256=<hex>`` signature form many producers send.
 SIGNATURE_PREFIX = "sha256="
+
+# --------------------------------------------------------------------------------------
+# Refusal reasons: a code per cause, what /metrics' ``reason`` label and the recorded
+# refusals show (a source's ``detail`` is its own words, never a label).
+# --------------------------------------------------------------------------------------
+
+#: A header the scheme needs is absent (the signature's, or the delivery id it covers).
+REASON_MISSING_HEADER = "missing_header"
+#: The signature header is there but carries no signature in the scheme's form.
+REASON_NO_SIGNATURE = "no_signature"
+#: A signature was given and does not match the body under the webhook's secret.
+REASON_MISMATCH = "mismatch"
+#: The signed timestamp is outside the tolerance (too old or in the future).
+REASON_STALE_TIMESTAMP = "stale_timestamp"
+#: Two ids the delivery carries disagree (a header's id and the signed body's).
+REASON_ID_MISMATCH = "id_mismatch"
+#: The delivery presents a secret (a token) that is not the webhook's.
+REASON_UNKNOWN_SECRET = "unknown_secret"
+#: The signed content cannot be read (not JSON, a required field absent or unparsable).
+REASON_MALFORMED = "malformed"
+#: The webhook cannot verify anything: no signing secret, an unusable one or scheme.
+REASON_MISCONFIGURED = "misconfigured"
+#: A refusal that names no code (or one that cannot be a label).
+REASON_OTHER = "other"
+
+#: The documented codes, each a ``reason`` label value. A third party may add its own:
+#: a source's ``refusal_reasons`` (a tuple of codes) makes them labels too.
+REASONS = (
+    REASON_MISSING_HEADER,
+    REASON_STALE_TIMESTAMP,
+    REASON_MISMATCH,
+    REASON_NO_SIGNATURE,
+    REASON_MALFORMED,
+    REASON_MISCONFIGURED,
+    REASON_ID_MISMATCH,
+    REASON_UNKNOWN_SECRET,
+    REASON_OTHER,
+)
+
+#: What a code may look like: short snake case (it becomes a label value and a column).
+REASON_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def reason_code(reason: object) -> str:
+    """``reason`` when it is a well-formed code, else ``other`` (never raises)."""
+    if isinstance(reason, str) and REASON_PATTERN.fullmatch(reason):
+        return reason
+    return REASON_OTHER
 
 
 class Headers:
@@ -55,8 +104,10 @@ class Delivery:
 class Verification:
     """A source's verdict on a delivery.
 
-    ``ok`` False means refuse with 401 and store nothing; ``detail`` says why (it is
-    logged and stored, never echoed to the producer).
+    ``ok`` False means refuse with 401 and store nothing; ``reason`` is the refusal's code
+    (one of :data:`REASONS`, or the source's own from its ``refusal_reasons``; None: ``other``)
+    and ``detail`` says why in the source's words (both logged and recorded with the
+    webhook's refusals, never echoed to the producer). Build one with :meth:`refuse`.
 
     ``reply`` (only with ``ok``) answers the producer's handshake instead of ingesting: a
     producer proving the URL before it sends events (Slack's ``url_verification`` echoes
@@ -71,6 +122,12 @@ class Verification:
     detail: str = ""
     extra: dict[str, object] = field(default_factory=dict)
     reply: dict[str, Any] | None = None
+    reason: str | None = None
+
+    @classmethod
+    def refuse(cls, *, reason: str, detail: str = "") -> Verification:
+        """A refusal with its code; ``detail`` never carries a secret or a MAC."""
+        return cls(ok=False, reason=reason, detail=detail)
 
 
 @runtime_checkable
@@ -84,6 +141,9 @@ class Source(Protocol):
     creating a webhook of it then takes a ``source_config`` validated against it (and by
     the source's ``check_config(config)``, when it has one, which raises ``ValueError``
     naming the field), handed to :meth:`verify` as ``delivery.config``.
+
+    A source that refuses with codes of its own (beyond :data:`REASONS`) may list them
+    in a ``refusal_reasons`` tuple: they are then ``reason`` labels, not ``other``.
     """
 
     name: str

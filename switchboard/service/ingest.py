@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
+from .. import metrics
 from ..contract.sinks import SinkEvent, SinkTodo
 from ..errors import NotFound, StoreUnavailable, SwitchboardError, error_body, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
@@ -31,6 +32,7 @@ from ..secrets_box import hash_token
 from ..sources import Delivery, Headers, body_key
 from ..store import OnceClaim
 from .observe import Observation, observe_delivery, sink_failed
+from .refusals import record_refusal
 
 log = logging.getLogger("switchboard.ingest")
 
@@ -76,12 +78,21 @@ def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[st
 
 
 async def ingest(
-    rt: Runtime, token: str, headers: Headers, body: bytes, content_type: str | None
+    rt: Runtime,
+    token: str,
+    headers: Headers,
+    body: bytes,
+    content_type: str | None,
+    *,
+    source_ip: str | None = None,
 ) -> IngestReply:
-    """One delivery's reply; what it came to is counted and logged once (see ``observe``)."""
+    """One delivery's reply; what it came to is counted and logged once (see ``observe``).
+
+    ``source_ip`` is the peer's address, recorded with a refusal (never with an event).
+    """
     seen = Observation(started=time.monotonic())
     try:
-        reply = await _ingest(rt, token, headers, body, content_type, seen)
+        reply = await _ingest(rt, token, headers, body, content_type, seen, source_ip)
         seen.status = reply.status
         return reply
     except SwitchboardError as exc:
@@ -102,6 +113,7 @@ async def _ingest(
     body: bytes,
     content_type: str | None,
     seen: Observation,
+    source_ip: str | None = None,
 ) -> IngestReply:
     webhook = await rt.store.resolve_webhook(hash_token(token))
     if webhook is None:
@@ -126,6 +138,8 @@ async def _ingest(
     if not verdict.ok:
         # The delivery line carries the detail (and the metric its reason): not logged here.
         seen.verify_detail = verdict.detail or ""
+        seen.verify_reason = metrics.verification_reason(verdict.reason, source)
+        record_refusal(rt, webhook, source, delivery, verdict, source_ip)
         return UNVERIFIED
     if verdict.reply is not None and verdict.verified:
         # the producer's handshake (proving the URL): answered, nothing stored

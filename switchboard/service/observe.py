@@ -31,6 +31,7 @@ class Observation:
     kind: str | None = None
     event_id: str | None = None
     verify_detail: str | None = None
+    verify_reason: str = "other"
     disposition: str | None = None
     trace: dict[str, Any] = field(default_factory=dict)
     todos_created: int = 0
@@ -59,7 +60,7 @@ def observe_delivery(d: Observation, now: float, *, per_webhook: bool = False) -
 def _observe(d: Observation, now: float, per_webhook: bool) -> None:
     latency = None if d.started is None else max(0.0, now - d.started)
     status = str(d.status)
-    reason = metrics.verification_reason(d.verify_detail) if d.status == 401 else "none"
+    reason = d.verify_reason if d.status == 401 else "none"
     metrics.DELIVERIES.labels(d.source, status, reason).inc()
     if latency is not None:
         metrics.INGEST_LATENCY.labels(status).observe(latency)

@@ -8,19 +8,26 @@ from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .outcome import DeliveryOutcome, OnceClaim
+from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
 from .todos import TodoQueries
 from .webhooks import WebhookQueries
 
 
-class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries):
+class Store(
+    IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries, RefusalQueries
+):
     """Every query the service layer may run, over one pool."""
 
-    def __init__(self, db: Database, *, batch_max: int = 256) -> None:
+    def __init__(
+        self, db: Database, *, batch_max: int = 256, refusals_kept: int = DEFAULT_REFUSALS_KEPT
+    ) -> None:
         self.db = db
+        # Refused deliveries are recorded off the response path, the last N per webhook.
+        self.refusals = RefusalWriter(db, refusals_kept)
         # Token lookups of concurrent deliveries share one query (resolve_webhook).
         self.resolver = Batcher(self.resolve_webhooks, max_size=batch_max, step="resolve")
         # Group commit: concurrent deliveries of this worker share one write transaction.
         self.writes = Batcher(self._flush_writes, max_size=batch_max, step="write")
 
 
-__all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Row", "Store"]
+__all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Refusal", "Row", "Store"]

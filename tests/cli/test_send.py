@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sbtest import SWITCHBOARD, make_env
+from sbtest import CLI, SWITCHBOARD, make_env
+from sbworld import World
 from switchboard_cairn.source import CairnSource, parse_rfc3339
 from switchboard_generic.source import GenericSource
 from switchboard_gitea.source import GiteaSource
@@ -342,3 +343,58 @@ def test_the_real_command_line_offers_only_enabled_signing_sources(tmp_path: Pat
         timeout=60,
     )
     assert refused.returncode == 2 and "invalid choice: 'gitea'" in refused.stderr
+
+
+# --------------------------------------------------------------------------------------
+# A refused delivery: the reason the server recorded, looked up by its delivery id
+# --------------------------------------------------------------------------------------
+
+
+def test_send_shows_the_reason_the_server_recorded(
+    server_factory: Any, dsn: str, tmp_path: Path
+) -> None:
+    srv = server_factory(dsn)
+    w = World(CLI(srv.env), prefix="send-", direct=True)
+    w.human("alice")
+    w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox", sources="github")
+    hook = w.webhook("owner", "github", "inbox")
+    body_file = tmp_path / "issue.json"
+    body_file.write_bytes(b'{"action":"opened"}')
+    wrong = tmp_path / "wrong-secret"
+    wrong.write_text("not-the-webhook-secret-0000\n")
+    cli = CLI(srv.env).fast()
+
+    refused = cli.run(
+        "send", "--url", hook["ingest_url"], "--source", "github", "--secret", f"@{wrong}",
+        "--event", "issues", str(body_file), check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stderr
+    doc = json.loads(refused.stdout)
+    # the producer's answer stays generic; the operator gets the recorded reason
+    assert doc["status"] == 401
+    assert doc["response"] == {"error": "signature verification failed", "code": "unauthenticated"}
+    assert doc["refusal"]["reason"] == "mismatch"
+    assert "does not match" in doc["refusal"]["detail"]
+    assert "refused: mismatch: X-Hub-Signature-256 does not match the body" in refused.stderr
+    assert "sending unsigned" not in refused.stderr
+
+    unsigned = cli.run(
+        "send", "--url", hook["ingest_url"], "--source", "github", str(body_file), check=False
+    )  # fmt: skip
+    assert "sending unsigned: github is a signed source and no --secret was given" in (
+        unsigned.stderr
+    )
+    assert json.loads(unsigned.stdout)["refusal"]["reason"] == "missing_header"
+
+
+def test_send_warns_only_when_unsigned_to_a_signed_source(
+    receiver: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body_file = tmp_path / "alert.json"
+    body_file.write_bytes(b"{}")
+    asyncio.run(run(send("--url", f"{receiver}/ok", "--source", "generic", str(body_file)), None))
+    assert "unsigned" not in capsys.readouterr().err
+    asyncio.run(run(send("--url", f"{receiver}/no", "--source", "github", str(body_file)), None))
+    captured = capsys.readouterr()
+    assert "sending unsigned: github is a signed source" in captured.err
+    assert "refusal" not in json.loads(captured.out)  # no runtime: nothing to look up

@@ -18,7 +18,7 @@ from switchboard_rules.history_cli import CHANGE_COLUMNS, _render_diff
 
 from switchboard.cli.admin import endpoint_columns
 from switchboard.cli.columns import Col, show_id, show_time
-from switchboard.cli.read import EVENT_COLUMNS, TODO_COLUMNS, WEBHOOK_COLUMNS
+from switchboard.cli.read import EVENT_COLUMNS, REFUSAL_COLUMNS, TODO_COLUMNS, WEBHOOK_COLUMNS
 from switchboard.cli.render import cell, table
 
 WHEN = "2026-12-03T12:30:05.123456Z"
@@ -112,6 +112,24 @@ def _changes() -> list[dict[str, Any]]:
     ]
 
 
+def _refusals() -> list[dict[str, Any]]:
+    return [
+        {
+            "received_at": WHEN,
+            "reason": reason,
+            "detail": detail,
+            "delivery_id": _id(),
+            "source_ip": "203.0.113.250",
+            "size": 5120,
+            "headers": {},
+        }
+        for reason, detail in (
+            ("stale_timestamp", "stale signature timestamp (4000 s old, tolerance 300 s)"),
+            ("missing_header", "missing X-Hub-Signature-256 header"),
+        )
+    ]
+
+
 #: (list, plan, rows, its key columns' headers)
 LISTS: list[tuple[str, Sequence[Col], Callable[[], list[dict[str, Any]]], list[str]]] = [
     (
@@ -133,6 +151,7 @@ LISTS: list[tuple[str, Sequence[Col], Callable[[], list[dict[str, Any]]], list[s
         _endpoints,
         ["ID", "OWNER", "NAME", "STATE", "QUEUES", "VERBS"],
     ),
+    ("webhook refusals", REFUSAL_COLUMNS, _refusals, ["RECEIVED", "REASON", "DETAIL", "DELIVERY"]),
     (
         "rules diff --table",
         CHANGE_COLUMNS,

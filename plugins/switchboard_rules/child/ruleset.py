@@ -10,10 +10,15 @@ from typing import Any
 from .. import protocol as wire
 from ..jqscan import balanced
 from .program import build_program, compile_program
+from .usererror import in_rule_terms
 
 LIMIT_MSG = "compilation exceeded the sandbox's memory or time limit"
 DEADLINE_MSG = "compilation exceeded the sandbox's time limit (the rule set's compile_ms)"
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+#: The most of libjq's own message a trial passes back (its caller makes it one's own).
+RAW_MAX = 4000
 
 
 def _clean(msg: str) -> str:
@@ -53,7 +58,7 @@ def trial(program: str, params: dict[str, Any], seconds: float) -> tuple[str | N
                 out = wire.encode_trial(None, max(resident() - before, 0))
                 del compiled
             except Exception as exc:  # noqa: BLE001 - any compile failure is reported
-                out = wire.encode_trial(_clean(str(exc)))
+                out = wire.encode_trial(str(exc)[:RAW_MAX])  # cleaned by the caller
             os.write(w, out)
         finally:
             os._exit(0)
@@ -102,14 +107,15 @@ class RuleSet:
             for i in good:  # which rules: each alone, in what is left of the deadline
                 err, size = attempt([i])
                 if err is not None:
-                    self.errors[i] = err
+                    # alone, the rule stands at a known place: told in its own lines
+                    self.errors[i] = in_rule_terms(err, exprs[i]) or _clean(err)
                 elif size > limit:
                     self.errors[i] = too_large(size, limit)
             rest = [i for i in good if i not in self.errors]
             err, size = attempt(rest) if rest else (None, 0)
             if err is not None or size > limit:
                 why = (
-                    f"{err} (the rule set as a whole)"
+                    f"{_clean(err)} (the rule set as a whole)"
                     if err
                     else too_large(size, limit, "the compiled rule set as a whole")
                 )

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sbpresets import create, fixture, post, source, token_of, verify
 
+from switchboard.plugin import REASONS
 from switchboard.runtime import Runtime
 from switchboard.sources import Delivery, Headers
 
@@ -84,6 +85,7 @@ async def test_every_forgery_is_refused(preset_runtime: Runtime, case: int) -> N
     verdict = verify(source(preset_runtime, NAME), h, body, secret, AT)
     assert not verdict.ok, what
     assert verdict.detail, what
+    assert verdict.reason in REASONS and verdict.reason != "other", (what, verdict.reason)
     assert TOKEN not in verdict.detail and OTHER not in verdict.detail
 
 

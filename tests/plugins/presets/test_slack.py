@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sbpresets import create, fixture, post, source, token_of, verify
 
+from switchboard.plugin import REASONS
 from switchboard.routing.envelope import parse_payload
 from switchboard.runtime import Runtime
 
@@ -127,6 +128,7 @@ async def test_every_forgery_is_refused(
     verdict = verify(source(preset_runtime, NAME), h, b, key, now)
     assert not verdict.ok, what
     assert verdict.detail, what
+    assert verdict.reason in REASONS and verdict.reason != "other", (what, verdict.reason)
     assert secret not in verdict.detail and headers["x-slack-signature"] not in verdict.detail
 
 

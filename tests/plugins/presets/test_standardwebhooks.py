@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sbpresets import create, fixture, post, source, token_of, verify
 
-from switchboard.plugin import Headers
+from switchboard.plugin import REASONS, Headers
 from switchboard.runtime import Runtime
 
 NAME = "standardwebhooks"
@@ -69,6 +69,7 @@ async def test_every_forgery_is_refused(preset_runtime: Runtime, case: int) -> N
     verdict = verify(source(preset_runtime, NAME), h, b, secret, now)
     assert not verdict.ok, what
     assert verdict.detail, what
+    assert verdict.reason in REASONS and verdict.reason != "other", (what, verdict.reason)
 
 
 async def test_a_second_signature_may_be_the_valid_one(preset_runtime: Runtime) -> None:

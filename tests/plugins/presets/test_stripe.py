@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sbpresets import create, fixture, post, source, token_of, verify
 
+from switchboard.plugin import REASONS
 from switchboard.runtime import Runtime
 
 NAME = "stripe"
@@ -118,6 +119,7 @@ async def test_every_forgery_is_refused(preset_runtime: Runtime, case: int) -> N
     verdict = verify(source(preset_runtime, NAME), h, b, secret, now)
     assert not verdict.ok, what
     assert verdict.detail, what
+    assert verdict.reason in REASONS and verdict.reason != "other", (what, verdict.reason)
     assert (
         SECRET not in verdict.detail
         and entries(headers["stripe-signature"])["v1"][0] not in verdict.detail

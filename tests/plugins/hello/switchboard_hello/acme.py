@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.plugin import (
+    REASON_MISCONFIGURED,
+    REASON_MISMATCH,
     TRUST_SIGNED,
     Delivery,
     Headers,
@@ -52,10 +54,12 @@ class AcmeSource:
     def verify(self, delivery: Delivery, secret: bytes | None, now: float) -> Verification:
         """Check the signature in constant time; report what ``identify`` reports."""
         if not secret:
-            return Verification(ok=False, detail="webhook has no signing secret")
+            return Verification.refuse(reason=REASON_MISCONFIGURED, detail="no signing secret")
         expected = hmac_sha256_hex(secret, delivery.body)
         if not constant_time_equal(expected, delivery.headers.get("X-Acme-Signature")):
-            return Verification(ok=False, detail="X-Acme-Signature does not match")
+            return Verification.refuse(
+                reason=REASON_MISMATCH, detail="X-Acme-Signature does not match"
+            )
         found = self.identify(delivery.headers, delivery.body)
         return Verification(ok=True, verified=True, delivery_id=found.delivery_id, kind=found.kind)
 

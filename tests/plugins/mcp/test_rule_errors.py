@@ -1,0 +1,37 @@
+"""``set_webhook_rules`` tells a jq error in the rule author's terms, as ``rules check`` does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sbusererrors import COMPILE_ERRORS, WRAPPER_NAMES
+
+
+def _rules(expr: str) -> list[dict[str, Any]]:
+    return [
+        {"id": "fine", "expr": "true", "action": {"queue": "inbox"}},
+        {"id": "mine", "name": "kind check", "expr": expr, "action": {"queue": "inbox"}},
+    ]
+
+
+PREFIX = "rule 1 (id mine, name kind check): expression does not compile: "
+
+
+async def test_set_webhook_rules_tells_each_error_in_the_rules_terms(
+    people: Any, connect: Any
+) -> None:
+    ep = await people.vend(people.alice, "owner")
+    async with connect(people.url, ep["token"]) as a:
+        hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
+        for expr, told in COMPILE_ERRORS:
+            err = await a.fails(
+                "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules(expr)
+            )
+            assert err.text == f"invalid_expression: {PREFIX}{told}", expr
+        for expr, name in WRAPPER_NAMES:
+            err = await a.fails(
+                "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules(expr)
+            )
+            assert err.text.startswith(f"invalid_expression: {PREFIX}{name} is not defined"), expr
+        listed = await a.call("list_webhook_rules", webhook_id=hook["webhook_id"])
+        assert listed["rules"] == []

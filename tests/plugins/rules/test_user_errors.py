@@ -1,0 +1,67 @@
+"""jq errors in the rule author's terms: their rule, their line and column, never the wrapper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sbtest import CLI, make_env
+from sbusererrors import COMPILE_ERRORS, WRAPPER_NAMES
+from switchboard_rules.child.program import build_program, compile_program
+from switchboard_rules.child.usererror import in_rule_terms
+
+
+@pytest.mark.parametrize(("expr", "told"), COMPILE_ERRORS, ids=[e for e, _ in COMPILE_ERRORS])
+def test_a_compile_error_is_told_at_the_rules_own_line_and_column(expr: str, told: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        compile_program(build_program([expr], [0], sweep=True), {})
+    assert in_rule_terms(str(raised.value), expr) == told
+
+
+def _check(tmp_path: Path, expr: str) -> dict[str, Any]:
+    rules = {
+        "rules": [
+            {"id": "fine", "expr": "true", "action": {"queue": "inbox"}},
+            {"id": "mine", "name": "kind check", "expr": expr, "action": {"queue": "inbox"}},
+        ]
+    }
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(rules))
+    grant = tmp_path / "grant.json"
+    grant.write_text(json.dumps({"target_queue": "inbox", "queues": ["inbox"]}))
+    proc = (
+        CLI(make_env(None, tmp_path / "data"))
+        .fast()
+        .run("rules", "check", str(path), "--grant", str(grant), check=False)
+    )
+    assert proc.returncode == 2, proc.stderr
+    error: dict[str, Any] = json.loads(proc.stdout)["error"]
+    return error
+
+
+@pytest.mark.parametrize(("expr", "told"), COMPILE_ERRORS, ids=[e for e, _ in COMPILE_ERRORS])
+def test_rules_check_names_the_rule_and_its_own_position(
+    tmp_path: Path, expr: str, told: str
+) -> None:
+    error = _check(tmp_path, expr)
+    assert (error["code"], error["index"]) == ("invalid_expression", 1)
+    prefix = "rule 1 (id mine, name kind check): expression does not compile: "
+    assert error["message"] == prefix + told
+    assert "$__" not in error["message"] and "catch" not in error["message"]
+
+
+@pytest.mark.parametrize(("expr", "name"), WRAPPER_NAMES, ids=[e for e, _ in WRAPPER_NAMES])
+def test_rules_check_refuses_the_wrappers_names(tmp_path: Path, expr: str, name: str) -> None:
+    error = _check(tmp_path, expr)
+    assert (error["code"], error["index"]) == ("invalid_expression", 1)
+    assert error["message"].startswith(
+        f"rule 1 (id mine, name kind check): expression does not compile: {name} is not defined"
+    )
+
+
+def test_jqs_own_loc_keeps_its_own_refusal(tmp_path: Path) -> None:
+    # $__loc__ is jq's, not the wrapper's: it stays refused as forbidden, as before
+    error = _check(tmp_path, "$__loc__.line == 1")
+    assert error["code"] == "forbidden_function" and "$__loc__" in error["message"]

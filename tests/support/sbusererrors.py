@@ -1,0 +1,31 @@
+"""Rule errors and what their author is told: shared by the CLI and MCP tests."""
+
+from __future__ import annotations
+
+#: (expression, what the author is told after "expression does not compile: ")
+COMPILE_ERRORS = [
+    (
+        ".kind ==",
+        "syntax error, unexpected end of the expression at line 1, column 9:\n"
+        "    .kind ==\n"
+        "            ^",
+    ),
+    ("65 | ascii", "ascii/0 is not defined at line 1, column 6:\n    65 | ascii\n         ^^^^^"),
+    (
+        ".a |\n  foo(1)",
+        "foo/1 is not defined at line 2, column 3:\n      foo(1)\n      ^^^",
+    ),
+    (
+        '.kind == "push" and {b: }',
+        "syntax error, unexpected '}' at line 1, column 25:\n"
+        '    .kind == "push" and {b: }\n'
+        "                            ^",
+    ),
+]
+
+#: The wrapper's own names: jq would refuse each as undefined, and so does a save.
+WRAPPER_NAMES = [
+    ("$__e.payload.a == 1", "$__e"),
+    ("$__s == 0", "$__s"),
+    ("true, break $__l", "$__l"),
+]
