@@ -20,7 +20,9 @@ def rows(paths: list[Path]) -> list[tuple[str, str, float, float]]:
         if not path.is_file():
             continue
         for name, env in json.loads(path.read_text(encoding="utf-8"))["testenvs"].items():
-            result = env.get("result") or {}
+            result = env.get("result")
+            if name.startswith(".") or not result:
+                continue  # the package build, or an env this run did not reach
             if result.get("skipped"):
                 outcome = "skipped"
             else:

