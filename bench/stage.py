@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,9 +31,13 @@ SENTRY = ROOT / "tests" / "plugins" / "sentrylevel"
 
 
 def install(site: Path) -> None:
+    """pip-install a copy of the stage's distribution (no build output in the tree)."""
+    src = shutil.copytree(
+        SENTRY, site.parent / "src", ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "-q", "install", "--no-deps", "--no-build-isolation",
-         "--target", str(site), str(SENTRY)],
+         "--target", str(site), str(src)],
         check=True,
         capture_output=True,
     )  # fmt: skip
