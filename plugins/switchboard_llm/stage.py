@@ -94,26 +94,57 @@ class LLMStage:
         # The host's stage budget must outlast the longest model call an owner may set,
         # plus the stage's own reads and its budget's spend (seconds, not minutes).
         self.timeout_ms = int(self.settings["max_timeout_ms"]) + 5000
+        # Deferred (the default): the producer never waits for a model (the host's triage
+        # worker runs the stage after the 202), at most max_in_flight calls per process.
+        self.deferred = self.settings["mode"] == "deferred"
+        self.max_in_flight = int(self.settings["max_in_flight"])
+        self.max_attempts = int(self.settings["max_attempts"])
 
-    async def route(self, ctx: RoutingContext) -> StageResult:
+    async def _work(
+        self, ctx: RoutingContext
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The endpoint's triage and the queues to offer, or None: nothing to ask."""
         rt = ctx.runtime
         endpoint_id = ctx.webhook.get("endpoint_id")
         if rt is None or not endpoint_id or not len(rt.registries.llm_providers):
-            return StageResult()
+            return None
         triage = await store.load(rt, str(endpoint_id))
         if triage is None:
-            return StageResult()
+            return None
         if ctx.external_id is not None and await rt.store.is_recorded(
             str(ctx.envelope.get("source")), ctx.external_id
         ):
             # A redelivery: the store reports the first delivery's todos whatever is
             # decided now, so asking the model again would only spend the budget.
-            return StageResult()
+            return None
         granted = {ctx.grant.target_queue, *ctx.grant.queues}
         # Only queues the delivery may still reach are offered: a revoked one never is.
         offered = [q for q in triage["queues"] if q["name"] in granted]
         if not offered:
+            return None
+        return triage, offered
+
+    async def defers(self, ctx: RoutingContext) -> bool:
+        """A live delivery goes pending only when the model would be asked."""
+        return await self._work(ctx) is not None
+
+    def gave_up(self, ctx: RoutingContext, attempts: int) -> StageResult:
+        """Every claim's worker died or stalled: the default, cause ``llm_error``."""
+        return self._fallback(
+            ctx,
+            CAUSE_LLM_ERROR,
+            {},
+            f"no decision after {attempts} attempts (each lost its lease: the worker was"
+            " killed or stalled mid-call)",
+        )
+
+    async def route(self, ctx: RoutingContext) -> StageResult:
+        rt = ctx.runtime
+        work = await self._work(ctx)
+        if rt is None or work is None:
             return StageResult()
+        triage, offered = work
+        endpoint_id = str(ctx.webhook["endpoint_id"])
         info: dict[str, Any] = {"provider": triage["provider"], "model": triage["model"]}
         provider = rt.registries.llm_providers.get(triage["provider"])
         if provider is None:

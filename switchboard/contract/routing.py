@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 STAGE_RULE = "rule"
 STAGE_DEFAULT = "default"
 STAGE_LLM = "llm"
+#: The trace of an event a deferred stage has yet to decide (``trace["pending"]``: which).
+STAGE_PENDING = "pending"
 CAUSE_NO_MATCH = "no_match_default"
 CAUSE_RULE_NOT_GRANTED = "rule_not_granted"
 CAUSE_DEFAULT_NOT_GRANTED = "default_not_granted"
@@ -30,11 +32,13 @@ LLM_CAUSES = (
 )
 #: What became of a delivery, stored with its event (never re-derived from the trace).
 #: ``repeat``: a ``once`` action whose subject and queue another event already claimed
-#: (no todo). ``held`` stays reserved.
+#: (no todo). ``pending``: a deferred stage decides it later (no todo yet; the triage
+#: worker writes the final disposition). ``held`` stays reserved.
 DISPOSITION_ROUTED = "routed"
 DISPOSITION_DROPPED = "dropped"
 DISPOSITION_REPEAT = "repeat"
-DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT)
+DISPOSITION_PENDING = "pending"
+DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT, DISPOSITION_PENDING)
 FAULT_CAUSES = (
     "timeout",
     "error",
@@ -140,10 +144,14 @@ class Decision:
     #: The taken action's flags: at most once per subject and queue; attach a work order.
     once: bool = False
     work_order: bool = False
+    #: The deferred stage that decides later (a live delivery's ``pending`` decision).
+    pending: str | None = None
 
     @property
     def disposition(self) -> str:
-        """What is stored with the event: ``dropped`` or ``routed``."""
+        """What is stored with the event: ``pending``, ``dropped`` or ``routed``."""
+        if self.pending is not None:
+            return DISPOSITION_PENDING
         return DISPOSITION_DROPPED if self.drop else DISPOSITION_ROUTED
 
     def to_json(self) -> dict[str, Any]:

@@ -187,6 +187,24 @@ class RoutingStage(Protocol):
     - ``trace_name``: what ``trace["stage"]`` says when it decides (default: ``name``; the
       rules stage says ``rule``).
 
+    A slow stage (the llm stage: a model call) may declare itself **deferred**, so the
+    producer never waits for it:
+
+    - ``deferred``: True when a live delivery the stages before it left undecided is
+      stored ``pending`` (trace ``{"stage": "pending", "pending": <name>}``, no todo) and
+      answered 202 at once; the triage worker of every ``serve`` then claims the event
+      (``FOR UPDATE SKIP LOCKED`` with a lease), runs this stage and the ones after it with
+      ``ctx.external_id`` None, and writes the decision, its todos and the doorbell's ring.
+      Dry runs always run it inline.
+    - ``async defers(ctx) -> bool``: whether this delivery has work for it (cheap, no
+      costly call); False routes on as if the stage had passed (default: always True).
+    - ``max_in_flight``: at most this many of its deferred runs at once per process
+      (default 4); the rest stay pending in the database.
+    - ``max_attempts``: claims of one event before it gives up (default 3; a claim whose
+      lease expires, its worker killed, counts as an attempt).
+    - ``gave_up(ctx, attempts) -> StageResult``: the decision when the attempts ran out
+      (default: the default with a ``stage_error`` fault naming the stage).
+
     A stage that raises, answers anything but a :class:`StageResult`, writes a trace that
     fails its schema or goes past its budget costs no delivery: the delivery takes the
     default with a ``stage_error`` / ``stage_timeout`` fault naming the stage.

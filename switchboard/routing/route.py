@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .decide import default_decision
+from .decide import default_decision, pending_decision
 from .model import Decision, Fault, Grant, RoutingConfig, RoutingContext, RoutingStage, Target
-from .stagecall import budget_ms, call_stage
+from .stagecall import budget_ms, call_stage, stage_defers
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -48,6 +48,8 @@ async def route(
     runtime: Runtime | None = None,
     external_id: str | None = None,
     stage_timeout_ms: int | None = None,
+    defer: bool = False,
+    faults: Sequence[Fault] = (),
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
@@ -55,6 +57,10 @@ async def route(
     handed to the stages (``ctx.runtime``) by the receiver and the dry runs over a webhook,
     ``external_id`` (the dedup key) by the receiver only. Each stage runs under
     ``stage_timeout_ms`` (``[routing] stage_timeout_ms``; :mod:`.stagecall`).
+
+    ``defer`` (the receiver): a deferred stage that has work for the delivery is not run
+    but left pending (:func:`.decide.pending_decision`). ``faults`` are those of stages
+    that ran earlier (the triage worker resumes at the deferred stage).
     """
     ctx = RoutingContext(
         webhook=webhook,
@@ -63,8 +69,13 @@ async def route(
         config=config,
         runtime=runtime,
         external_id=external_id,
+        faults=list(faults),
     )
     for stage in stages:
+        if defer and getattr(stage, "deferred", False) is True:
+            if await stage_defers(stage, ctx, budget_ms(stage, stage_timeout_ms)):
+                return pending_decision(stage.name, ctx.faults)
+            continue
         answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
         if isinstance(answer, Fault):
             # A misbehaving stage decides nothing: the default, saying which stage and why.

@@ -68,6 +68,22 @@ async def call_stage(
     return result
 
 
+async def stage_defers(stage: RoutingStage, ctx: RoutingContext, timeout_ms: int) -> bool:
+    """Whether the deferred ``stage`` has work for ``ctx`` (its ``defers``; True without one).
+
+    A ``defers`` that raises or overruns leaves the delivery pending: the stage's own run
+    then meets the same trouble and earns its fault there, off the producer's request.
+    """
+    ask = getattr(stage, "defers", None)
+    if ask is None:
+        return True
+    try:
+        with anyio.fail_after(timeout_ms / 1000):
+            return bool(await ask(ctx))
+    except Exception:
+        return True
+
+
 def trace_problem(stage: RoutingStage, decision: Any) -> str | None:
     """What is wrong with the trace of ``stage``'s ``decision``, or None."""
     if not isinstance(decision, Decision):

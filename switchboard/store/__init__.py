@@ -8,11 +8,14 @@ from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .outcome import DeliveryOutcome, OnceClaim
+from .pending import PendingQueries
 from .todos import TodoQueries
 from .webhooks import WebhookQueries
 
 
-class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries):
+class Store(
+    IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries, PendingQueries
+):
     """Every query the service layer may run, over one pool."""
 
     def __init__(self, db: Database, *, batch_max: int = 256) -> None:

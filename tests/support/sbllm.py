@@ -26,7 +26,12 @@ QUEUES = [
 
 
 def llm_toml(fake_url: str, **ceilings: Any) -> str:
-    """``[plugins.llm]`` with the fake server as provider ``fake`` and a ``static`` one."""
+    """``[plugins.llm]`` with the fake server as provider ``fake`` and a ``static`` one.
+
+    ``mode`` is ``inline`` unless given: these tests check what the stage decides, which
+    the producer's reply then shows (tests/plugins/llm/test_deferred.py: the worker).
+    """
+    ceilings.setdefault("mode", "inline")
     lines = ["[plugins.llm]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in ceilings.items()]
     lines += [
