@@ -8,17 +8,12 @@ once. A redelivery while pending is answered from the store and asks nothing.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from pathlib import Path
-from typing import Any
 
-import httpx
-import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import Tenant, llm_toml
+from sbllm import Tenant, burst, decided, llm_toml
 
 from switchboard.routing.trace import validate_trace
 from switchboard.service import rules as rules_svc
@@ -40,42 +35,6 @@ def llm_config(fake_ai: FakeAI, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return path
 
 
-def _event(t: Tenant, delivery: str) -> dict[str, Any]:
-    """The stored event (disposition, trace) and its todos (queue, trace)."""
-    external_id = f"{t.hook['webhook_id']}:{delivery}"
-    with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"]) as conn:
-        ((event_id, disposition, trace),) = conn.execute(
-            "SELECT id, disposition, routing_trace FROM events WHERE external_id = %s",
-            (external_id,),
-        ).fetchall()
-        todos = conn.execute(
-            "SELECT queue, routing_trace FROM todos WHERE event_id = %s", (event_id,)
-        ).fetchall()
-        pending = conn.execute(
-            "SELECT count(*) FROM pending_events WHERE event_id = %s", (event_id,)
-        ).fetchone()
-    return {
-        "id": str(event_id),
-        "disposition": disposition,
-        "trace": trace,
-        "todos": [(q, tr) for q, tr in todos],
-        "queued": pending[0] if pending else 0,
-    }
-
-
-def _decided(t: Tenant, deliveries: list[str], timeout: float = 30.0) -> list[dict[str, Any]]:
-    """The events of ``deliveries`` once none is pending (fails after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        events = [_event(t, d) for d in deliveries]
-        if all(e["disposition"] != "pending" for e in events):
-            return events
-        if time.monotonic() > deadline:
-            left = sum(e["disposition"] == "pending" for e in events)
-            raise AssertionError(f"{left} of {len(events)} still pending after {timeout} s")
-        time.sleep(0.1)
-
-
 async def test_a_delivery_goes_pending_then_the_worker_decides(
     tenant: Tenant, fake_ai: FakeAI
 ) -> None:
@@ -85,7 +44,7 @@ async def test_a_delivery_goes_pending_then_the_worker_decides(
 
     reply = t.deliver(ISSUE, "d1")
     assert reply["disposition"] == "pending" and reply["todos"] == [] and reply["created"] == 0
-    [event] = _decided(t, ["d1"])
+    [event] = decided(t, ["d1"])
     assert reply["event_id"] == event["id"]
     trace = event["trace"]
     validate_trace(trace)
@@ -111,7 +70,7 @@ async def test_a_redelivery_while_pending_asks_nothing(tenant: Tenant, fake_ai: 
     again = t.deliver(ISSUE, "same")
     assert first["disposition"] == again["disposition"] == "pending"
     assert again["event_id"] == first["event_id"] and again["todos"] == []
-    [event] = _decided(t, ["same"])
+    [event] = decided(t, ["same"])
     assert [q for q, _ in event["todos"]] == ["triage"]
     assert len(fake_ai.requests(model)) == 1
 
@@ -142,30 +101,11 @@ async def test_a_fallback_is_written_by_the_worker_too(tenant: Tenant, fake_ai: 
     model = fake_ai.on(t.model("broken"), status=500)
     await t.triage(model)
     assert t.deliver(ISSUE, "f1")["disposition"] == "pending"
-    [event] = _decided(t, ["f1"])
+    [event] = decided(t, ["f1"])
     trace = event["trace"]
     validate_trace(trace)
     assert trace["stage"] == "default" and trace["cause"] == "llm_error"
     assert event["todos"] == [("inbox", trace)]
-
-
-async def _burst(t: Tenant, n: int, prefix: str, *, pending: bool = True) -> list[float]:
-    """``n`` deliveries sent at once; each one's reply time in seconds."""
-
-    async def one(client: httpx.AsyncClient, i: int) -> float:
-        started = time.monotonic()
-        resp = await client.post(
-            t.hook["ingest_url"],
-            content=json.dumps({**ISSUE, "n": i}).encode(),
-            headers={"X-Delivery-Id": f"{prefix}{i}", "Content-Type": "application/json"},
-        )
-        assert resp.status_code == 202, resp.text
-        assert (resp.json().get("disposition") == "pending") is pending
-        return time.monotonic() - started
-
-    limits = httpx.Limits(max_connections=n)
-    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-        return list(await asyncio.gather(*(one(client, i) for i in range(n))))
 
 
 async def test_a_slow_model_never_slows_the_producer(tenant: Tenant, fake_ai: FakeAI) -> None:
@@ -174,9 +114,9 @@ async def test_a_slow_model_never_slows_the_producer(tenant: Tenant, fake_ai: Fa
     await t.triage(model, timeout_ms=3000, prompt_budget_per_minute=60)
     n = 12
     started = time.monotonic()
-    latencies = await _burst(t, n, "b")
+    latencies = await burst(t, n, "b")
     assert max(latencies) < 1.0, latencies  # each 202 came before any model answered
-    events = _decided(t, [f"b{i}" for i in range(n)])
+    events = decided(t, [f"b{i}" for i in range(n)])
     took = time.monotonic() - started
     assert all(e["disposition"] == "routed" and len(e["todos"]) == 1 for e in events)
     assert len(fake_ai.requests(model)) == n  # each asked once

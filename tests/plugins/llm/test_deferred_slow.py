@@ -18,16 +18,17 @@ from typing import Any
 
 import pytest
 from fakeai import FakeAI
-from sbllm import API_KEY, KEY_ENV, Tenant, llm_toml
+from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, event_of, llm_toml
 from sbtest import CLI, Server, remember_secrets
 from sbworld import World
-from test_deferred import GOOD, _burst, _decided
 
 from switchboard.config import load_config
 from switchboard.runtime import Runtime
 from switchboard.service import webhooks
 
 pytestmark = pytest.mark.slow
+
+GOOD = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
 
 MAX_IN_FLIGHT = 4
 
@@ -71,11 +72,11 @@ async def test_a_burst_against_a_slow_model_is_acknowledged_at_once(
         model = fake_ai.on(t.model("slow"), GOOD, delay=delay)
         await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=60)
         # The same burst to a webhook without triage, first: the baseline.
-        baseline = await _burst(plain, n, "plain", pending=False)
+        baseline = await burst(plain, n, "plain", pending=False)
         started = time.monotonic()
-        latencies = await _burst(t, n, "slow")
+        latencies = await burst(t, n, "slow")
         acked = time.monotonic() - started
-        events = _decided(t, [f"slow{i}" for i in range(n)], timeout=120)
+        events = decided(t, [f"slow{i}" for i in range(n)], timeout=120)
         took = time.monotonic() - started
     print(
         f"\n{n} deliveries at once, model answering after {delay} s, max_in_flight"
@@ -103,7 +104,7 @@ async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
     async with _tenant(first, 3) as t:
         model = fake_ai.on(t.model("crash"), GOOD, delay=2.0)
         await t.triage(model, timeout_ms=4000)
-        await _burst(t, n, "c")
+        await burst(t, n, "c")
         deadline = time.monotonic() + 10
         while len(fake_ai.requests(model)) < MAX_IN_FLIGHT and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -116,7 +117,7 @@ async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
 
         second = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
         t.srv = second
-        events = _decided(t, [f"c{i}" for i in range(n)], timeout=90)
+        events = decided(t, [f"c{i}" for i in range(n)], timeout=90)
     # Each decided once, with one todo; the killed leases cost one extra call each at most.
     assert all(e["disposition"] == "routed" and len(e["todos"]) == 1 for e in events)
     assert all(e["queued"] == 0 for e in events)
@@ -126,6 +127,4 @@ async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
 
 
 def _decided_or_not(t: Tenant, n: int) -> list[dict[str, Any]]:
-    from test_deferred import _event
-
-    return [_event(t, f"c{i}") for i in range(n)]
+    return [event_of(t, f"c{i}") for i in range(n)]
