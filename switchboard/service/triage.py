@@ -93,7 +93,7 @@ class TriageWorker:
         self.timeout_ms = budget_ms(stage, stage_timeout_ms(rt))
         self.lease_s = self.timeout_ms / 1000 + LEASE_MARGIN_S
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.in_flight: dict[str, asyncio.Task[None]] = {}
+        self.in_flight: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._bell = wake.bell()
         self._slot = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
@@ -116,7 +116,7 @@ class TriageWorker:
             task.cancel()
         await asyncio.gather(*left.values(), return_exceptions=True)
         if left:
-            given = await self.rt.store.release_pending(self.owner, list(left))
+            given = await self.rt.store.release_pending(self.owner, [k[0] for k in left])
             log.info("triage %s: gave %d lease(s) back at stop", self.stage.name, given)
 
     async def _run(self) -> None:
@@ -135,8 +135,9 @@ class TriageWorker:
                 log.warning("triage %s: cannot claim: %s", self.stage.name, type(exc).__name__)
                 rows = []
             for row in rows:
-                task = asyncio.get_running_loop().create_task(self._decide(row))
-                self.in_flight[row["event_id"]] = task
+                # Keyed by the claim: this worker may take its own stalled lease over.
+                key = (str(row["event_id"]), int(row["attempts"]))
+                self.in_flight[key] = asyncio.get_running_loop().create_task(self._decide(row))
             if len(rows) < free:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._bell.wait(), POLL_S)
@@ -150,7 +151,7 @@ class TriageWorker:
             # The lease stays: it runs out and the event is claimed again (an attempt).
             log.exception("triage %s: event %s failed", self.stage.name, row["event_id"])
         finally:
-            self.in_flight.pop(row["event_id"], None)
+            self.in_flight.pop((str(row["event_id"]), int(row["attempts"])), None)
             self._slot.set()
 
     async def decide(self, row: dict[str, Any]) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import Tenant, burst, decided, llm_toml
+from sbllm import Tenant, burst, decided, event_of, llm_toml
 
 from switchboard.routing.trace import validate_trace
 from switchboard.service import rules as rules_svc
@@ -122,3 +123,30 @@ async def test_a_slow_model_never_slows_the_producer(tenant: Tenant, fake_ai: Fa
     assert len(fake_ai.requests(model)) == n  # each asked once
     assert fake_ai.peak(model) <= MAX_IN_FLIGHT
     assert took >= n / MAX_IN_FLIGHT * 1.0 * 0.9  # the cap held the calls back
+
+
+async def test_after_max_attempts_the_default_says_so(tenant: Tenant, fake_ai: FakeAI) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("lost"), GOOD, delay=2.5)
+    await t.triage(model, timeout_ms=4000)
+    reply = t.deliver(ISSUE, "lost-1")
+    deadline = time.monotonic() + 10
+    while not fake_ai.requests(model) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # As if this were the third claim whose worker died: its lease has run out.
+    with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pending_events SET attempts = 3, lease_owner = 'gone',"
+            " lease_until = '-infinity' WHERE event_id = %s",
+            (reply["event_id"],),
+        )
+    [event] = decided(t, ["lost-1"])
+    trace = event["trace"]
+    validate_trace(trace)
+    assert trace["stage"] == "default" and trace["cause"] == "llm_error"
+    assert "after 3 attempts" in trace["llm"]["detail"]
+    assert trace["deferred"] == {**trace["deferred"], "stage": "llm", "attempts": 3}
+    assert event["todos"] == [("inbox", trace)]
+    time.sleep(2.6)  # the first call's answer comes: it no longer holds the lease
+    assert [q for q, _ in event_of(t, "lost-1")["todos"]] == ["inbox"]
+    assert len(fake_ai.requests(model)) == 1
