@@ -42,6 +42,7 @@ from .contract import (
     CeilingExceeded,
     Command,
     CommandRegistry,
+    Completion,
     ConfigError,
     Conflict,
     Decision,
@@ -97,6 +98,7 @@ from .contract import (
 )
 from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
 from .hookspecs import PluginConfig
+from .metrics import LLM_TOKENS
 from .routing.config import MAX_RULES, check_structure, rule_error, validate_config
 from .routing.decide import decide, default_decision, resolve, stage_decision
 from .routing.dryrun import dry_run
@@ -121,6 +123,7 @@ from .sources import (
 )
 
 __all__ = [
+    "LLM_TOKENS",
     "CAUSE_LLM_BUDGET_EXHAUSTED",
     "CAUSE_LLM_ERROR",
     "CAUSE_LLM_INVALID_ANSWER",
@@ -151,6 +154,7 @@ __all__ = [
     "CommandRegistry",
     "ConfigError",
     "Conflict",
+    "Completion",
     "Decision",
     "Delivery",
     "Fault",

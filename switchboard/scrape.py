@@ -19,6 +19,7 @@ from sanic.response import HTTPResponse
 from . import metrics
 from .config import Config
 from .runtime import Runtime
+from .store.pending import pending_counts_sync
 from .store.todos import todo_counts_sync
 
 log = logging.getLogger("switchboard.metrics")
@@ -73,6 +74,11 @@ def add_metrics_route(app: Sanic[Any, Any], rt: Runtime) -> None:
             extra.append(metrics.todo_family(await rt.store.todo_counts(), max_queues))
         except Exception as exc:  # the other series still answer while the database is away
             log.warning("metrics: todo counts unavailable: %s", getattr(exc, "detail", exc))
+        deferred = [s.name for s in rt.stages if getattr(s, "deferred", False) is True]
+        try:
+            extra.append(metrics.pending_family(await rt.store.pending_counts(), deferred))
+        except Exception as exc:
+            log.warning("metrics: pending counts unavailable: %s", getattr(exc, "detail", exc))
         return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
 
 
@@ -89,6 +95,10 @@ class _Listener(Collector):
             yield metrics.todo_family(todo_counts_sync(self.dsn), self.max_queues)
         except Exception as exc:
             log.warning("metrics: todo counts unavailable: %s", exc)
+        try:
+            yield metrics.pending_family(pending_counts_sync(self.dsn))
+        except Exception as exc:
+            log.warning("metrics: pending counts unavailable: %s", exc)
 
 
 def start_listener(config: Config, dsn: str) -> str | None:

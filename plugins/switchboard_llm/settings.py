@@ -141,6 +141,8 @@ TRIAGE_SCHEMA: dict[str, Any] = {
         "min_confidence": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.7},
         "prompt_budget_per_minute": {"type": "integer", "minimum": 1, "default": 10},
         "prompt_budget_per_day": {"type": "integer", "minimum": 1, "default": 500},
+        "token_budget_per_minute": {"type": "integer", "minimum": 1},
+        "token_budget_per_day": {"type": "integer", "minimum": 1},
         "include_payload": {"type": "boolean", "default": False},
         "timeout_ms": {"type": "integer", "minimum": 100, "default": 5000},
     },

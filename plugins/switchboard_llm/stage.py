@@ -24,7 +24,9 @@ from switchboard.plugin import (
     CAUSE_LLM_LOW_CONFIDENCE,
     CAUSE_LLM_TIMEOUT,
     CAUSE_LLM_UNKNOWN_QUEUE,
+    LLM_TOKENS,
     STAGE_LLM,
+    Completion,
     Decision,
     RoutingContext,
     StageResult,
@@ -155,14 +157,25 @@ class LLMStage:
             triage["prompt_budget_per_minute"], self.settings["max_prompt_budget_per_minute"]
         )
         per_day = min(triage["prompt_budget_per_day"], self.settings["max_prompt_budget_per_day"])
-        spent = await store.reserve(rt, str(endpoint_id), per_minute, per_day)
+        spent = await store.reserve_call(
+            rt,
+            endpoint_id,
+            per_minute,
+            per_day,
+            tokens_per_minute=triage.get("token_budget_per_minute"),
+            tokens_per_day=triage.get("token_budget_per_day"),
+        )
         if spent is not None:
-            limit = per_minute if spent == store.MINUTE else per_day
+            span, what = spent
+            if what == store.TOKENS:
+                limit = triage[f"token_budget_per_{span}"]
+            else:
+                limit = per_minute if span == store.MINUTE else per_day
             return self._fallback(
                 ctx,
                 CAUSE_LLM_BUDGET_EXHAUSTED,
                 info,
-                f"the {spent}'s budget of {limit} prompts is spent",
+                f"the {span}'s budget of {limit} {what} is spent",
             )
         timeout_ms = min(triage["timeout_ms"], self.settings["max_timeout_ms"])
         prompt = build_prompt(
@@ -182,9 +195,11 @@ class LLMStage:
             )
         except TimeoutError:
             info["latency_ms"] = _since(started)
+            await self._account(rt, endpoint_id, info, SYSTEM + prompt, None)
             return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info, f"no answer within {timeout_ms} ms")
         except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
             info["latency_ms"] = _since(started)
+            await self._account(rt, endpoint_id, info, SYSTEM + prompt, None)
             log.warning(
                 "llm triage for endpoint %s: provider %r failed: %s",
                 endpoint_id,
@@ -193,6 +208,7 @@ class LLMStage:
             )
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, _describe(exc))
         info["latency_ms"] = _since(started)
+        await self._account(rt, endpoint_id, info, SYSTEM + prompt, text)
         if not isinstance(text, str):
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, "the provider returned no text")
         try:
@@ -222,6 +238,36 @@ class LLMStage:
         return StageResult(
             Decision(drop=False, queue=queue, endpoints=tuple(ctx.grant.endpoint_ids), trace=trace)
         )
+
+    @staticmethod
+    async def _account(
+        rt: Any, endpoint_id: str, info: dict[str, Any], sent: str, text: Any
+    ) -> None:
+        """The call's tokens: the provider's usage, else an estimate (marked), counted
+        against the endpoint's token budget and in ``switchboard_llm_tokens_total``."""
+        reported = text.usage if isinstance(text, Completion) else None
+        if reported is not None and "prompt_tokens" in reported:
+            usage: dict[str, Any] = {
+                "prompt_tokens": int(reported["prompt_tokens"]),
+                "completion_tokens": int(reported.get("completion_tokens", 0)),
+            }
+        else:
+            # About four characters a token: what a failed or silent call may have cost.
+            answer = text if isinstance(text, str) else ""
+            usage = {
+                "prompt_tokens": math.ceil(len(sent) / 4),
+                "completion_tokens": math.ceil(len(answer) / 4),
+                "estimated": True,
+            }
+        info["usage"] = usage
+        LLM_TOKENS.labels("prompt").inc(usage["prompt_tokens"])
+        LLM_TOKENS.labels("completion").inc(usage["completion_tokens"])
+        try:
+            await store.spend_tokens(
+                rt, endpoint_id, usage["prompt_tokens"] + usage["completion_tokens"]
+            )
+        except Exception as exc:  # the budget's bookkeeping never costs the decision
+            log.warning("llm triage: tokens not counted: %s", type(exc).__name__)
 
     @staticmethod
     def _fallback(

@@ -237,6 +237,21 @@ class ValidatingStage(Protocol):
         ...
 
 
+class Completion(str):
+    """A provider's answer text that also reports the call's token ``usage``
+    (``{"prompt_tokens", "completion_tokens"}`` as the provider counted them, or None).
+
+    A ``str``: a provider that returns plain text still works (its usage is estimated).
+    """
+
+    usage: dict[str, int] | None = None
+
+    def __new__(cls, text: str, usage: dict[str, int] | None = None) -> Completion:
+        made = super().__new__(cls, text)
+        made.usage = usage
+        return made
+
+
 @runtime_checkable
 class LLMProvider(Protocol):
     """What ``switchboard_register_llm_providers`` registers (used by an LLM triage stage)."""
@@ -251,7 +266,8 @@ class LLMProvider(Protocol):
 
         Raise ``TimeoutError`` when ``timeout`` passes and any other exception on a
         transport or server error; its message is recorded in the trace, so it never
-        carries a credential. The caller validates the text: never the provider.
+        carries a credential. The caller validates the text: never the provider. A
+        :class:`Completion` carries the provider's token counts with the text.
         """
         ...
 

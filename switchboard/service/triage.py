@@ -18,11 +18,14 @@ import socket
 import uuid
 from typing import Any
 
+from .. import metrics
+from ..logsetup import fields
 from ..pgtext import clean_json
 from ..routing.decide import default_decision
 from ..routing.envelope import build_envelope
 from ..routing.model import (
     CAUSE_STAGE_ERROR,
+    DISPOSITION_DROPPED,
     STAGE_DEFAULT,
     Decision,
     Fault,
@@ -237,6 +240,7 @@ class TriageWorker:
             log.info("triage %s: event %s was taken over", name, row["event_id"])
             return
         created = [t for t in outcome.todos if t["created"]]
+        _observe(name, row, trace, decision.disposition, len(created))
         event = {k: row[k] for k in _EVENT_KEYS}
         event.update(id=row["event_id"], routing_trace=trace, disposition=decision.disposition)
         ring_sinks(rt, event, created)
@@ -256,6 +260,35 @@ class TriageWorker:
         return default_decision(
             ctx.grant, ctx.config.default_action, [*ctx.faults, fault], cause=CAUSE_STAGE_ERROR
         )
+
+
+def _observe(
+    stage: str, row: dict[str, Any], trace: dict[str, Any], disposition: str, todos: int
+) -> None:
+    """The decision's metrics and its log line (never raises)."""
+    try:
+        waited = float(row["waited_s"])
+        metrics.DEFERRED_SECONDS.labels(stage).observe(waited)
+        faults = [f.get("cause") for f in trace.get("faults") or () if isinstance(f, dict)]
+        cause = trace.get("cause") or ("drop" if disposition == DISPOSITION_DROPPED else "none")
+        metrics.OUTCOMES.labels(
+            str(trace.get("stage")), str(cause), disposition, str(faults[0]) if faults else "none"
+        ).inc()
+        metrics.TODOS_CREATED.inc(todos)
+        log.info(
+            "deferred decision",
+            extra=fields(
+                event_id=str(row["event_id"]),
+                webhook_id=str(row["webhook_id"]),
+                stage=str(trace.get("stage")),
+                cause=str(cause),
+                disposition=disposition,
+                attempts=int(row["attempts"]),
+                waited_ms=round(waited * 1000),
+            ),
+        )
+    except Exception:  # pragma: no cover - a metric never fails a decision
+        log.exception("could not record a deferred decision's metrics")
 
 
 _EVENT_KEYS = (

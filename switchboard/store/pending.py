@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
@@ -67,6 +68,18 @@ _ONCE = """
 """
 
 
+#: What a scrape reads (``switchboard_pending_events{stage}``), bounded like the todo counts.
+PENDING_COUNTS = "SELECT stage, count(*) AS n FROM pending_events GROUP BY stage"
+PENDING_COUNTS_TIMEOUT_MS = 2000
+
+
+def pending_counts_sync(dsn: str, timeout_s: float = 2.0) -> dict[str, int]:
+    """:meth:`PendingQueries.pending_counts` on a connection of its own (the listener)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s))) as conn:
+        conn.execute(f"SET statement_timeout = {PENDING_COUNTS_TIMEOUT_MS}")
+        return {str(r[0]): int(r[1]) for r in conn.execute(PENDING_COUNTS).fetchall()}
+
+
 class PendingQueries:
     db: Database
 
@@ -94,10 +107,11 @@ class PendingQueries:
 
     async def pending_counts(self) -> dict[str, int]:
         """Pending events per deferred stage."""
-        rows = await self.db.fetchall(
-            "SELECT stage, count(*) AS n FROM pending_events GROUP BY stage"
-        )
-        return {r["stage"]: int(r["n"]) for r in rows}
+        async with self.db.conn() as conn:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL statement_timeout = {PENDING_COUNTS_TIMEOUT_MS}")
+                cur = await conn.execute(PENDING_COUNTS)
+                return {r["stage"]: int(r["n"]) for r in await cur.fetchall()}
 
     async def finish_pending(
         self,

@@ -150,3 +150,26 @@ async def test_after_max_attempts_the_default_says_so(tenant: Tenant, fake_ai: F
     time.sleep(2.6)  # the first call's answer comes: it no longer holds the lease
     assert [q for q, _ in event_of(t, "lost-1")["todos"]] == ["inbox"]
     assert len(fake_ai.requests(model)) == 1
+
+
+async def test_metrics_show_the_queue_the_wait_and_the_tokens(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    import httpx
+
+    t = tenant
+    model = fake_ai.on(t.model("metered"), GOOD, delay=1.5)
+    await t.triage(model, timeout_ms=4000)
+    t.deliver(ISSUE, "m1")
+    text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
+    [line] = [
+        x for x in text.splitlines() if x.startswith('switchboard_pending_events{stage="llm"}')
+    ]
+    assert float(line.split()[-1]) >= 1
+    decided(t, ["m1"])
+    text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
+    assert 'switchboard_deferred_seconds_count{stage="llm"}' in text
+    prompt = [
+        x for x in text.splitlines() if x.startswith('switchboard_llm_tokens_total{kind="prompt"}')
+    ]
+    assert prompt and float(prompt[0].split()[-1]) >= 1
