@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .decide import default_decision, pending_decision
@@ -50,6 +50,8 @@ async def route(
     stage_timeout_ms: int | None = None,
     defer: bool = False,
     faults: Sequence[Fault] = (),
+    skip: Collection[str] = (),
+    would_defer: list[str] | None = None,
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
@@ -61,6 +63,10 @@ async def route(
     ``defer`` (the receiver): a deferred stage that has work for the delivery is not run
     but left pending (:func:`.decide.pending_decision`). ``faults`` are those of stages
     that ran earlier (the triage worker resumes at the deferred stage).
+
+    A dry run passes ``would_defer``: the first deferred stage that would leave a live
+    delivery pending is appended to it (and then runs inline, unless it is in ``skip``:
+    the stages named there are asked only that).
     """
     ctx = RoutingContext(
         webhook=webhook,
@@ -75,6 +81,15 @@ async def route(
         if defer and getattr(stage, "deferred", False) is True:
             if await stage_defers(stage, ctx, budget_ms(stage, stage_timeout_ms)):
                 return pending_decision(stage.name, ctx.faults)
+            continue
+        if (
+            would_defer is not None
+            and not would_defer
+            and getattr(stage, "deferred", False) is True
+            and await stage_defers(stage, ctx, budget_ms(stage, stage_timeout_ms))
+        ):
+            would_defer.append(stage.name)
+        if stage.name in skip:
             continue
         answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
         if isinstance(answer, Fault):

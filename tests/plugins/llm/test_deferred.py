@@ -173,3 +173,26 @@ async def test_metrics_show_the_queue_the_wait_and_the_tokens(
         x for x in text.splitlines() if x.startswith('switchboard_llm_tokens_total{kind="prompt"}')
     ]
     assert prompt and float(prompt[0].split()[-1]) >= 1
+
+
+async def test_a_dry_run_says_a_live_delivery_would_go_pending(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("dry"), GOOD)
+    await t.triage(model)
+    skipped = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE)
+    assert skipped["pending"] == "llm" and skipped["trace"]["stage"] == "default"
+    assert fake_ai.requests(model) == []
+    ran = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE, llm="run")
+    assert ran["pending"] == "llm" and ran["trace"]["stage"] == "llm"
+    assert ran["decision"]["queue"] == "triage" and len(fake_ai.requests(model)) == 1
+    # A rule that decides first: nothing would wait.
+    await rules_svc.set_rules(
+        t.rt,
+        None,
+        t.hook["webhook_id"],
+        [{"id": "bugs", "expr": '.payload.kind == "bug"', "action": {"queue": "review"}}],
+    )
+    ruled = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE)
+    assert "pending" not in ruled and ruled["trace"]["stage"] == "rule"

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from fakeai import FakeAI
 from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, event_of, llm_toml
@@ -128,3 +129,30 @@ async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
 
 def _decided_or_not(t: Tenant, n: int) -> list[dict[str, Any]]:
     return [event_of(t, f"c{i}") for i in range(n)]
+
+
+async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = _config(tmp_path, fake_ai)
+    first = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    async with _tenant(first, 4) as t:
+        # Longer than the stop's grace: the calls cannot finish, so their leases go back.
+        model = fake_ai.on(t.model("term"), GOOD, delay=3.5)
+        await t.triage(model, timeout_ms=4000)
+        await burst(t, 2, "s")
+        deadline = time.monotonic() + 10
+        while len(fake_ai.requests(model)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.stop()  # SIGTERM
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                "SELECT attempts, lease_owner, lease_until = '-infinity' FROM pending_events"
+            ).fetchall()
+        assert rows == [(0, None, True)] * 2  # given back, the attempt uncounted
+        second = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+        t.srv = second
+        events = decided(t, ["s0", "s1"], timeout=30)
+    assert all(len(e["todos"]) == 1 and e["trace"]["deferred"]["attempts"] == 1 for e in events)
+    assert len(fake_ai.requests(model)) == 4  # each asked again once, never decided twice
