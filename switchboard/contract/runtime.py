@@ -99,6 +99,10 @@ class RuntimeStore(Protocol):
         """The queues any webhook this endpoint owns may route to, or None (no endpoint)."""
         ...
 
+    async def pending_counts(self, endpoint_id: str | None = None) -> dict[str, int]:
+        """Events waiting for each deferred stage (of one owner endpoint's webhooks)."""
+        ...
+
     async def notify_many(self, channel: str, payloads: list[str]) -> None:
         """``NOTIFY channel, payload`` for each payload, in one statement."""
         ...

@@ -105,8 +105,15 @@ class PendingQueries:
         )
         return len(rows)
 
-    async def pending_counts(self) -> dict[str, int]:
-        """Pending events per deferred stage."""
+    async def pending_counts(self, endpoint_id: str | None = None) -> dict[str, int]:
+        """Pending events per deferred stage (of one owner endpoint's webhooks, if given)."""
+        if endpoint_id is not None:
+            rows = await self.db.fetchall(
+                "SELECT stage, count(*) AS n FROM pending_events WHERE endpoint_id = %s"
+                " GROUP BY stage",
+                (endpoint_id,),
+            )
+            return {r["stage"]: int(r["n"]) for r in rows}
         async with self.db.conn() as conn:
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL statement_timeout = {PENDING_COUNTS_TIMEOUT_MS}")

@@ -166,7 +166,13 @@ async def test_metrics_show_the_queue_the_wait_and_the_tokens(
         x for x in text.splitlines() if x.startswith('switchboard_pending_events{stage="llm"}')
     ]
     assert float(line.split()[-1]) >= 1
+    from switchboard_llm import service
+
+    view = await service.get_triage(t.rt, t.owner)  # `switchboard llm get`: the queue depth
+    assert view["mode"] == "deferred" and view["pending"] == 1
     decided(t, ["m1"])
+    view = await service.get_triage(t.rt, t.owner)
+    assert view["pending"] == 0 and view["tokens"]["minute"] == 2  # the fake's usage
     text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
     assert 'switchboard_deferred_seconds_count{stage="llm"}' in text
     prompt = [
