@@ -156,3 +156,26 @@ async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
         events = decided(t, ["s0", "s1"], timeout=30)
     assert all(len(e["todos"]) == 1 and e["trace"]["deferred"]["attempts"] == 1 for e in events)
     assert len(fake_ai.requests(model)) == 4  # each asked again once, never decided twice
+
+
+async def test_two_servers_on_one_database_decide_each_event_once(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = _config(tmp_path, fake_ai)
+    one = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    n = 80
+    async with _tenant(one, 5) as t:
+        model = fake_ai.on(t.model("two"), GOOD, delay=0.5)
+        await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=60)
+        await burst(t, n, "two")
+        events = decided(t, [f"two{i}" for i in range(n)], timeout=60)
+    # Each decided once with one todo: by the model while the minute's 60 prompts last,
+    # then by the spent budget's default; each call made once.
+    assert all(len(e["todos"]) == 1 and e["queued"] == 0 for e in events)
+    stages = [e["trace"].get("cause") or e["trace"]["stage"] for e in events]
+    assert stages.count("llm") == len(fake_ai.requests(model))
+    assert set(stages) <= {"llm", "llm_budget_exhausted"}
+    # Both servers' workers asked (each at most MAX_IN_FLIGHT at once).
+    assert MAX_IN_FLIGHT < fake_ai.peak(model) <= 2 * MAX_IN_FLIGHT
