@@ -142,6 +142,7 @@ TRIAGE_SCHEMA: dict[str, Any] = {
         "prompt_budget_per_minute": {"type": "integer", "minimum": 1, "default": 10},
         "prompt_budget_per_day": {"type": "integer", "minimum": 1, "default": 500},
         "token_budget_per_minute": {"type": "integer", "minimum": 1},
+        "on_budget": {"enum": ["default", "wait"], "default": "default"},
         "token_budget_per_day": {"type": "integer", "minimum": 1},
         "include_payload": {"type": "boolean", "default": False},
         "timeout_ms": {"type": "integer", "minimum": 100, "default": 5000},

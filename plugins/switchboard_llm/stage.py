@@ -28,6 +28,7 @@ from switchboard.plugin import (
     STAGE_LLM,
     Completion,
     Decision,
+    NotYet,
     RoutingContext,
     StageResult,
     default_decision,
@@ -171,12 +172,11 @@ class LLMStage:
                 limit = triage[f"token_budget_per_{span}"]
             else:
                 limit = per_minute if span == store.MINUTE else per_day
-            return self._fallback(
-                ctx,
-                CAUSE_LLM_BUDGET_EXHAUSTED,
-                info,
-                f"the {span}'s budget of {limit} {what} is spent",
-            )
+            detail = f"the {span}'s budget of {limit} {what} is spent"
+            if ctx.deferred and triage.get("on_budget") == "wait":
+                # Deferred, the event can wait for the window to turn (never in memory).
+                raise NotYet(detail, _until_next(span))
+            return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info, detail)
         timeout_ms = min(triage["timeout_ms"], self.settings["max_timeout_ms"])
         prompt = build_prompt(
             event_view(ctx.envelope, rt.registries.projections),
@@ -278,6 +278,12 @@ class LLMStage:
         decision = default_decision(ctx.grant, ctx.config.default_action, ctx.faults, cause=cause)
         decision.trace["llm"] = info
         return StageResult(decision)
+
+
+def _until_next(span: str) -> float:
+    """Seconds until the next UTC minute or day (the budget's window) begins, plus one."""
+    length = 60 if span == store.MINUTE else 86400
+    return length - time.time() % length + 1
 
 
 def _since(started: float) -> int:

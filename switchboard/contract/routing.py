@@ -215,6 +215,17 @@ class StageResult:
     faults: tuple[Fault, ...] = ()
 
 
+class NotYet(Exception):
+    """Raised by a deferred stage run by the triage worker (``ctx.deferred``) that cannot
+    decide yet (the llm stage's spent budget, with ``on_budget = "wait"``): the event stays
+    pending, claimable again after ``retry_after_s``, the attempt uncounted. Anywhere else
+    (inline, a dry run) it is a stage error like any other exception."""
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(reason)
+        self.retry_after_s = max(0.0, float(retry_after_s))
+
+
 @runtime_checkable
 class ValidatingStage(Protocol):
     """A stage that checks its own part of a routing config when it is saved (optional).

@@ -167,6 +167,9 @@ class RoutingContext:
     discarded (the store reports the first delivery's todos), so a stage whose decision
     costs something may ask ``runtime.store.is_recorded(envelope["source"], external_id)``
     and pass.
+
+    ``deferred`` is True when the triage worker runs the stages from a deferred one on; a
+    deferred stage may then raise :class:`NotYet` to leave the event pending a while.
     """
 
     webhook: dict[str, Any]
@@ -176,6 +179,8 @@ class RoutingContext:
     faults: list[Fault] = field(default_factory=list)
     runtime: Runtime | None = None
     external_id: str | None = None
+    #: True when the triage worker runs a deferred stage (after the producer's 202).
+    deferred: bool = False
 
 
 @runtime_checkable

@@ -52,6 +52,7 @@ async def route(
     faults: Sequence[Fault] = (),
     skip: Collection[str] = (),
     would_defer: list[str] | None = None,
+    deferred: bool = False,
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
@@ -62,7 +63,8 @@ async def route(
 
     ``defer`` (the receiver): a deferred stage that has work for the delivery is not run
     but left pending (:func:`.decide.pending_decision`). ``faults`` are those of stages
-    that ran earlier (the triage worker resumes at the deferred stage).
+    that ran earlier (the triage worker resumes at the deferred stage, ``deferred``: a
+    deferred stage's :class:`NotYet` then propagates).
 
     A dry run passes ``would_defer``: the first deferred stage that would leave a live
     delivery pending is appended to it (and then runs inline, unless it is in ``skip``:
@@ -76,6 +78,7 @@ async def route(
         runtime=runtime,
         external_id=external_id,
         faults=list(faults),
+        deferred=deferred,
     )
     for stage in stages:
         if defer and getattr(stage, "deferred", False) is True:

@@ -15,6 +15,7 @@ from .model import (
     STAGE_DEFAULT,
     Decision,
     Fault,
+    NotYet,
     RoutingContext,
     RoutingStage,
     StageResult,
@@ -48,6 +49,10 @@ async def call_stage(
             result = await stage.route(ctx)
     except TimeoutError:
         return Fault.of_stage(stage.name, CAUSE_STAGE_TIMEOUT, f"no answer within {timeout_ms} ms")
+    except NotYet:
+        if ctx.deferred:
+            raise  # the triage worker leaves the event pending (see NotYet)
+        return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised NotYet outside a deferred run")
     except Exception as exc:  # a third party's bug costs a fault, never the delivery
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, f"raised {_describe(exc)}")
     if not isinstance(result, StageResult):

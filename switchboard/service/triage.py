@@ -29,6 +29,7 @@ from ..routing.model import (
     STAGE_DEFAULT,
     Decision,
     Fault,
+    NotYet,
     RoutingContext,
     RoutingStage,
     StageResult,
@@ -148,6 +149,18 @@ class TriageWorker:
     async def _decide(self, row: dict[str, Any]) -> None:
         try:
             await self.decide(row)
+        except NotYet as later:
+            # Pending a while longer (a spent budget): claimable again after retry_after_s.
+            await self.rt.store.postpone_pending(
+                str(row["event_id"]), self.owner, later.retry_after_s
+            )
+            log.info(
+                "triage %s: event %s waits %.0f s: %s",
+                self.stage.name,
+                row["event_id"],
+                later.retry_after_s,
+                later,
+            )
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -207,6 +220,7 @@ class TriageWorker:
                     runtime=rt,
                     stage_timeout_ms=stage_timeout_ms(rt),
                     faults=faults,
+                    deferred=True,
                 )
         trace = clean_json(decision.trace)
         for key in ("secret",):  # what the receiver recorded of the delivery stays

@@ -105,6 +105,17 @@ class PendingQueries:
         )
         return len(rows)
 
+    async def postpone_pending(self, event_id: str, owner: str, after_s: float) -> bool:
+        """Give a lease back to be claimed again after ``after_s`` (the attempt uncounted)."""
+        row = await self.db.fetchone(
+            "UPDATE pending_events SET lease_owner = NULL,"
+            " lease_until = clock_timestamp() + make_interval(secs => %s),"
+            " attempts = greatest(attempts - 1, 0)"
+            " WHERE event_id = %s AND lease_owner = %s RETURNING event_id",
+            (float(after_s), event_id, owner),
+        )
+        return row is not None
+
     async def pending_counts(self, endpoint_id: str | None = None) -> dict[str, int]:
         """Pending events per deferred stage (of one owner endpoint's webhooks, if given)."""
         if endpoint_id is not None:

@@ -202,3 +202,33 @@ async def test_a_dry_run_says_a_live_delivery_would_go_pending(
     )
     ruled = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE)
     assert "pending" not in ruled and ruled["trace"]["stage"] == "rule"
+
+
+async def test_on_budget_wait_leaves_the_event_pending_until_the_window_turns(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("waits"), GOOD)
+    await t.triage(model, prompt_budget_per_minute=1, on_budget="wait")
+    t.deliver(ISSUE, "w1")
+    decided(t, ["w1"])
+    reply = t.deliver(ISSUE, "w2")
+    deadline = time.monotonic() + 10
+    row = None
+    while time.monotonic() < deadline:
+        with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"]) as conn:
+            row = conn.execute(
+                "SELECT attempts, lease_owner, lease_until > now() + interval '0.5 s'"
+                " FROM pending_events WHERE event_id = %s",
+                (reply["event_id"],),
+            ).fetchone()
+        if row is None or (row[1] is None and row[2]):
+            break
+        time.sleep(0.1)
+    if row is None:  # the test crossed a minute boundary: the new minute's prompt decided it
+        assert event_of(t, "w2")["trace"]["stage"] == "llm"
+        return
+    # Given back until the next minute: no call, no fallback, the attempt uncounted.
+    assert row == (0, None, True)
+    assert event_of(t, "w2")["disposition"] == "pending"
+    assert len(fake_ai.requests(model)) == 1

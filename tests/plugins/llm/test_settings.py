@@ -46,6 +46,7 @@ async def test_a_saved_config_has_its_defaults_and_reads_back(tenant: Tenant) ->
         "min_confidence": 0.7,
         "prompt_budget_per_minute": 10,
         "prompt_budget_per_day": 500,
+        "on_budget": "default",
         "include_payload": False,
         "timeout_ms": 5000,
     }
