@@ -78,6 +78,11 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
             app.add_task(lifeline.watch_serve(), name="switchboard-lifeline")
         await rt.open_store(migrate=False)
         await rt.startup()
+        from .service.triage import Triage
+
+        # The deferred stages' worker of this process (none when no stage defers).
+        app.ctx.triage = Triage(rt)
+        app.ctx.triage.start()
         # Everything loaded so far (Sanic, psycopg, jsonschema, the plugins: ~130,000
         # objects) lives as long as the worker. Left to the collector, each full collection
         # walked all of them again, stopping every request for 65-130 ms a few times a
@@ -92,6 +97,10 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         app.ctx.draining = True
         from .service.ingest import drain_sinks
 
+        triage = getattr(app.ctx, "triage", None)
+        if triage is not None:
+            # In-flight stage runs finish or give their leases back (another worker's).
+            await triage.stop()
         await drain_sinks()
 
     @app.after_server_stop

@@ -72,6 +72,16 @@ INGEST_LATENCY = Histogram(
     ["status"],
     buckets=LATENCY_BUCKETS,
 )
+DEFERRED_SECONDS = Histogram(
+    "switchboard_deferred_seconds",
+    "Time from a deferred event's receipt to its decision by the triage worker, by stage",
+    ["stage"],
+    buckets=(*LATENCY_BUCKETS, 60.0, 300.0, 900.0, 3600.0),
+)
+#: What LLM providers billed: their reported usage, else the llm stage's estimate.
+LLM_TOKENS = Counter(
+    "switchboard_llm_tokens", "Tokens of LLM triage calls, by kind (prompt, completion)", ["kind"]
+)
 #: Batch sizes: one delivery alone up to a full batch of ``[ingest] batch_max``.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 STORE_BATCH = Histogram(
@@ -153,6 +163,19 @@ def todo_age_family(seconds: float) -> GaugeMetricFamily:
         " did not answer in time, so the last values read are served)",
     )
     family.add_metric([], round(seconds, 3))
+    return family
+
+
+def pending_family(counts: Mapping[str, int], stages: Iterable[str] = ()) -> GaugeMetricFamily:
+    """``switchboard_pending_events{stage}``: events a deferred stage has yet to decide
+    (every stage of ``stages`` answers, 0 when it has none)."""
+    family = GaugeMetricFamily(
+        "switchboard_pending_events",
+        "Events waiting for a deferred routing stage (read from the database at scrape)",
+        labels=["stage"],
+    )
+    for stage, n in sorted({**dict.fromkeys(stages, 0), **counts}.items()):
+        family.add_metric([stage], n)
     return family
 
 

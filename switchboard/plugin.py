@@ -26,6 +26,7 @@ from .contract import (
     CAUSE_STAGE_ERROR,
     CAUSE_STAGE_TIMEOUT,
     DISPOSITION_DROPPED,
+    DISPOSITION_PENDING,
     DISPOSITION_REPEAT,
     DISPOSITION_ROUTED,
     DISPOSITIONS,
@@ -54,11 +55,13 @@ from .contract import (
     SIGNATURE_PREFIX,
     STAGE_CAUSES,
     STAGE_LLM,
+    STAGE_PENDING,
     TRUST_SIGNED,
     TRUST_TOKEN,
     CeilingExceeded,
     Command,
     CommandRegistry,
+    Completion,
     ConfigError,
     Conflict,
     Decision,
@@ -77,6 +80,7 @@ from .contract import (
     MCPToolRegistry,
     MigrationRegistry,
     NotFound,
+    NotYet,
     PluginError,
     ProducerSide,
     Projection,
@@ -116,6 +120,7 @@ from .contract import (
 )
 from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
 from .hookspecs import PluginConfig
+from .metrics import LLM_TOKENS
 from .routing.config import MAX_RULES, check_structure, rule_error, validate_config
 from .routing.decide import decide, default_decision, resolve, stage_decision
 from .routing.dryrun import dry_run
@@ -140,6 +145,7 @@ from .sources import (
 )
 
 __all__ = [
+    "LLM_TOKENS",
     "CAUSE_LLM_BUDGET_EXHAUSTED",
     "CAUSE_LLM_ERROR",
     "CAUSE_LLM_INVALID_ANSWER",
@@ -148,6 +154,7 @@ __all__ = [
     "CAUSE_LLM_UNKNOWN_QUEUE",
     "DISPOSITIONS",
     "DISPOSITION_DROPPED",
+    "DISPOSITION_PENDING",
     "DISPOSITION_REPEAT",
     "DISPOSITION_ROUTED",
     "CAUSE_STAGE_ERROR",
@@ -170,6 +177,7 @@ __all__ = [
     "SCHEME_SCHEMA",
     "SIGNATURE_PREFIX",
     "STAGE_LLM",
+    "STAGE_PENDING",
     "TRUST_SIGNED",
     "TRUST_TOKEN",
     "WORK_ORDER_AUTHORITY",
@@ -178,6 +186,7 @@ __all__ = [
     "CommandRegistry",
     "ConfigError",
     "Conflict",
+    "Completion",
     "Decision",
     "Delivery",
     "Fault",
@@ -193,6 +202,7 @@ __all__ = [
     "MCPTool",
     "MCPToolRegistry",
     "MatchResult",
+    "NotYet",
     "MigrationRegistry",
     "NotFound",
     "PluginConfig",

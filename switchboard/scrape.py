@@ -21,6 +21,7 @@ from sanic.response import HTTPResponse
 from . import metrics
 from .config import Config
 from .runtime import Runtime
+from .store.pending import pending_counts_sync
 from .store.todos import todo_counts_sync
 
 log = logging.getLogger("switchboard.metrics")
@@ -73,15 +74,17 @@ def add_metrics_route(app: Sanic[Any, Any], rt: Runtime) -> None:
         return
 
     counts = _TodoCounts(rt)
+    deferred = [s.name for s in rt.stages if getattr(s, "deferred", False) is True]
 
     @app.get(PATH, name="metrics")
     async def scrape(request: Request) -> HTTPResponse:
         extra: list[Metric] = []
         last = await counts.read()
         if last is not None:
-            read_at, rows = last
+            read_at, rows, pending = last
             extra.append(metrics.todo_family(rows, max_queues))
             extra.append(metrics.todo_age_family(time.monotonic() - read_at))
+            extra.append(metrics.pending_family(pending, deferred))
         return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
 
 
@@ -96,10 +99,10 @@ class _TodoCounts:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.last: tuple[float, list[Any]] | None = None
+        self.last: tuple[float, list[Any], dict[str, int]] | None = None
         self.reading: asyncio.Task[None] | None = None
 
-    async def read(self) -> tuple[float, list[Any]] | None:
+    async def read(self) -> tuple[float, list[Any], dict[str, int]] | None:
         if self.reading is None or self.reading.done():
             self.reading = asyncio.get_running_loop().create_task(self._read())
         await asyncio.wait({self.reading}, timeout=TODO_COUNTS_WAIT_S)
@@ -111,7 +114,12 @@ class _TodoCounts:
         except Exception as exc:  # the other series still answer while the database is away
             log.warning("metrics: todo counts unavailable: %s", getattr(exc, "detail", exc))
             return
-        self.last = (time.monotonic(), rows)
+        try:
+            pending = await self.rt.store.pending_counts()
+        except Exception as exc:
+            log.warning("metrics: pending counts unavailable: %s", getattr(exc, "detail", exc))
+            pending = {}
+        self.last = (time.monotonic(), rows, pending)
 
 
 class _Listener(Collector):
@@ -127,6 +135,10 @@ class _Listener(Collector):
             yield metrics.todo_family(todo_counts_sync(self.dsn), self.max_queues)
         except Exception as exc:
             log.warning("metrics: todo counts unavailable: %s", exc)
+        try:
+            yield metrics.pending_family(pending_counts_sync(self.dsn))
+        except Exception as exc:
+            log.warning("metrics: pending counts unavailable: %s", exc)
 
 
 def start_listener(config: Config, dsn: str) -> str | None:

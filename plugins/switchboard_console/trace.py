@@ -63,6 +63,17 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
         return ["No routing trace was stored for this delivery."]
     lines: list[str] = []
     stage = trace.get("stage")
+    if stage == "pending":
+        lines.append(
+            f"Waiting for the deferred {trace.get('pending', '?')} stage: the producer got its"
+            " 202, the triage worker decides it."
+        )
+        for fault in trace.get("faults") or ():
+            detail = f": {fault['detail']}" if fault.get("detail") else ""
+            lines.append(f"Fault in {_rule(fault)}: {fault.get('cause')}{detail}.")
+        if disposition:
+            lines.append(f"Disposition: {disposition}.")
+        return lines
     if stage == "rule":
         lines.append(f"Decided by the rules stage: {_rule(trace)} matched.")
     elif stage == "default":
@@ -103,6 +114,12 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
                 " a repeat, no todo was made.",
                 "no_subject": "The delivery is about no subject; routed like any other.",
             }.get(str(trace["once"]), f"once: {trace['once']}")
+        )
+    deferred = trace.get("deferred")
+    if isinstance(deferred, dict):
+        lines.append(
+            f"Decided by the triage worker after the producer's 202 ({deferred.get('stage')}:"
+            f" {deferred.get('waited_ms', '?')} ms later, attempt {deferred.get('attempts')})."
         )
     if disposition:
         lines.append(f"Disposition: {disposition}.")

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from switchboard.plugin import LLMProvider
+from switchboard.plugin import Completion, LLMProvider
 
 log = logging.getLogger("switchboard.llm")
 
@@ -120,7 +120,17 @@ class OpenAIProvider:
         if not isinstance(content, str):
             refusal = message.get("refusal") if isinstance(message, dict) else None
             raise ProviderError("the model refused" if refusal else "the completion has no text")
-        return content
+        return Completion(content, _usage(doc.get("usage")))
+
+
+def _usage(doc: Any) -> dict[str, int] | None:
+    """The completion's ``usage`` token counts, when it reports them as integers."""
+    if not isinstance(doc, dict):
+        return None
+    counts = {k: doc.get(k) for k in ("prompt_tokens", "completion_tokens")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
+        return None
+    return {k: int(v) for k, v in counts.items() if v is not None}
 
 
 def build_provider(spec: dict[str, Any]) -> LLMProvider:

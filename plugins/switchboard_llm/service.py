@@ -34,6 +34,7 @@ def _in_schema_order(config: dict[str, Any] | None) -> dict[str, Any] | None:
 
 async def _view(rt: Runtime, endpoint_id: str, granted: list[str]) -> dict[str, Any]:
     used = await store.usage(rt, endpoint_id)
+    tokens = await store.token_usage(rt, endpoint_id)
     return {
         "endpoint_id": endpoint_id,
         "llm_triage": _in_schema_order(await store.load(rt, endpoint_id)),
@@ -42,12 +43,17 @@ async def _view(rt: Runtime, endpoint_id: str, granted: list[str]) -> dict[str, 
         "providers": rt.registries.llm_providers.names(),
         "granted_queues": granted,
         "usage": {"minute": used[store.MINUTE], "day": used[store.DAY]},
+        "tokens": {"minute": tokens[store.MINUTE], "day": tokens[store.DAY]},
+        # Deferred mode: this endpoint's deliveries waiting for the model (the queue depth).
+        "mode": stage_settings(rt)["mode"],
+        "pending": (await rt.store.pending_counts(endpoint_id)).get("llm", 0),
     }
 
 
 async def get_triage(rt: Runtime, endpoint_id: str) -> dict[str, Any]:
     """The endpoint's settings (null when it has not opted in), what it may choose from,
-    and the prompts spent in the current minute and day."""
+    the prompts and tokens spent in the current minute and day, and how many of its
+    deliveries wait for the model."""
     return await _view(rt, endpoint_id, await _granted(rt, endpoint_id))
 
 

@@ -85,6 +85,27 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "default": 5000,
         },
         "max_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 120000, "default": 15000},
+        "mode": {
+            "enum": ["deferred", "inline"],
+            "default": "deferred",
+            "description": "deferred: the producer gets its 202 at once and the triage worker"
+            " of every serve asks the model; inline: the model is asked inside the"
+            " producer's request (which waits for it)",
+        },
+        "max_in_flight": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 256,
+            "default": 4,
+            "description": "model calls at once per serve process (deferred mode)",
+        },
+        "max_attempts": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 20,
+            "default": 3,
+            "description": "claims of a pending event before it takes the default (llm_error)",
+        },
         "allow_include_payload": {"type": "boolean", "default": True},
         "max_payload_bytes": {
             "type": "integer",
@@ -120,6 +141,9 @@ TRIAGE_SCHEMA: dict[str, Any] = {
         "min_confidence": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.7},
         "prompt_budget_per_minute": {"type": "integer", "minimum": 1, "default": 10},
         "prompt_budget_per_day": {"type": "integer", "minimum": 1, "default": 500},
+        "token_budget_per_minute": {"type": "integer", "minimum": 1},
+        "on_budget": {"enum": ["default", "wait"], "default": "default"},
+        "token_budget_per_day": {"type": "integer", "minimum": 1},
         "include_payload": {"type": "boolean", "default": False},
         "timeout_ms": {"type": "integer", "minimum": 100, "default": 5000},
     },

@@ -24,9 +24,12 @@ from switchboard.plugin import (
     CAUSE_LLM_LOW_CONFIDENCE,
     CAUSE_LLM_TIMEOUT,
     CAUSE_LLM_UNKNOWN_QUEUE,
+    LLM_TOKENS,
     REPLAY_STORED,
     STAGE_LLM,
+    Completion,
     Decision,
+    NotYet,
     RoutingContext,
     StageResult,
     default_decision,
@@ -98,26 +101,57 @@ class LLMStage:
         # The host's stage budget must outlast the longest model call an owner may set,
         # plus the stage's own reads and its budget's spend (seconds, not minutes).
         self.timeout_ms = int(self.settings["max_timeout_ms"]) + 5000
+        # Deferred (the default): the producer never waits for a model (the host's triage
+        # worker runs the stage after the 202), at most max_in_flight calls per process.
+        self.deferred = self.settings["mode"] == "deferred"
+        self.max_in_flight = int(self.settings["max_in_flight"])
+        self.max_attempts = int(self.settings["max_attempts"])
 
-    async def route(self, ctx: RoutingContext) -> StageResult:
+    async def _work(
+        self, ctx: RoutingContext
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The endpoint's triage and the queues to offer, or None: nothing to ask."""
         rt = ctx.runtime
         endpoint_id = ctx.webhook.get("endpoint_id")
         if rt is None or not endpoint_id or not len(rt.registries.llm_providers):
-            return StageResult()
+            return None
         triage = await store.load(rt, str(endpoint_id))
         if triage is None:
-            return StageResult()
+            return None
         if ctx.external_id is not None and await rt.store.is_recorded(
             str(ctx.envelope.get("source")), ctx.external_id
         ):
             # A redelivery: the store reports the first delivery's todos whatever is
             # decided now, so asking the model again would only spend the budget.
-            return StageResult()
+            return None
         granted = {ctx.grant.target_queue, *ctx.grant.queues}
         # Only queues the delivery may still reach are offered: a revoked one never is.
         offered = [q for q in triage["queues"] if q["name"] in granted]
         if not offered:
+            return None
+        return triage, offered
+
+    async def defers(self, ctx: RoutingContext) -> bool:
+        """A live delivery goes pending only when the model would be asked."""
+        return await self._work(ctx) is not None
+
+    def gave_up(self, ctx: RoutingContext, attempts: int) -> StageResult:
+        """Every claim's worker died or stalled: the default, cause ``llm_error``."""
+        return self._fallback(
+            ctx,
+            CAUSE_LLM_ERROR,
+            {},
+            f"no decision after {attempts} attempts (each lost its lease: the worker was"
+            " killed or stalled mid-call)",
+        )
+
+    async def route(self, ctx: RoutingContext) -> StageResult:
+        rt = ctx.runtime
+        work = await self._work(ctx)
+        if rt is None or work is None:
             return StageResult()
+        triage, offered = work
+        endpoint_id = str(ctx.webhook["endpoint_id"])
         info: dict[str, Any] = {"provider": triage["provider"], "model": triage["model"]}
         provider = rt.registries.llm_providers.get(triage["provider"])
         if provider is None:
@@ -128,15 +162,25 @@ class LLMStage:
             triage["prompt_budget_per_minute"], self.settings["max_prompt_budget_per_minute"]
         )
         per_day = min(triage["prompt_budget_per_day"], self.settings["max_prompt_budget_per_day"])
-        spent = await store.reserve(rt, str(endpoint_id), per_minute, per_day)
+        spent = await store.reserve_call(
+            rt,
+            endpoint_id,
+            per_minute,
+            per_day,
+            tokens_per_minute=triage.get("token_budget_per_minute"),
+            tokens_per_day=triage.get("token_budget_per_day"),
+        )
         if spent is not None:
-            limit = per_minute if spent == store.MINUTE else per_day
-            return self._fallback(
-                ctx,
-                CAUSE_LLM_BUDGET_EXHAUSTED,
-                info,
-                f"the {spent}'s budget of {limit} prompts is spent",
-            )
+            span, what = spent
+            if what == store.TOKENS:
+                limit = triage[f"token_budget_per_{span}"]
+            else:
+                limit = per_minute if span == store.MINUTE else per_day
+            detail = f"the {span}'s budget of {limit} {what} is spent"
+            if ctx.deferred and triage.get("on_budget") == "wait":
+                # Deferred, the event can wait for the window to turn (never in memory).
+                raise NotYet(detail, _until_next(span))
+            return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info, detail)
         timeout_ms = min(triage["timeout_ms"], self.settings["max_timeout_ms"])
         prompt = build_prompt(
             event_view(ctx.envelope, rt.registries.projections),
@@ -155,9 +199,11 @@ class LLMStage:
             )
         except TimeoutError:
             info["latency_ms"] = _since(started)
+            await self._account(rt, endpoint_id, info, SYSTEM + prompt, None)
             return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info, f"no answer within {timeout_ms} ms")
         except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
             info["latency_ms"] = _since(started)
+            await self._account(rt, endpoint_id, info, SYSTEM + prompt, None)
             log.warning(
                 "llm triage for endpoint %s: provider %r failed: %s",
                 endpoint_id,
@@ -166,6 +212,7 @@ class LLMStage:
             )
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, _describe(exc))
         info["latency_ms"] = _since(started)
+        await self._account(rt, endpoint_id, info, SYSTEM + prompt, text)
         if not isinstance(text, str):
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, "the provider returned no text")
         try:
@@ -197,6 +244,36 @@ class LLMStage:
         )
 
     @staticmethod
+    async def _account(
+        rt: Any, endpoint_id: str, info: dict[str, Any], sent: str, text: Any
+    ) -> None:
+        """The call's tokens: the provider's usage, else an estimate (marked), counted
+        against the endpoint's token budget and in ``switchboard_llm_tokens_total``."""
+        reported = text.usage if isinstance(text, Completion) else None
+        if reported is not None and "prompt_tokens" in reported:
+            usage: dict[str, Any] = {
+                "prompt_tokens": int(reported["prompt_tokens"]),
+                "completion_tokens": int(reported.get("completion_tokens", 0)),
+            }
+        else:
+            # About four characters a token: what a failed or silent call may have cost.
+            answer = text if isinstance(text, str) else ""
+            usage = {
+                "prompt_tokens": math.ceil(len(sent) / 4),
+                "completion_tokens": math.ceil(len(answer) / 4),
+                "estimated": True,
+            }
+        info["usage"] = usage
+        LLM_TOKENS.labels("prompt").inc(usage["prompt_tokens"])
+        LLM_TOKENS.labels("completion").inc(usage["completion_tokens"])
+        try:
+            await store.spend_tokens(
+                rt, endpoint_id, usage["prompt_tokens"] + usage["completion_tokens"]
+            )
+        except Exception as exc:  # the budget's bookkeeping never costs the decision
+            log.warning("llm triage: tokens not counted: %s", type(exc).__name__)
+
+    @staticmethod
     def _fallback(
         ctx: RoutingContext, cause: str, info: dict[str, Any], detail: str
     ) -> StageResult:
@@ -205,6 +282,12 @@ class LLMStage:
         decision = default_decision(ctx.grant, ctx.config.default_action, ctx.faults, cause=cause)
         decision.trace["llm"] = info
         return StageResult(decision)
+
+
+def _until_next(span: str) -> float:
+    """Seconds until the next UTC minute or day (the budget's window) begins, plus one."""
+    length = 60 if span == store.MINUTE else 86400
+    return length - time.time() % length + 1
 
 
 def _since(started: float) -> int:

@@ -20,25 +20,33 @@ _WINDOW = {
     DAY: "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
 }
 
-# One prompt more in the window, unless the window already holds ``limit``. The conflict
-# path locks the row and re-checks ``used < limit`` against its latest version, so two
-# workers reserving at once queue on the row and never both take the last prompt.
+# One prompt more in the window, unless the window already holds ``limit`` prompts, or
+# (with a token budget) its tokens plus its average call's would pass ``tokens``. The
+# conflict path locks the row and re-checks against its latest version, so two workers
+# reserving at once queue on the row and never both take the last prompt.
 _RESERVE = """
     INSERT INTO llm_triage_budget AS b (endpoint_id, span, window_start, used)
     VALUES (%(endpoint)s, %(span)s, {window}, 1)
     ON CONFLICT (endpoint_id, span, window_start)
-    DO UPDATE SET used = b.used + 1 WHERE b.used < %(limit)s
+    DO UPDATE SET used = b.used + 1
+    WHERE b.used < %(limit)s AND (%(tokens)s::bigint IS NULL OR b.used = 0
+                                  OR b.tokens + b.tokens / b.used <= %(tokens)s::bigint)
     RETURNING b.used
 """
+
+#: What a refused reservation ran out of: the window's prompts, or its tokens.
+PROMPTS = "prompts"
+TOKENS = "tokens"
 
 #: Windows older than this are deleted when an endpoint opens a new minute.
 _KEEP = "interval '2 days'"
 
 
 class _Refused(Exception):
-    def __init__(self, span: str) -> None:
+    def __init__(self, span: str, what: str) -> None:
         super().__init__(span)
         self.span = span
+        self.what = what
 
 
 async def load(rt: Runtime, endpoint_id: str) -> dict[str, Any] | None:
@@ -72,16 +80,42 @@ async def reserve(rt: Runtime, endpoint_id: str, per_minute: int, per_day: int) 
     Returns None when the prompt is granted, else the window that is spent (``minute``
     or ``day``); a refused prompt takes nothing from either window.
     """
+    refused = await reserve_call(rt, endpoint_id, per_minute, per_day)
+    return None if refused is None else refused[0]
+
+
+async def reserve_call(
+    rt: Runtime,
+    endpoint_id: str,
+    per_minute: int,
+    per_day: int,
+    *,
+    tokens_per_minute: int | None = None,
+    tokens_per_day: int | None = None,
+) -> tuple[str, str] | None:
+    """:func:`reserve` with token budgets too: None when granted, else the spent window
+    and what ran out there (:data:`PROMPTS` or :data:`TOKENS`)."""
     try:
         async with rt.store.db.tx() as conn:
-            for span, limit in ((MINUTE, per_minute), (DAY, per_day)):
+            for span, limit, tokens in (
+                (MINUTE, per_minute, tokens_per_minute),
+                (DAY, per_day, tokens_per_day),
+            ):
                 cur = await conn.execute(
                     _RESERVE.format(window=_WINDOW[span]),
-                    {"endpoint": endpoint_id, "span": span, "limit": limit},
+                    {"endpoint": endpoint_id, "span": span, "limit": limit, "tokens": tokens},
                 )
                 row = await cur.fetchone()
                 if row is None:
-                    raise _Refused(span)  # rolls back the minute already taken
+                    cur = await conn.execute(
+                        "SELECT used FROM llm_triage_budget WHERE endpoint_id = %s"
+                        f" AND span = %s AND window_start = {_WINDOW[span]}",
+                        (endpoint_id, span),
+                    )
+                    held = await cur.fetchone()
+                    used = int(held["used"]) if held else 0
+                    # rolls back the minute already taken
+                    raise _Refused(span, PROMPTS if used >= limit else TOKENS)
                 if span == MINUTE and row["used"] == 1:
                     await conn.execute(
                         "DELETE FROM llm_triage_budget WHERE endpoint_id = %s"
@@ -89,8 +123,33 @@ async def reserve(rt: Runtime, endpoint_id: str, per_minute: int, per_day: int) 
                         (endpoint_id,),
                     )
     except _Refused as refused:
-        return refused.span
+        return refused.span, refused.what
     return None
+
+
+async def spend_tokens(rt: Runtime, endpoint_id: str, tokens: int) -> None:
+    """Add a call's tokens to the endpoint's current minute and day."""
+    if tokens <= 0:
+        return
+    await rt.store.db.fetchall(
+        "UPDATE llm_triage_budget SET tokens = tokens + %s WHERE endpoint_id = %s AND ("
+        f"(span = 'minute' AND window_start = {_WINDOW[MINUTE]}) OR "
+        f"(span = 'day' AND window_start = {_WINDOW[DAY]})) RETURNING used",
+        (tokens, endpoint_id),
+    )
+
+
+async def token_usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:
+    """Tokens spent in the current minute and day."""
+    rows = await rt.store.db.fetchall(
+        "SELECT span, tokens FROM llm_triage_budget WHERE endpoint_id = %s AND ("
+        f"(span = 'minute' AND window_start = {_WINDOW[MINUTE]}) OR "
+        f"(span = 'day' AND window_start = {_WINDOW[DAY]}))",
+        (endpoint_id,),
+    )
+    out = {MINUTE: 0, DAY: 0}
+    out.update({r["span"]: int(r["tokens"]) for r in rows})
+    return out
 
 
 async def usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:

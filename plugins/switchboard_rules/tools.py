@@ -160,7 +160,8 @@ async def test_webhook_rules(
 ) -> dict[str, Any]:
     """Dry-run the saved (or candidate) rules against a stored event or a sample payload;
     returns the decision, the trace and the envelope the rules saw. Saves nothing; the LLM
-    triage runs only with llm="run"."""
+    triage runs only with llm="run". "pending" names the deferred stage (llm) a live
+    delivery would wait for: it would be answered 202 "pending" and decided after."""
     result: dict[str, Any] = await _rules().test_rules(
         ctx.runtime,
         ctx.endpoint,

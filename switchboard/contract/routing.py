@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 STAGE_RULE = "rule"
 STAGE_DEFAULT = "default"
 STAGE_LLM = "llm"
+#: The trace of an event a deferred stage has yet to decide (``trace["pending"]``: which).
+STAGE_PENDING = "pending"
 CAUSE_NO_MATCH = "no_match_default"
 CAUSE_RULE_NOT_GRANTED = "rule_not_granted"
 CAUSE_DEFAULT_NOT_GRANTED = "default_not_granted"
@@ -30,11 +32,13 @@ LLM_CAUSES = (
 )
 #: What became of a delivery, stored with its event (never re-derived from the trace).
 #: ``repeat``: a ``once`` action whose subject and queue another event already claimed
-#: (no todo). ``held`` stays reserved.
+#: (no todo). ``pending``: a deferred stage decides it later (no todo yet; the triage
+#: worker writes the final disposition). ``held`` stays reserved.
 DISPOSITION_ROUTED = "routed"
 DISPOSITION_DROPPED = "dropped"
 DISPOSITION_REPEAT = "repeat"
-DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT)
+DISPOSITION_PENDING = "pending"
+DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT, DISPOSITION_PENDING)
 FAULT_CAUSES = (
     "timeout",
     "error",
@@ -140,10 +144,14 @@ class Decision:
     #: The taken action's flags: at most once per subject and queue; attach a work order.
     once: bool = False
     work_order: bool = False
+    #: The deferred stage that decides later (a live delivery's ``pending`` decision).
+    pending: str | None = None
 
     @property
     def disposition(self) -> str:
-        """What is stored with the event: ``dropped`` or ``routed``."""
+        """What is stored with the event: ``pending``, ``dropped`` or ``routed``."""
+        if self.pending is not None:
+            return DISPOSITION_PENDING
         return DISPOSITION_DROPPED if self.drop else DISPOSITION_ROUTED
 
     def to_json(self) -> dict[str, Any]:
@@ -207,6 +215,17 @@ class StageResult:
     faults: tuple[Fault, ...] = ()
 
 
+class NotYet(Exception):
+    """Raised by a deferred stage run by the triage worker (``ctx.deferred``) that cannot
+    decide yet (the llm stage's spent budget, with ``on_budget = "wait"``): the event stays
+    pending, claimable again after ``retry_after_s``, the attempt uncounted. Anywhere else
+    (inline, a dry run) it is a stage error like any other exception."""
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(reason)
+        self.retry_after_s = max(0.0, float(retry_after_s))
+
+
 @runtime_checkable
 class ValidatingStage(Protocol):
     """A stage that checks its own part of a routing config when it is saved (optional).
@@ -229,6 +248,21 @@ class ValidatingStage(Protocol):
         ...
 
 
+class Completion(str):
+    """A provider's answer text that also reports the call's token ``usage``
+    (``{"prompt_tokens", "completion_tokens"}`` as the provider counted them, or None).
+
+    A ``str``: a provider that returns plain text still works (its usage is estimated).
+    """
+
+    usage: dict[str, int] | None = None
+
+    def __new__(cls, text: str, usage: dict[str, int] | None = None) -> Completion:
+        made = super().__new__(cls, text)
+        made.usage = usage
+        return made
+
+
 @runtime_checkable
 class LLMProvider(Protocol):
     """What ``switchboard_register_llm_providers`` registers (used by an LLM triage stage)."""
@@ -243,7 +277,8 @@ class LLMProvider(Protocol):
 
         Raise ``TimeoutError`` when ``timeout`` passes and any other exception on a
         transport or server error; its message is recorded in the trace, so it never
-        carries a credential. The caller validates the text: never the provider.
+        carries a credential. The caller validates the text: never the provider. A
+        :class:`Completion` carries the provider's token counts with the text.
         """
         ...
 

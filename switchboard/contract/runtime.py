@@ -99,6 +99,10 @@ class RuntimeStore(Protocol):
         """The queues any webhook this endpoint owns may route to, or None (no endpoint)."""
         ...
 
+    async def pending_counts(self, endpoint_id: str | None = None) -> dict[str, int]:
+        """Events waiting for each deferred stage (of one owner endpoint's webhooks)."""
+        ...
+
     async def notify_many(self, channel: str, payloads: list[str]) -> None:
         """``NOTIFY channel, payload`` for each payload, in one statement."""
         ...
@@ -163,6 +167,9 @@ class RoutingContext:
     discarded (the store reports the first delivery's todos), so a stage whose decision
     costs something may ask ``runtime.store.is_recorded(envelope["source"], external_id)``
     and pass.
+
+    ``deferred`` is True when the triage worker runs the stages from a deferred one on; a
+    deferred stage may then raise :class:`NotYet` to leave the event pending a while.
     """
 
     webhook: dict[str, Any]
@@ -172,6 +179,8 @@ class RoutingContext:
     faults: list[Fault] = field(default_factory=list)
     runtime: Runtime | None = None
     external_id: str | None = None
+    #: True when the triage worker runs a deferred stage (after the producer's 202).
+    deferred: bool = False
 
 
 @runtime_checkable
@@ -190,6 +199,24 @@ class RoutingStage(Protocol):
       ``"rerun"`` (the default: it is deterministic, and re-run on the stored envelope) or
       ``"stored"`` (it must not be asked again, as the llm stage: its verdict is read from
       each event's stored trace). See :func:`switchboard.contract.routing.replay_of`.
+
+    A slow stage (the llm stage: a model call) may declare itself **deferred**, so the
+    producer never waits for it:
+
+    - ``deferred``: True when a live delivery the stages before it left undecided is
+      stored ``pending`` (trace ``{"stage": "pending", "pending": <name>}``, no todo) and
+      answered 202 at once; the triage worker of every ``serve`` then claims the event
+      (``FOR UPDATE SKIP LOCKED`` with a lease), runs this stage and the ones after it with
+      ``ctx.external_id`` None, and writes the decision, its todos and the doorbell's ring.
+      Dry runs always run it inline.
+    - ``async defers(ctx) -> bool``: whether this delivery has work for it (cheap, no
+      costly call); False routes on as if the stage had passed (default: always True).
+    - ``max_in_flight``: at most this many of its deferred runs at once per process
+      (default 4); the rest stay pending in the database.
+    - ``max_attempts``: claims of one event before it gives up (default 3; a claim whose
+      lease expires, its worker killed, counts as an attempt).
+    - ``gave_up(ctx, attempts) -> StageResult``: the decision when the attempts ran out
+      (default: the default with a ``stage_error`` fault naming the stage).
 
     A stage that raises, answers anything but a :class:`StageResult`, writes a trace that
     fails its schema or goes past its budget costs no delivery: the delivery takes the

@@ -10,6 +10,7 @@ from switchboard.routing.model import (
     CAUSE_NO_MATCH,
     CAUSE_RULE_NOT_GRANTED,
     STAGE_DEFAULT,
+    STAGE_PENDING,
     STAGE_RULE,
     Decision,
     Fault,
@@ -43,7 +44,7 @@ def resolve(action: dict[str, Any], grant: Grant) -> tuple[str, tuple[str, ...]]
     return (queue, endpoints) if endpoints else None
 
 
-def _flags(action: dict[str, Any]) -> dict[str, bool]:
+def _flags(action: dict[str, Any]) -> dict[str, Any]:
     return {"once": action.get("once") is True, "work_order": action.get("work_order") is True}
 
 
@@ -88,6 +89,19 @@ def default_decision(
     if fault_docs:
         trace["faults"] = fault_docs
     return Decision(drop=drop, queue=queue, endpoints=endpoints, trace=trace, **flags)
+
+
+def pending_decision(stage: str, faults: Iterable[Fault] = ()) -> Decision:
+    """A live delivery left to the deferred ``stage``: stored ``pending``, no todo yet.
+
+    The faults of the stages before it are kept in the trace: the triage worker hands
+    them to the stage when it runs.
+    """
+    trace: dict[str, Any] = {"stage": STAGE_PENDING, "pending": stage}
+    fault_docs = _faults_doc(faults)
+    if fault_docs:
+        trace["faults"] = fault_docs
+    return Decision(drop=False, queue=None, endpoints=(), trace=trace, pending=stage)
 
 
 def _rule_ref(index: int, rule: dict[str, Any]) -> dict[str, Any]:

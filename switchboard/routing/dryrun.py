@@ -32,21 +32,30 @@ async def dry_run(
     ``rules test`` command and history replays all call this. ``runtime`` reaches the
     stages as ``ctx.runtime``; the stages named in ``skip`` are validated but not run
     (``test_webhook_rules`` skips ``llm`` unless asked, so a dry run spends no budget).
+    ``pending`` names the deferred stage a live delivery would wait for (stored
+    ``pending``, answered 202 at once), when one would: the decision is then what that
+    stage decided (run) or what the stages without it decide (skipped).
     """
     normalized = await validate_config(config, grant, stages, webhook)
-    running = [s for s in stages if s.name not in skip]
+    pending: list[str] = []
     decision = await route(
-        running,
+        stages,
         webhook or {},
         normalized,
         envelope,
         grant,
         runtime=runtime,
         stage_timeout_ms=None if runtime is None else stage_timeout_ms(runtime),
+        skip=skip,
+        would_defer=pending,
     )
-    return {
+    result: dict[str, Any] = {
         "config": normalized.to_json(),
         "decision": decision.to_json(),
         "trace": decision.trace,
         "envelope": envelope,
     }
+    if pending:
+        # Live, the producer would get 202 "pending" and this stage decide after it.
+        result["pending"] = pending[0]
+    return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..contract.routing import (
@@ -13,7 +13,7 @@ from ..contract.routing import (
     StageSaid,
     replay_of,
 )
-from .decide import default_decision
+from .decide import default_decision, pending_decision
 from .model import (
     Decision,
     Fault,
@@ -24,7 +24,7 @@ from .model import (
     StageResult,
     Target,
 )
-from .stagecall import budget_ms, call_stage
+from .stagecall import budget_ms, call_stage, stage_defers
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -72,6 +72,11 @@ async def route(
     stage_timeout_ms: int | None = None,
     turn: Turn | None = None,
     said: list[StageSaid] | None = None,
+    defer: bool = False,
+    faults: Sequence[Fault] = (),
+    skip: Collection[str] = (),
+    would_defer: list[str] | None = None,
+    deferred: bool = False,
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
@@ -83,6 +88,15 @@ async def route(
     History replays walk the same loop: ``turn`` answers for each stage instead (re-run,
     or read from the stored trace: :mod:`.stagereplay`), and ``said`` is given what each
     stage said, in order (the stages after the deciding one: not reached).
+
+    ``defer`` (the receiver): a deferred stage that has work for the delivery is not run
+    but left pending (:func:`.decide.pending_decision`). ``faults`` are those of stages
+    that ran earlier (the triage worker resumes at the deferred stage, ``deferred``: a
+    deferred stage's :class:`NotYet` then propagates).
+
+    A dry run passes ``would_defer``: the first deferred stage that would leave a live
+    delivery pending is appended to it (and then runs inline, unless it is in ``skip``:
+    the stages named there are asked only that).
     """
     ctx = RoutingContext(
         webhook=webhook,
@@ -91,12 +105,28 @@ async def route(
         config=config,
         runtime=runtime,
         external_id=external_id,
+        faults=list(faults),
+        deferred=deferred,
     )
     for i, stage in enumerate(stages):
-        if turn is None:
-            answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
-        else:
+        if turn is not None:
             answer = await turn(stage, ctx)
+        else:
+            is_deferred = getattr(stage, "deferred", False) is True
+            if defer and is_deferred:
+                if await stage_defers(stage, ctx, budget_ms(stage, stage_timeout_ms)):
+                    return pending_decision(stage.name, ctx.faults)
+                continue
+            if (
+                would_defer is not None
+                and not would_defer
+                and is_deferred
+                and await stage_defers(stage, ctx, budget_ms(stage, stage_timeout_ms))
+            ):
+                would_defer.append(stage.name)
+            if stage.name in skip:
+                continue
+            answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
         if isinstance(answer, Fault):
             if said is not None:
                 said.append(StageSaid(stage.name, SAID_FAULTED, replay_of(stage), fault=answer))

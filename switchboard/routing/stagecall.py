@@ -15,6 +15,7 @@ from .model import (
     STAGE_DEFAULT,
     Decision,
     Fault,
+    NotYet,
     RoutingContext,
     RoutingStage,
     StageResult,
@@ -49,6 +50,10 @@ async def call_stage(
             result = await stage.route(ctx)
     except TimeoutError:
         return Fault.of_stage(stage.name, CAUSE_STAGE_TIMEOUT, f"no answer within {timeout_ms} ms")
+    except NotYet:
+        if ctx.deferred:
+            raise  # the triage worker leaves the event pending (see NotYet)
+        return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised NotYet outside a deferred run")
     except Exception as exc:  # a third party's bug costs a fault, never the delivery
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, f"raised {_describe(exc)}")
     if not isinstance(result, StageResult):
@@ -67,6 +72,22 @@ async def call_stage(
         if problem is not None:
             return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, problem)
     return result
+
+
+async def stage_defers(stage: RoutingStage, ctx: RoutingContext, timeout_ms: int) -> bool:
+    """Whether the deferred ``stage`` has work for ``ctx`` (its ``defers``; True without one).
+
+    A ``defers`` that raises or overruns leaves the delivery pending: the stage's own run
+    then meets the same trouble and earns its fault there, off the producer's request.
+    """
+    ask = getattr(stage, "defers", None)
+    if ask is None:
+        return True
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            return bool(await ask(ctx))
+    except Exception:
+        return True
 
 
 def trace_problem(stage: RoutingStage, decision: Any) -> str | None:

@@ -14,7 +14,7 @@ from ..errors import NotFound, StoreUnavailable, SwitchboardError, error_body, h
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
-from ..routing.model import DISPOSITION_REPEAT, Decision
+from ..routing.model import DISPOSITION_PENDING, DISPOSITION_REPEAT, Decision
 from ..routing.route import config_of, grant_for, route
 from ..routing.stagecall import stage_timeout_ms
 from ..routing.trace import validate_trace
@@ -33,6 +33,7 @@ from ..sources import Delivery, Headers, body_key
 from ..store import OnceClaim
 from .observe import Observation, observe_delivery, sink_failed
 from .refusals import record_refusal
+from .wake import wake_triage
 
 log = logging.getLogger("switchboard.ingest")
 
@@ -170,12 +171,13 @@ async def _ingest(
         runtime=rt,
         external_id=external_id,
         stage_timeout_ms=stage_timeout_ms(rt),
+        defer=True,
     )
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)
     if webhook.get("in_overlap") and secret is not None:
         trace["secret"] = used  # which one verified, while two are valid
-    subject, once = _subject_and_claim(rt, webhook, decision, envelope, trace)
+    subject, once = subject_and_claim(rt, webhook, decision, envelope, trace)
     validate_trace(trace)
     event = {
         "source": webhook["source_type"],
@@ -193,16 +195,7 @@ async def _ingest(
         "routing_trace": trace,
         "disposition": decision.disposition,
     }
-    todo = {
-        "queue": decision.queue,
-        "title": todo_title(envelope, rt.registries.projections),
-        "payload": todo_payload(
-            envelope, {"webhook_id": webhook["id"], "external_id": external_id}
-        ),
-        "work_order": clean_json(work_order(decision, envelope, subject))
-        if decision.work_order
-        else None,
-    }
+    todo = todo_fields(rt, webhook, envelope, decision, subject, external_id)
     seen.kind = envelope["kind"]
     try:
         outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints), once)
@@ -211,6 +204,20 @@ async def _ingest(
     seen.event_id = str(outcome.event_id)
     seen.disposition, seen.trace = decision.disposition, trace
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
+    if outcome.pending:
+        seen.disposition = DISPOSITION_PENDING
+        if outcome.new_event:
+            wake_triage()  # this process's triage worker, so it need not wait for its poll
+        return IngestReply(
+            202,
+            {
+                "todos": [],
+                "created": 0,
+                "disposition": DISPOSITION_PENDING,
+                "event_id": outcome.event_id,
+                **base,
+            },
+        )
     if outcome.dropped:
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})
     if outcome.repeat:
@@ -220,20 +227,7 @@ async def _ingest(
         return IngestReply(202, {"todos": [], "created": 0, "repeat": True, **base})
     created = [t for t in outcome.todos if t["created"]]
     seen.todos_created = len(created)
-    if created:
-        _run_sinks(
-            rt,
-            cast(SinkEvent, {"id": outcome.event_id, **event, "envelope": envelope}),
-            [
-                SinkTodo(
-                    id=str(t["id"]),
-                    endpoint_id=str(t["endpoint_id"]),
-                    queue=t["queue"],
-                    created=True,
-                )
-                for t in created
-            ],
-        )
+    ring_sinks(rt, {"id": outcome.event_id, **event, "envelope": envelope}, created)
     return IngestReply(
         202,
         {
@@ -252,7 +246,28 @@ async def _ingest(
     )
 
 
-def _subject_and_claim(
+def todo_fields(
+    rt: Runtime,
+    webhook: dict[str, Any],
+    envelope: dict[str, Any],
+    decision: Decision,
+    subject: dict[str, Any] | None,
+    external_id: str,
+) -> dict[str, Any]:
+    """What every todo of this decision shares: queue, title, payload and work order."""
+    return {
+        "queue": decision.queue,
+        "title": todo_title(envelope, rt.registries.projections),
+        "payload": todo_payload(
+            envelope, {"webhook_id": webhook["id"], "external_id": external_id}
+        ),
+        "work_order": clean_json(work_order(decision, envelope, subject))
+        if decision.work_order
+        else None,
+    }
+
+
+def subject_and_claim(
     rt: Runtime,
     webhook: dict[str, Any],
     decision: Decision,
@@ -279,6 +294,24 @@ def _subject_and_claim(
     repeat_trace = {**trace, "once": ONCE_REPEAT}
     validate_trace(repeat_trace)
     return subject, OnceClaim(str(webhook["id"]), key, repeat_trace)
+
+
+def ring_sinks(rt: Runtime, event: dict[str, Any], created: list[dict[str, Any]]) -> None:
+    """The sinks (the doorbell) for the todos a committed decision ``created``, if any."""
+    if created:
+        _run_sinks(
+            rt,
+            cast(SinkEvent, event),
+            [
+                SinkTodo(
+                    id=str(t["id"]),
+                    endpoint_id=str(t["endpoint_id"]),
+                    queue=t["queue"],
+                    created=True,
+                )
+                for t in created
+            ],
+        )
 
 
 def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:

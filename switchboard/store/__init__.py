@@ -8,13 +8,20 @@ from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .outcome import DeliveryOutcome, OnceClaim
+from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
 from .todos import TodoQueries
 from .webhooks import WebhookQueries
 
 
 class Store(
-    IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries, RefusalQueries
+    IdentityQueries,
+    WebhookQueries,
+    EventQueries,
+    TodoQueries,
+    HistoryQueries,
+    RefusalQueries,
+    PendingQueries,
 ):
     """Every query the service layer may run, over one pool."""
 

@@ -13,7 +13,7 @@ from psycopg import errors
 from psycopg.types.json import Jsonb
 
 from ..errors import NotFound, StoreUnavailable
-from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
+from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_PENDING, DISPOSITION_REPEAT
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
 from .groupwrite import Write, firsts, write_many
@@ -26,7 +26,8 @@ _TX_TRIES = 5
 
 
 # One statement, one round trip, atomic: the event, then one todo per target (in target
-# order) unless the decision is a drop. A conflicting event (a redelivery) inserts nothing.
+# order) unless the decision is a drop, or its place in the deferred stage's queue when it
+# is pending. A conflicting event (a redelivery) inserts nothing.
 _RECORD = """
     WITH ev AS (
         INSERT INTO events (id, source, kind, external_id, headers, raw_headers, body,
@@ -47,6 +48,11 @@ _RECORD = """
         ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
         DO NOTHING
         RETURNING id, endpoint_id, queue
+    ), pe AS (
+        INSERT INTO pending_events (event_id, stage, endpoint_id)
+        SELECT ev.id, %(routing_trace)s::jsonb ->> 'pending',
+               (SELECT endpoint_id FROM endpoint_webhooks WHERE id = %(webhook_id)s)
+        FROM ev WHERE %(disposition)s::text = 'pending'
     )
     SELECT (SELECT id FROM ev) AS event_id,
            coalesce((SELECT json_agg(json_build_object(
@@ -101,7 +107,8 @@ class EventQueries:
         payload, work_order); the idempotency key and trace are the event's. A redelivery
         (same source and external id) writes nothing: it reports the first delivery's
         todos, and stays dropped (or a repeat) if the first delivery was.
-        ``event["disposition"]`` is stored as given; ``dropped`` writes no todos.
+        ``event["disposition"]`` is stored as given; ``dropped`` writes no todos, nor does
+        ``pending``, which queues the event for its deferred stage (``pending_events``).
 
         ``once`` claims its key in the same transaction as the event: when another event
         holds it, the event is stored as a ``repeat`` (with ``once.repeat_trace``) and no
@@ -111,6 +118,7 @@ class EventQueries:
         this returns once the transaction holding this delivery has committed.
         """
         drop = event["disposition"] == DISPOSITION_DROPPED
+        pending = event["disposition"] == DISPOSITION_PENDING
         params = dict(event)
         params.update(
             id=None,
@@ -120,7 +128,7 @@ class EventQueries:
             title=todo.get("title", ""),
             payload=Jsonb(todo.get("payload") or {}),
             work_order=Jsonb(todo["work_order"]) if todo.get("work_order") else None,
-            endpoints=[] if drop else list(endpoints),
+            endpoints=[] if drop or pending else list(endpoints),
         )
         return await self.writes.submit(Write(params, list(endpoints), drop, once))
 
@@ -240,6 +248,8 @@ class EventQueries:
         made = [{**t, "created": True} for t in row["todos"]]
         if drop:
             return DeliveryOutcome(str(row["event_id"]), True, True)
+        if params["disposition"] == DISPOSITION_PENDING:
+            return DeliveryOutcome(str(row["event_id"]), True, False, pending=True)
         if len(made) < len(endpoints):
             made = await self._collapse(conn, made, endpoints, params["external_id"])
         return DeliveryOutcome(str(row["event_id"]), True, False, made)

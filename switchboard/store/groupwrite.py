@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..routing.model import DISPOSITION_PENDING
 from .db import Row
 from .outcome import DeliveryOutcome, OnceClaim, redelivery_outcome
 
@@ -36,7 +37,8 @@ class Write:
 
 
 # The batch's events (sorted by their dedup key, so concurrent batches of two workers take
-# the unique index's locks in one order), then the todos of the events that were inserted:
+# the unique index's locks in one order), then the todos of the events that were inserted
+# (and the pending ones' places in their deferred stage's queue):
 # one todo per (event, endpoint) row of the flattened target list, in target order. A
 # conflicting event (a redelivery) inserts nothing, a live todo with the key is kept.
 # The rows come as one JSON document (bytes in base64): PostgreSQL parses it in C, where
@@ -71,6 +73,11 @@ _BATCH = """
         ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
         DO NOTHING
         RETURNING id, endpoint_id, queue, event_id
+    ), pe AS (
+        INSERT INTO pending_events (event_id, stage, endpoint_id)
+        SELECT d.id, d.routing_trace ->> 'pending', w.endpoint_id
+        FROM d JOIN ev ON ev.id = d.id LEFT JOIN endpoint_webhooks w ON w.id = d.webhook_id
+        WHERE d.disposition = 'pending'
     )
     SELECT coalesce((SELECT json_agg(id) FROM ev), '[]'::json) AS events,
            coalesce((SELECT json_agg(json_build_object('id', id, 'endpoint_id', endpoint_id,
@@ -158,6 +165,9 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
         if w.drop:
             outcomes[w.key] = DeliveryOutcome(event_id, True, True)
             continue
+        if w.params["disposition"] == DISPOSITION_PENDING:
+            outcomes[w.key] = DeliveryOutcome(event_id, True, False, pending=True)
+            continue
         outcomes[w.key] = DeliveryOutcome(event_id, True, False, made[event_id])
         if len(made[event_id]) < len(w.endpoints):
             short.append(w)
@@ -176,7 +186,9 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
 def _again(first: DeliveryOutcome) -> DeliveryOutcome:
     """A later delivery of the same key in this batch: what a redelivery would report."""
     todos = [{**t, "created": False} for t in first.todos if t["created"] or not first.new_event]
-    return DeliveryOutcome(first.event_id, False, first.dropped, todos, repeat=first.repeat)
+    return DeliveryOutcome(
+        first.event_id, False, first.dropped, todos, repeat=first.repeat, pending=first.pending
+    )
 
 
 async def firsts(conn: Any, keys: list[tuple[str, str]]) -> dict[tuple[str, str], DeliveryOutcome]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
+from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_PENDING, DISPOSITION_REPEAT
 from .db import Row
 
 
@@ -19,6 +19,8 @@ class DeliveryOutcome:
     todos: list[Row] = field(default_factory=list)  # id, endpoint_id, queue, created
     #: A ``once`` action whose claim another event holds: no todo was made.
     repeat: bool = False
+    #: Stored ``pending``: a deferred stage decides it later (no todo yet).
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,9 @@ class OnceClaim:
 
 def redelivery_outcome(event_id: str, disposition: str, todos: list[Row]) -> DeliveryOutcome:
     """A redelivery reports the first delivery: its todos (not created now), or its drop or
-    repeat."""
+    repeat, or that it is still pending."""
+    if disposition == DISPOSITION_PENDING:
+        return DeliveryOutcome(str(event_id), False, False, pending=True)
     if disposition == DISPOSITION_DROPPED:
         return DeliveryOutcome(str(event_id), False, True)
     if disposition == DISPOSITION_REPEAT:

@@ -24,6 +24,8 @@ class Behaviour:
     delay: float = 0.0
     #: A whole response body instead of a chat completion (to send something broken).
     raw_body: bytes | None = None
+    #: The ``usage`` the completion reports (None: no usage at all).
+    usage: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class FakeAI:
         self._behaviours: dict[str, Behaviour] = {}
         self._requests: list[Request] = []
         self._lock = threading.Lock()
+        #: Requests being answered now, and the most ever at once, per model.
+        self._open: dict[str, int] = {}
+        self._peak: dict[str, int] = {}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,6 +77,17 @@ class FakeAI:
                 if self.path != "/v1/chat/completions" or behaviour is None:
                     self._send(404, b'{"error": {"message": "model not found"}}')
                     return
+                model = str(body.get("model"))
+                with fake._lock:
+                    fake._open[model] = fake._open.get(model, 0) + 1
+                    fake._peak[model] = max(fake._peak.get(model, 0), fake._open[model])
+                try:
+                    self._answer(behaviour, body)
+                finally:
+                    with fake._lock:
+                        fake._open[model] -= 1
+
+            def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
                 if behaviour.delay:
                     time.sleep(behaviour.delay)
                 if behaviour.raw_body is not None:
@@ -97,11 +113,7 @@ class FakeAI:
                                     "message": {"role": "assistant", "content": text},
                                 }
                             ],
-                            "usage": {
-                                "prompt_tokens": 1,
-                                "completion_tokens": 1,
-                                "total_tokens": 2,
-                            },
+                            **({} if behaviour.usage is None else {"usage": dict(behaviour.usage)}),
                         }
                     ).encode(),
                 )
@@ -141,11 +153,20 @@ class FakeAI:
         status: int = 200,
         delay: float = 0.0,
         raw_body: bytes | None = None,
+        usage: dict[str, int] | None = None,
     ) -> str:
-        """Answer requests for ``model`` so; returns ``model``."""
+        """Answer requests for ``model`` so; returns ``model``. ``usage`` defaults to one
+        prompt and one completion token."""
+        if usage is None:
+            usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
         with self._lock:
-            self._behaviours[model] = Behaviour(content, status, delay, raw_body)
+            self._behaviours[model] = Behaviour(content, status, delay, raw_body, usage)
         return model
+
+    def peak(self, model: str) -> int:
+        """The most requests for ``model`` that were ever being answered at once."""
+        with self._lock:
+            return self._peak.get(model, 0)
 
     def requests(self, model: str) -> list[Request]:
         with self._lock:

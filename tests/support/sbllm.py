@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +28,12 @@ QUEUES = [
 
 
 def llm_toml(fake_url: str, **ceilings: Any) -> str:
-    """``[plugins.llm]`` with the fake server as provider ``fake`` and a ``static`` one."""
+    """``[plugins.llm]`` with the fake server as provider ``fake`` and a ``static`` one.
+
+    ``mode`` is ``inline`` unless given: these tests check what the stage decides, which
+    the producer's reply then shows (tests/plugins/llm/test_deferred.py: the worker).
+    """
+    ceilings.setdefault("mode", "inline")
     lines = ["[plugins.llm]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in ceilings.items()]
     lines += [
@@ -99,3 +106,58 @@ class Tenant:
                 "SELECT queue, routing_trace FROM todos WHERE event_id = %s", (event_id,)
             ).fetchall()
         return trace, [(q, t) for q, t in todos]
+
+
+def event_of(t: Tenant, delivery: str) -> dict[str, Any]:
+    """The stored event (disposition, trace) and its todos (queue, trace)."""
+    external_id = f"{t.hook['webhook_id']}:{delivery}"
+    with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"]) as conn:
+        ((event_id, disposition, trace),) = conn.execute(
+            "SELECT id, disposition, routing_trace FROM events WHERE external_id = %s",
+            (external_id,),
+        ).fetchall()
+        todos = conn.execute(
+            "SELECT queue, routing_trace FROM todos WHERE event_id = %s", (event_id,)
+        ).fetchall()
+        pending = conn.execute(
+            "SELECT count(*) FROM pending_events WHERE event_id = %s", (event_id,)
+        ).fetchone()
+    return {
+        "id": str(event_id),
+        "disposition": disposition,
+        "trace": trace,
+        "todos": [(q, tr) for q, tr in todos],
+        "queued": pending[0] if pending else 0,
+    }
+
+
+def decided(t: Tenant, deliveries: list[str], timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The events of ``deliveries`` once none is pending (fails after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = [event_of(t, d) for d in deliveries]
+        if all(e["disposition"] != "pending" for e in events):
+            return events
+        if time.monotonic() > deadline:
+            left = sum(e["disposition"] == "pending" for e in events)
+            raise AssertionError(f"{left} of {len(events)} still pending after {timeout} s")
+        time.sleep(0.1)
+
+
+async def burst(t: Tenant, n: int, prefix: str, *, pending: bool = True) -> list[float]:
+    """``n`` deliveries sent at once; each one's reply time in seconds."""
+
+    async def one(client: httpx.AsyncClient, i: int) -> float:
+        started = time.monotonic()
+        resp = await client.post(
+            t.hook["ingest_url"],
+            content=json.dumps({"title": "Crash on start", "kind": "bug", "n": i}).encode(),
+            headers={"X-Delivery-Id": f"{prefix}{i}", "Content-Type": "application/json"},
+        )
+        assert resp.status_code == 202, resp.text
+        assert (resp.json().get("disposition") == "pending") is pending
+        return time.monotonic() - started
+
+    limits = httpx.Limits(max_connections=n)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        return list(await asyncio.gather(*(one(client, i) for i in range(n))))

@@ -252,3 +252,36 @@ async def test_a_redelivery_asks_nothing_and_keeps_its_todo(
     # The redelivery asked nothing and spent nothing.
     assert len(fake_ai.requests(model)) == 1
     assert (await service.get_triage(t.rt, t.owner))["usage"]["minute"] == 1
+
+
+async def test_a_token_budget_counts_what_the_provider_reports(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    usage = {"prompt_tokens": 200, "completion_tokens": 100}
+    model = fake_ai.on(t.model("tokens"), GOOD, usage={**usage, "total_tokens": 300})
+    await t.triage(model, token_budget_per_minute=1000)
+    causes = []
+    for i in range(5):
+        t.deliver(ISSUE, f"tok{i}")
+        trace, _ = t.stored(f"tok{i}")
+        validate_trace(trace)
+        causes.append(trace.get("cause") or trace["stage"])
+    assert t.stored("tok0")[0]["llm"]["usage"] == usage  # as reported: no estimate
+    asked = len(fake_ai.requests(model))
+    assert causes.count("llm") == asked
+    if asked == 3:  # 300 a call against 1000 a minute (unless a minute boundary passed)
+        assert causes == ["llm"] * 3 + ["llm_budget_exhausted"] * 2
+        assert t.stored("tok4")[0]["llm"]["detail"] == "the minute's budget of 1000 tokens is spent"
+
+
+async def test_a_provider_without_usage_is_estimated_and_marked(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("nousage"), GOOD, usage={})
+    await t.triage(model)
+    t.deliver(ISSUE, "est-1")
+    usage = t.stored("est-1")[0]["llm"]["usage"]
+    assert usage["estimated"] is True and usage["prompt_tokens"] > 100
+    assert usage["completion_tokens"] == -(-len(json.dumps(GOOD)) // 4)

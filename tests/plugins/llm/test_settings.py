@@ -34,6 +34,9 @@ async def test_a_saved_config_has_its_defaults_and_reads_back(tenant: Tenant) ->
         "providers": ["fake", "static"],
         "granted_queues": ["inbox", "triage", "review"],
         "usage": {"minute": 0, "day": 0},
+        "tokens": {"minute": 0, "day": 0},
+        "mode": "inline",
+        "pending": 0,
     }
     saved = await service.set_triage(t.rt, t.owner, _doc())
     assert saved["llm_triage"] == {
@@ -43,6 +46,7 @@ async def test_a_saved_config_has_its_defaults_and_reads_back(tenant: Tenant) ->
         "min_confidence": 0.7,
         "prompt_budget_per_minute": 10,
         "prompt_budget_per_day": 500,
+        "on_budget": "default",
         "include_payload": False,
         "timeout_ms": 5000,
     }

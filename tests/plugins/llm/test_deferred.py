@@ -1,0 +1,234 @@
+"""The deferred llm stage on the live path: the producer's 202 never waits for the model.
+
+A real server in the default ``mode = "deferred"`` stores the delivery ``pending`` and
+answers at once; its triage worker asks the fake OpenAI-compatible server (at most
+``max_in_flight`` at once, as the fake counts) and writes the decision and todos exactly
+once. A redelivery while pending is answered from the store and asks nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from fakeai import FakeAI
+from sbllm import Tenant, burst, decided, event_of, llm_toml
+
+from switchboard.routing.trace import validate_trace
+from switchboard.service import rules as rules_svc
+
+GOOD = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
+ISSUE = {"title": "Crash on start", "kind": "bug"}
+MAX_IN_FLIGHT = 4
+
+
+@pytest.fixture(scope="module")
+def llm_config(fake_ai: FakeAI, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's server defers the llm stage (the default mode, written out)."""
+    path = tmp_path_factory.mktemp("llm-deferred") / "sb.toml"
+    path.write_text(
+        llm_toml(
+            fake_ai.base_url, mode="deferred", max_in_flight=MAX_IN_FLIGHT, max_timeout_ms=5000
+        )
+    )
+    return path
+
+
+async def test_a_delivery_goes_pending_then_the_worker_decides(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("good"), GOOD)
+    await t.triage(model)
+
+    reply = t.deliver(ISSUE, "d1")
+    assert reply["disposition"] == "pending" and reply["todos"] == [] and reply["created"] == 0
+    [event] = decided(t, ["d1"])
+    assert reply["event_id"] == event["id"]
+    trace = event["trace"]
+    validate_trace(trace)
+    assert event["disposition"] == "routed" and event["queued"] == 0
+    assert trace["stage"] == "llm" and trace["action"] == {"queue": "triage"}
+    assert trace["llm"]["queue"] == "triage"
+    assert trace["deferred"]["stage"] == "llm" and trace["deferred"]["attempts"] == 1
+    assert trace["deferred"]["waited_ms"] >= 0
+    assert event["todos"] == [("triage", trace)]
+    assert len(fake_ai.requests(model)) == 1
+
+    # A redelivery after the decision reports its todo, as any redelivery does.
+    again = t.deliver(ISSUE, "d1")
+    assert [x["queue"] for x in again["todos"]] == ["triage"] and again["created"] == 0
+    assert len(fake_ai.requests(model)) == 1
+
+
+async def test_a_redelivery_while_pending_asks_nothing(tenant: Tenant, fake_ai: FakeAI) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("slow"), GOOD, delay=2.0)
+    await t.triage(model, timeout_ms=4000)
+    first = t.deliver(ISSUE, "same")
+    again = t.deliver(ISSUE, "same")
+    assert first["disposition"] == again["disposition"] == "pending"
+    assert again["event_id"] == first["event_id"] and again["todos"] == []
+    [event] = decided(t, ["same"])
+    assert [q for q, _ in event["todos"]] == ["triage"]
+    assert len(fake_ai.requests(model)) == 1
+
+
+async def test_what_the_rules_decide_never_goes_pending(tenant: Tenant, fake_ai: FakeAI) -> None:
+    t = tenant
+    await rules_svc.set_rules(
+        t.rt,
+        None,
+        t.hook["webhook_id"],
+        [{"id": "bugs", "expr": '.payload.kind == "bug"', "action": {"queue": "review"}}],
+    )
+    model = fake_ai.on(t.model("unused"), GOOD)
+    await t.triage(model)
+    reply = t.deliver(ISSUE, "r1")
+    assert "disposition" not in reply and [x["queue"] for x in reply["todos"]] == ["review"]
+    # Nor does a delivery the model would not be asked about (no opt-in).
+    from switchboard_llm import service
+
+    await service.set_triage(t.rt, t.owner, None)
+    reply = t.deliver({"kind": "other"}, "r2")
+    assert [x["queue"] for x in reply["todos"]] == ["inbox"]
+    assert fake_ai.requests(model) == []
+
+
+async def test_a_fallback_is_written_by_the_worker_too(tenant: Tenant, fake_ai: FakeAI) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("broken"), status=500)
+    await t.triage(model)
+    assert t.deliver(ISSUE, "f1")["disposition"] == "pending"
+    [event] = decided(t, ["f1"])
+    trace = event["trace"]
+    validate_trace(trace)
+    assert trace["stage"] == "default" and trace["cause"] == "llm_error"
+    assert event["todos"] == [("inbox", trace)]
+
+
+async def test_a_slow_model_never_slows_the_producer(tenant: Tenant, fake_ai: FakeAI) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("burst"), GOOD, delay=1.0)
+    await t.triage(model, timeout_ms=3000, prompt_budget_per_minute=60)
+    n = 12
+    started = time.monotonic()
+    latencies = await burst(t, n, "b")
+    assert max(latencies) < 1.0, latencies  # each 202 came before any model answered
+    events = decided(t, [f"b{i}" for i in range(n)])
+    took = time.monotonic() - started
+    assert all(e["disposition"] == "routed" and len(e["todos"]) == 1 for e in events)
+    assert len(fake_ai.requests(model)) == n  # each asked once
+    assert fake_ai.peak(model) <= MAX_IN_FLIGHT
+    assert took >= n / MAX_IN_FLIGHT * 1.0 * 0.9  # the cap held the calls back
+
+
+async def test_after_max_attempts_the_default_says_so(tenant: Tenant, fake_ai: FakeAI) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("lost"), GOOD, delay=2.5)
+    await t.triage(model, timeout_ms=4000)
+    reply = t.deliver(ISSUE, "lost-1")
+    deadline = time.monotonic() + 10
+    while not fake_ai.requests(model) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # As if this were the third claim whose worker died: its lease has run out.
+    with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pending_events SET attempts = 3, lease_owner = 'gone',"
+            " lease_until = '-infinity' WHERE event_id = %s",
+            (reply["event_id"],),
+        )
+    [event] = decided(t, ["lost-1"])
+    trace = event["trace"]
+    validate_trace(trace)
+    assert trace["stage"] == "default" and trace["cause"] == "llm_error"
+    assert "after 3 attempts" in trace["llm"]["detail"]
+    assert trace["deferred"] == {**trace["deferred"], "stage": "llm", "attempts": 3}
+    assert event["todos"] == [("inbox", trace)]
+    time.sleep(2.6)  # the first call's answer comes: it no longer holds the lease
+    assert [q for q, _ in event_of(t, "lost-1")["todos"]] == ["inbox"]
+    assert len(fake_ai.requests(model)) == 1
+
+
+async def test_metrics_show_the_queue_the_wait_and_the_tokens(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    import httpx
+
+    t = tenant
+    model = fake_ai.on(t.model("metered"), GOOD, delay=1.5)
+    await t.triage(model, timeout_ms=4000)
+    t.deliver(ISSUE, "m1")
+    text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
+    [line] = [
+        x for x in text.splitlines() if x.startswith('switchboard_pending_events{stage="llm"}')
+    ]
+    assert float(line.split()[-1]) >= 1
+    from switchboard_llm import service
+
+    view = await service.get_triage(t.rt, t.owner)  # `switchboard llm get`: the queue depth
+    assert view["mode"] == "deferred" and view["pending"] == 1
+    decided(t, ["m1"])
+    view = await service.get_triage(t.rt, t.owner)
+    assert view["pending"] == 0 and view["tokens"]["minute"] == 2  # the fake's usage
+    text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
+    assert 'switchboard_deferred_seconds_count{stage="llm"}' in text
+    prompt = [
+        x for x in text.splitlines() if x.startswith('switchboard_llm_tokens_total{kind="prompt"}')
+    ]
+    assert prompt and float(prompt[0].split()[-1]) >= 1
+
+
+async def test_a_dry_run_says_a_live_delivery_would_go_pending(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("dry"), GOOD)
+    await t.triage(model)
+    skipped = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE)
+    assert skipped["pending"] == "llm" and skipped["trace"]["stage"] == "default"
+    assert fake_ai.requests(model) == []
+    ran = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE, llm="run")
+    assert ran["pending"] == "llm" and ran["trace"]["stage"] == "llm"
+    assert ran["decision"]["queue"] == "triage" and len(fake_ai.requests(model)) == 1
+    # A rule that decides first: nothing would wait.
+    await rules_svc.set_rules(
+        t.rt,
+        None,
+        t.hook["webhook_id"],
+        [{"id": "bugs", "expr": '.payload.kind == "bug"', "action": {"queue": "review"}}],
+    )
+    ruled = await rules_svc.test_rules(t.rt, None, t.hook["webhook_id"], payload=ISSUE)
+    assert "pending" not in ruled and ruled["trace"]["stage"] == "rule"
+
+
+async def test_on_budget_wait_leaves_the_event_pending_until_the_window_turns(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("waits"), GOOD)
+    await t.triage(model, prompt_budget_per_minute=1, on_budget="wait")
+    t.deliver(ISSUE, "w1")
+    decided(t, ["w1"])
+    reply = t.deliver(ISSUE, "w2")
+    deadline = time.monotonic() + 10
+    row = None
+    while time.monotonic() < deadline:
+        with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"]) as conn:
+            row = conn.execute(
+                "SELECT attempts, lease_owner, lease_until > now() + interval '0.5 s'"
+                " FROM pending_events WHERE event_id = %s",
+                (reply["event_id"],),
+            ).fetchone()
+        if row is None or (row[1] is None and row[2]):
+            break
+        time.sleep(0.1)
+    if row is None:  # the test crossed a minute boundary: the new minute's prompt decided it
+        assert event_of(t, "w2")["trace"]["stage"] == "llm"
+        return
+    # Given back until the next minute: no call, no fallback, the attempt uncounted.
+    assert row == (0, None, True)
+    assert event_of(t, "w2")["disposition"] == "pending"
+    assert len(fake_ai.requests(model)) == 1

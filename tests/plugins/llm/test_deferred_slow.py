@@ -1,0 +1,181 @@
+"""The deferred llm stage under load and through a crash (slow: each takes tens of seconds).
+
+A burst against a model that answers after seconds is acknowledged as fast as a webhook
+without triage (figures printed, side by side), and decided exactly once within the cap;
+a ``serve`` SIGKILLed with calls in flight loses nothing: another takes the leases over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fakeai import FakeAI
+from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, event_of, llm_toml
+from sbtest import CLI, Server, remember_secrets
+from sbworld import World
+
+from switchboard.config import load_config
+from switchboard.runtime import Runtime
+from switchboard.service import webhooks
+
+pytestmark = pytest.mark.slow
+
+GOOD = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
+
+MAX_IN_FLIGHT = 4
+
+
+def _config(tmp_path: Path, fake: FakeAI) -> Path:
+    path = tmp_path / "sb.toml"
+    path.write_text(
+        llm_toml(fake.base_url, mode="deferred", max_in_flight=MAX_IN_FLIGHT, max_timeout_ms=4000)
+    )
+    return path
+
+
+@contextlib.asynccontextmanager
+async def _tenant(srv: Server, n: int, *, triage: bool = True) -> AsyncIterator[Tenant]:
+    rt = Runtime(load_config(env=srv.env))
+    await rt.open_store(migrate=False)
+    try:
+        w = World(CLI(srv.env), prefix=f"slow{n}-", direct=True)
+        w.human("alice")
+        owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
+        endpoint = await rt.store.get_endpoint(owner["endpoint_id"])
+        hook = await webhooks.create_webhook(rt, endpoint, "generic", "inbox")
+        remember_secrets(hook)
+        yield Tenant(srv, rt, w, hook, n)
+    finally:
+        await rt.shutdown()
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+async def test_a_burst_against_a_slow_model_is_acknowledged_at_once(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    srv = server_factory(dsn, config=_config(tmp_path, fake_ai), env_extra={KEY_ENV: API_KEY})
+    n, delay = 40, 3.0
+    async with _tenant(srv, 1) as t, _tenant(srv, 2) as plain:
+        model = fake_ai.on(t.model("slow"), GOOD, delay=delay)
+        await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=60)
+        # The same burst to a webhook without triage, first: the baseline.
+        baseline = await burst(plain, n, "plain", pending=False)
+        started = time.monotonic()
+        latencies = await burst(t, n, "slow")
+        acked = time.monotonic() - started
+        events = decided(t, [f"slow{i}" for i in range(n)], timeout=120)
+        took = time.monotonic() - started
+    print(
+        f"\n{n} deliveries at once, model answering after {delay} s, max_in_flight"
+        f" {MAX_IN_FLIGHT}: 202 p50 {statistics.median(latencies) * 1000:.0f} ms,"
+        f" p99 {_p99(latencies) * 1000:.0f} ms (no triage: p50"
+        f" {statistics.median(baseline) * 1000:.0f} ms, p99 {_p99(baseline) * 1000:.0f} ms);"
+        f" all acknowledged in {acked:.2f} s, all decided in {took:.1f} s;"
+        f" peak calls in flight {fake_ai.peak(model)}"
+    )
+    assert max(latencies) < delay  # no producer waited for the model
+    assert _p99(latencies) <= max(1.5 * _p99(baseline), 0.25)
+    assert all(e["disposition"] == "routed" and len(e["todos"]) == 1 for e in events)
+    assert all(e["trace"]["stage"] == "llm" for e in events)
+    assert len(fake_ai.requests(model)) == n
+    assert fake_ai.peak(model) <= MAX_IN_FLIGHT
+
+
+async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = _config(tmp_path, fake_ai)
+    first = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    n = 10
+    async with _tenant(first, 3) as t:
+        model = fake_ai.on(t.model("crash"), GOOD, delay=2.0)
+        await t.triage(model, timeout_ms=4000)
+        await burst(t, n, "c")
+        deadline = time.monotonic() + 10
+        while len(fake_ai.requests(model)) < MAX_IN_FLIGHT and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.proc is not None
+        os.killpg(first.proc.pid, signal.SIGKILL)  # mid-call: the answers go nowhere
+        first.proc.wait()
+        killed = len(fake_ai.requests(model))
+        assert killed == MAX_IN_FLIGHT
+        assert sum(e["disposition"] == "pending" for e in _decided_or_not(t, n)) == n
+
+        second = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+        t.srv = second
+        events = decided(t, [f"c{i}" for i in range(n)], timeout=90)
+    # Each decided once, with one todo; the killed leases cost one extra call each at most.
+    assert all(e["disposition"] == "routed" and len(e["todos"]) == 1 for e in events)
+    assert all(e["queued"] == 0 for e in events)
+    assert len(fake_ai.requests(model)) <= n + killed
+    attempts = sorted(e["trace"]["deferred"]["attempts"] for e in events)
+    assert attempts == [1] * (n - killed) + [2] * killed
+
+
+def _decided_or_not(t: Tenant, n: int) -> list[dict[str, Any]]:
+    return [event_of(t, f"c{i}") for i in range(n)]
+
+
+async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = _config(tmp_path, fake_ai)
+    first = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    async with _tenant(first, 4) as t:
+        # Longer than the stop's grace: the calls cannot finish, so their leases go back.
+        model = fake_ai.on(t.model("term"), GOOD, delay=3.5)
+        await t.triage(model, timeout_ms=4000)
+        await burst(t, 2, "s")
+        deadline = time.monotonic() + 10
+        while len(fake_ai.requests(model)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.stop()  # SIGTERM
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                "SELECT attempts, lease_owner, lease_until = '-infinity' FROM pending_events"
+            ).fetchall()
+        assert rows == [(0, None, True)] * 2  # given back, the attempt uncounted
+        second = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+        t.srv = second
+        events = decided(t, ["s0", "s1"], timeout=30)
+    assert all(len(e["todos"]) == 1 and e["trace"]["deferred"]["attempts"] == 1 for e in events)
+    assert len(fake_ai.requests(model)) == 4  # each asked again once, never decided twice
+
+
+async def test_two_servers_on_one_database_decide_each_event_once(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = _config(tmp_path, fake_ai)
+    one = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    n = 80
+    async with _tenant(one, 5) as t:
+        model = fake_ai.on(t.model("two"), GOOD, delay=0.5)
+        await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=60)
+        await burst(t, n, "two")
+        events = decided(t, [f"two{i}" for i in range(n)], timeout=60)
+    # Each decided once with one todo: by the model while the minute's 60 prompts last,
+    # then by the spent budget's default; each call made once.
+    assert all(len(e["todos"]) == 1 and e["queued"] == 0 for e in events)
+    stages = [e["trace"].get("cause") or e["trace"]["stage"] for e in events]
+    assert stages.count("llm") == len(fake_ai.requests(model))
+    assert set(stages) <= {"llm", "llm_budget_exhausted"}
+    # Both servers' workers asked (each at most MAX_IN_FLIGHT at once).
+    assert MAX_IN_FLIGHT < fake_ai.peak(model) <= 2 * MAX_IN_FLIGHT
