@@ -1,6 +1,7 @@
 -- A deleted webhook leaves a tombstone, so its owner can still list and read its events
--- (they stay, as `webhook delete` says), and events keep the id of the webhook they came in
--- on: the foreign key that nulled it on delete goes (the id is history, not a live link).
+-- (they stay, as `webhook delete` says). The foreign key still nulls events.webhook_id on
+-- delete (a delivery racing the delete must still fail on it), so the id it held is kept
+-- beside it, in deleted_webhook_id, by a trigger on that very update.
 CREATE TABLE deleted_webhooks (
     id           uuid PRIMARY KEY,
     endpoint_id  uuid NOT NULL,
@@ -12,17 +13,17 @@ CREATE TABLE deleted_webhooks (
 );
 CREATE INDEX idx_deleted_webhooks_owner ON deleted_webhooks (owner_human);
 
-DO $$
-DECLARE
-    fk text;
+ALTER TABLE events ADD COLUMN deleted_webhook_id uuid;
+CREATE INDEX idx_events_deleted_webhook ON events (deleted_webhook_id, received_at DESC)
+    WHERE deleted_webhook_id IS NOT NULL;
+
+CREATE FUNCTION events_keep_deleted_webhook() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    FOR fk IN
-        SELECT c.conname
-        FROM pg_constraint c
-        JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
-        WHERE c.conrelid = 'events'::regclass AND c.contype = 'f' AND a.attname = 'webhook_id'
-    LOOP
-        EXECUTE format('ALTER TABLE events DROP CONSTRAINT %I', fk);
-    END LOOP;
+    IF NEW.webhook_id IS NULL AND OLD.webhook_id IS NOT NULL THEN
+        NEW.deleted_webhook_id := OLD.webhook_id;
+    END IF;
+    RETURN NEW;
 END
 $$;
+CREATE TRIGGER events_keep_deleted_webhook BEFORE UPDATE OF webhook_id ON events
+    FOR EACH ROW EXECUTE FUNCTION events_keep_deleted_webhook();

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from sanic import HTTPResponse, Request
+from typing import TYPE_CHECKING, Any
 
 from switchboard import hostcheck
 from switchboard.config import Config
 from switchboard.errors import RETRY_AFTER_SECONDS, StoreUnavailable
 
-Handler = Callable[..., Awaitable[HTTPResponse]]
-Render = Callable[..., HTTPResponse]
+if TYPE_CHECKING:
+    # types only: the config schema hook imports this module, and a command other than
+    # serve must not import Sanic
+    from sanic import HTTPResponse, Request
+
+Handler = Callable[..., Awaitable["HTTPResponse"]]
+Render = Callable[..., "HTTPResponse"]
 
 #: ``[plugins.console]``: hosts and origins besides this service's own (a proxy's name).
 CONFIG_SCHEMA: dict[str, Any] = {

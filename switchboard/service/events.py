@@ -23,12 +23,17 @@ LIMIT_DEFAULT, LIMIT_MAX = 20, 100
 PREVIEW_CHARS = 2000
 
 
+def _webhook_of(row: Row) -> Any:
+    """The webhook an event came in on, deleted since or not."""
+    return row.get("webhook_id") or row.get("deleted_webhook_id")
+
+
 def event_view(row: Row) -> dict[str, Any]:
     return dict(
         jsonable(
             {
                 "event_id": row["id"],
-                "webhook_id": row.get("webhook_id"),
+                "webhook_id": _webhook_of(row),
                 "source": row.get("source"),
                 "kind": row.get("kind"),
                 "verified": row.get("verified"),
@@ -80,7 +85,11 @@ async def list_events(
         raise InvalidArgument(f"limit: must be an integer from 1 to {LIMIT_MAX}")
     before = decode_cursor(cursor) if cursor else None
     rows = await rt.store.list_events(
-        hook["id"], disposition=disposition, limit=size + 1, before=before
+        hook["id"],
+        disposition=disposition,
+        limit=size + 1,
+        before=before,
+        deleted=hook.get("deleted_at") is not None,
     )
     page = rows[:size]
     out: dict[str, Any] = {"webhook_id": hook["id"], "events": [event_view(r) for r in page]}
@@ -96,7 +105,7 @@ async def get_event(
     """One event with its sanitized headers and parsed payload; another webhook's is not found."""
     hook = await owned_webhook(rt, caller, webhook_id, deleted=True)
     row = await rt.store.get_event(event_id)
-    if row is None or row.get("webhook_id") != hook["id"]:
+    if row is None or _webhook_of(row) != hook["id"]:
         raise NotFound(f"event {event_id} not found")
     view = event_view(row)
     view["headers"] = row.get("headers") or {}
@@ -133,7 +142,7 @@ async def show_event(rt: Runtime, caller: Row | None, event_id: str) -> dict[str
     row = await rt.store.get_event(event_id)
     if row is not None and caller is not None:
         try:
-            await owned_webhook(rt, caller, row.get("webhook_id") or "", deleted=True)
+            await owned_webhook(rt, caller, str(_webhook_of(row) or ""), deleted=True)
         except NotFound:
             row = None
     if row is None:

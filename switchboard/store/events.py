@@ -291,9 +291,11 @@ class EventQueries:
         disposition: str | None,
         limit: int,
         before: tuple[Any, str] | None,
+        deleted: bool = False,
     ) -> list[Row]:
-        """Newest first; ``before`` is a (received_at, id) keyset cursor."""
-        where = ["webhook_id = %(w)s"]
+        """Newest first; ``before`` is a (received_at, id) keyset cursor. ``deleted``: the
+        webhook was deleted, and its events are found by the id they kept."""
+        where = ["deleted_webhook_id = %(w)s" if deleted else "webhook_id = %(w)s"]
         params: dict[str, Any] = {"w": webhook_id, "limit": limit}
         if disposition is not None:
             where.append("disposition = %(disposition)s")
@@ -302,8 +304,9 @@ class EventQueries:
             where.append("(received_at, id) < (%(ts)s, %(id)s)")
             params.update(ts=before[0], id=before[1])
         return await self.db.fetchall(
-            "SELECT id, webhook_id, source, kind, external_id, verified, trust_mode, size,"
-            " content_type, received_at, routing_trace, disposition FROM events WHERE "
+            "SELECT id, webhook_id, deleted_webhook_id, source, kind, external_id, verified,"
+            " trust_mode, size, content_type, received_at, routing_trace, disposition"
+            " FROM events WHERE "
             + " AND ".join(where)
             + " ORDER BY received_at DESC, id DESC LIMIT %(limit)s",
             params,
