@@ -53,6 +53,18 @@ SetParams = Annotated[
 ]
 
 
+ExpectVersion = Annotated[
+    int | None,
+    Field(
+        description="Save only if the webhook is still at this version (list_webhook_rules "
+        "answers it; 0: never saved), else conflict",
+        ge=0,
+    ),
+]
+Note = Annotated[str | None, Field(description="Why: kept with the version", max_length=500)]
+Version = Annotated[int, Field(description="A version number (list_rule_versions)", ge=1)]
+
+
 def _given(ctx: ToolContext, name: str) -> bool:
     # Unknown (a caller that does not say what it sent) reads as given: the value is used.
     return ctx.given is None or name in ctx.given
@@ -64,9 +76,20 @@ async def set_webhook_rules(
     rules: Rules,
     default_action: DefaultAction = None,
     params: SetParams = None,
+    expect_version: ExpectVersion = None,
+    diffed: Annotated[
+        str | None,
+        Field(
+            description="The candidate_hash diff_webhook_rules answered for this candidate: "
+            "the save is refused unless it is the hash of what is saved"
+        ),
+    ] = None,
+    note: Note = None,
 ) -> dict[str, Any]:
     """Replace the whole rule list and default action (validated as a unit, compiled at save).
-    Omitting params keeps the stored params ($params); params: null clears them."""
+    Omitting params keeps the stored params ($params); params: null clears them. Every save
+    is a new version (list_rule_versions); expect_version refuses with conflict when someone
+    saved meanwhile; with [routing] require_diff the candidate must have been diffed first."""
     rules_service = _rules()
     result: dict[str, Any] = await rules_service.set_rules(
         ctx.runtime,
@@ -75,6 +98,9 @@ async def set_webhook_rules(
         rules,
         default_action,
         params if _given(ctx, "params") else rules_service.KEEP,
+        expect_version=expect_version,
+        diffed=diffed,
+        note=note,
     )
     return result
 
@@ -172,6 +198,56 @@ async def test_webhook_rules(
         default_action=default_action,
         params=params,
         llm=llm,
+    )
+    return result
+
+
+def _versions() -> ModuleType:
+    from switchboard.service import versions
+
+    return versions
+
+
+async def list_rule_versions(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    limit: Annotated[int | None, Field(description="Versions per page (default 50)", ge=1)] = None,
+    cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+) -> dict[str, Any]:
+    """A webhook's routing versions, newest first: number, time, author (an endpoint's id or
+    operator), content hash, rule count and note; get_rule_version has the config."""
+    result: dict[str, Any] = await _versions().list_versions(
+        ctx.runtime, ctx.endpoint, webhook_id, limit=limit, cursor=cursor
+    )
+    return result
+
+
+async def get_rule_version(
+    ctx: ToolContext, webhook_id: WebhookId, version: Version
+) -> dict[str, Any]:
+    """One routing version of a webhook, with its whole config."""
+    result: dict[str, Any] = await _versions().get_version(
+        ctx.runtime, ctx.endpoint, webhook_id, version
+    )
+    return result
+
+
+async def rollback_webhook_rules(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    version: Version,
+    expect_version: ExpectVersion = None,
+    note: Note = None,
+) -> dict[str, Any]:
+    """Save an earlier version's config again, as a new version (validated against today's
+    grant; expect_version as for set_webhook_rules; never held back by require_diff)."""
+    result: dict[str, Any] = await _versions().rollback(
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        version,
+        expect_version=expect_version,
+        note=note,
     )
     return result
 
@@ -321,6 +397,9 @@ TOOLS = (
     move_webhook_rule,
     remove_webhook_rule,
     test_webhook_rules,
+    list_rule_versions,
+    get_rule_version,
+    rollback_webhook_rules,
     list_rule_packs,
     install_rule_pack,
     diff_webhook_rules,

@@ -9,10 +9,13 @@ from .history import HistoryQueries
 from .identity import IdentityQueries
 from .outcome import DeliveryOutcome, OnceClaim
 from .todos import TodoQueries
+from .versions import VersionQueries
 from .webhooks import WebhookQueries
 
 
-class Store(IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries):
+class Store(
+    IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries, VersionQueries
+):
     """Every query the service layer may run, over one pool."""
 
     def __init__(self, db: Database, *, batch_max: int = 256) -> None:
