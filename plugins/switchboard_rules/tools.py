@@ -319,15 +319,28 @@ async def diff_webhook_rules(
     ] = None,
     cursor: Annotated[
         str | None,
-        Field(description="next_cursor of the previous page (pass the same candidate)"),
+        Field(
+            description="next_cursor of a call that max_events or the deadline cut: "
+            "evaluate the rest of the window (pass the same candidate)"
+        ),
+    ] = None,
+    changes_cursor: Annotated[
+        str | None,
+        Field(
+            description="changes_cursor of the previous answer: the next page of changed "
+            "events alone (pass the same candidate)"
+        ),
     ] = None,
 ) -> dict[str, Any]:
-    """Run a candidate routing config and the saved one over the webhook's stored events
-    (newest first) and report what would change: totals per outcome for both sides, the
-    number of events whose decision changes, and those events (event_id, received_at, the
-    saved and candidate decisions with the deciding rule) a page at a time (next_cursor).
-    Saves nothing. Bounded by [plugins.rules] history_max_events and history_deadline_s;
-    sends progress notifications when the request carries a progressToken."""
+    """Run a candidate routing config and the saved one over the webhook's whole window of
+    stored events (newest first) and report what would change: totals per outcome for both
+    sides and the number of events whose decision changes, over every event evaluated; the
+    changed events (event_id, received_at, the saved and candidate decisions with the
+    deciding rule) 100 at a time (changes_cursor). Answers candidate_hash (what
+    set_webhook_rules diffed= checks) and the window covered. Saves nothing. Bounded by
+    [plugins.rules] history_max_events and history_deadline_s (stopped says which cut it,
+    next_cursor goes on); sends progress notifications when the request carries a
+    progressToken."""
     result: dict[str, Any] = await _history().diff_rules(
         ctx.runtime,
         ctx.endpoint,
@@ -338,6 +351,7 @@ async def diff_webhook_rules(
         last=last,
         since=since,
         cursor=cursor,
+        changes_cursor=changes_cursor,
         progress=ctx.report_progress,
     )
     return result

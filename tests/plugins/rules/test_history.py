@@ -188,29 +188,33 @@ async def test_a_candidate_moving_one_class_changes_exactly_those(seeded: Any) -
             params=SAVED["params"],
             last=total,
         )
-        assert first["changed"] == 100 and first["stopped"] == "page"
+        # the whole window in one call: totals and the changed count cover every event
+        assert first["evaluated"] == total and first["changed"] == PULLS
+        assert len(first["changes"]) == 100 and "stopped" not in first
+        assert "next_cursor" not in first and first["changes_cursor"]
+        assert first["candidate_hash"].startswith("sha256:")
+        assert first["window"]["last"] == total and first["window"]["newest"]
         second = await me.call(
             "diff_webhook_rules",
             webhook_id=hook,
             rules=_moved_prs(),
             params=SAVED["params"],
-            cursor=first["next_cursor"],
+            changes_cursor=first["changes_cursor"],
         )
-    assert "next_cursor" not in second and second["changed"] == PULLS - 100
-    assert first["evaluated"] + second["evaluated"] == total
+    # a page of changes alone: no totals, no cursor once the changes are all listed
+    assert "changes_cursor" not in second and len(second["changes"]) == PULLS - 100
+    assert "totals" not in second and second["candidate_hash"] == first["candidate_hash"]
     changes = first["changes"] + second["changes"]
     assert {c["event_id"] for c in changes} == set(s["ids"]["pull"])
+    assert len({c["event_id"] for c in changes}) == PULLS
     one = changes[0]
     assert one["saved"]["queue"] == "review" and one["saved"]["rule_id"] == "prs"
     assert one["candidate"]["queue"] == "inbox" and one["candidate"]["rule_id"] == "prs"
     assert one["received_at"] and one["kind"] == "pull_request"
     saved, cand = first["totals"]["saved"], first["totals"]["candidate"]
-    # totals count this page's events: its 100 pull requests left review for the inbox
-    assert saved["queues"]["review"] == 100 and cand["queues"].get("review", 0) == 0
-    later = second["totals"]
-    assert saved["drop"] + later["saved"]["drop"] == CLOSED
-    assert cand["drop"] + later["candidate"]["drop"] == CLOSED
-    assert saved["rules"].get("label-bug", 0) + later["saved"]["rules"]["label-bug"] == ISSUES
+    assert saved["queues"]["review"] == PULLS and cand["queues"].get("review", 0) == 0
+    assert saved["drop"] == cand["drop"] == CLOSED
+    assert saved["rules"]["label-bug"] == ISSUES
 
 
 async def test_an_identical_candidate_changes_nothing_and_progress_arrives(seeded: Any) -> None:
