@@ -430,3 +430,39 @@ async def test_a_cancelled_diff_stops_and_the_sandbox_serves_the_next(
         rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=20
     )
     assert again["evaluated"] == 20
+
+
+async def test_versions_and_guarded_saves_over_mcp(seeded: Any) -> None:
+    """The version verbs through a real client; the saved config ends as it began."""
+    s = seeded
+    hook = s["github"]["webhook_id"]
+    async with agent(s["mcp"], _token(s)) as me:
+        now = (await me.call("list_webhook_rules", webhook_id=hook))["version"]
+        diff = await me.call(
+            "diff_webhook_rules", webhook_id=hook, rules=SAVED["rules"], params=SAVED["params"]
+        )
+        saved = await me.call(
+            "set_webhook_rules",
+            webhook_id=hook,
+            rules=SAVED["rules"],
+            params=SAVED["params"],
+            expect_version=now,
+            diffed=diff["candidate_hash"],
+            note="same again",
+        )
+        assert saved["version"] == now + 1 and saved["config_hash"] == diff["candidate_hash"]
+        stale = await me.fails("set_webhook_rules", webhook_id=hook, rules=[], expect_version=now)
+        assert stale.code == "conflict" and f"version {now + 1}" in stale.text
+        mismatch = await me.fails(
+            "set_webhook_rules", webhook_id=hook, rules=[], diffed=diff["candidate_hash"]
+        )
+        assert mismatch.code == "diff_mismatch"
+        listed = await me.call("list_rule_versions", webhook_id=hook, limit=1)
+        assert listed["current_version"] == now + 1 and listed["next_cursor"]
+        assert listed["versions"][0]["note"] == "same again"
+        one = await me.call("get_rule_version", webhook_id=hook, version=now + 1)
+        assert one["config"]["rules"] == saved["rules"]
+        back = await me.call("rollback_webhook_rules", webhook_id=hook, version=now + 1)
+        assert back["version"] == now + 2 and back["config_hash"] == saved["config_hash"]
+        missing = await me.fails("get_rule_version", webhook_id=hook, version=now + 9)
+        assert missing.code == "version_not_found"
