@@ -134,7 +134,7 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         _show(table, doc, _render_lint)
         return 0
     candidate = _read(args.candidate)
-    body = {
+    body: dict[str, Any] = {
         "rules": candidate.get("rules"),
         "default_action": candidate.get("default_action"),
         "params": candidate.get("params"),

@@ -241,7 +241,7 @@ async def rollback_webhook_rules(
 ) -> dict[str, Any]:
     """Save an earlier version's config again, as a new version (validated against today's
     grant; expect_version as for set_webhook_rules; never held back by require_diff)."""
-    result: dict[str, Any] = await _versions().rollback(
+    result: dict[str, Any] = await _rules().rollback_rules(
         ctx.runtime,
         ctx.endpoint,
         webhook_id,
@@ -357,6 +357,42 @@ async def diff_webhook_rules(
     return result
 
 
+async def reroute_webhook_events(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    plan: Annotated[
+        bool,
+        Field(description="true (default): what would change, saving nothing; false: apply it"),
+    ] = True,
+    last: Last = None,
+    since: Annotated[
+        str | None,
+        Field(description="Instead of last: the events since a duration ago or a timestamp"),
+    ] = None,
+    cursor: Annotated[
+        str | None, Field(description="next_cursor of the previous call: go on from there")
+    ] = None,
+) -> dict[str, Any]:
+    """Re-route stored deliveries through the webhook's current rules: each event gets a
+    todo on every target those rules name that has no todo from it yet (existing todos are
+    never touched, a drop deletes nothing); the event's trace gains a reroutes entry and
+    keeps its original decision. Re-running under the same version creates nothing. Bounded
+    like diff_webhook_rules (next_cursor goes on); plan: true first."""
+    from switchboard.service import reroute
+
+    result: dict[str, Any] = await reroute.reroute_events(
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        last=last,
+        since=since,
+        cursor=cursor,
+        plan=plan,
+        progress=ctx.report_progress,
+    )
+    return result
+
+
 async def explain_webhook_event(
     ctx: ToolContext,
     webhook_id: WebhookId,
@@ -417,6 +453,7 @@ TOOLS = (
     list_rule_packs,
     install_rule_pack,
     diff_webhook_rules,
+    reroute_webhook_events,
     explain_webhook_event,
     lint_webhook_rules,
 )

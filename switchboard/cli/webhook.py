@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..runtime import Runtime
-from ..service import rules, versions, webhooks
+from ..service import reroute, rules, versions, webhooks
 from .main import emit
 from .read import render_webhooks
 from .render import add_output_flags, show
@@ -64,6 +64,17 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     rlist = rsub.add_parser("list", help="list a webhook's routes")
     rlist.add_argument("webhook_id", metavar="WEBHOOK_ID")
     _configure_rules(sub)
+    reroute = sub.add_parser(
+        "reroute", help="re-route stored deliveries through the current rules (new todos only)"
+    )
+    reroute.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    mode = reroute.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--plan", action="store_true", help="show what would change; save nothing")
+    mode.add_argument("--apply", action="store_true", help="create the planned todos")
+    window = reroute.add_mutually_exclusive_group()
+    window.add_argument("--last", type=int, metavar="N", help="the newest N events (default 1000)")
+    window.add_argument("--since", metavar="WHEN", help="events since a duration or timestamp")
+    window.add_argument("--cursor", metavar="CURSOR", help="next_cursor of the previous run")
 
 
 def _configure_rules(sub: Any) -> None:
@@ -168,6 +179,16 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         doc = await webhooks.delete_webhook(rt, None, args.webhook_id)
     elif args.action == "rules":
         doc = await _run_rules(args, rt)
+    elif args.action == "reroute":
+        doc = await reroute.reroute_events(
+            rt,
+            None,
+            args.webhook_id,
+            last=args.last,
+            since=args.since,
+            cursor=args.cursor,
+            plan=not args.apply,
+        )
     elif args.route_action == "add":
         doc = await webhooks.add_route(rt, None, args.webhook_id, args.target_endpoint_id)
     elif args.route_action == "remove":
@@ -215,6 +236,6 @@ async def _run_rules(args: argparse.Namespace, rt: Runtime) -> Any:
         )
     if args.rules_action == "history":
         return await versions.list_versions(rt, None, hook, limit=args.limit, cursor=args.cursor)
-    return await versions.rollback(
+    return await rules.rollback_rules(
         rt, None, hook, args.rules_version, expect_version=args.expect_version, note=args.note
     )

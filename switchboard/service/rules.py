@@ -142,6 +142,31 @@ async def save_config(
     return await _view(rt, webhook_id, normalized, grant, int(saved["version"]))
 
 
+async def rollback_rules(
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    version: Any,
+    *,
+    expect_version: Any = None,
+    note: Any = None,
+) -> dict[str, Any]:
+    """Save version ``version``'s config again, as a new version (validated against the
+    grant as it is today: a queue no longer granted refuses the rollback). Not gated by
+    ``[routing] require_diff``: that config was live before, and an undo must not wait."""
+    old = await versions.get_version(rt, caller, webhook_id, version)
+    config = old["config"]
+    return await save_config(
+        rt,
+        caller,
+        webhook_id,
+        lambda _current: config,
+        expect_version=expect_version,
+        note=versions.checked_note(note) or f"rollback to version {old['version']}",
+        gated=False,
+    )
+
+
 def _index_of(config: Config, rule_id: str) -> int:
     for i, rule in enumerate(config["rules"]):
         if rule.get("id") == rule_id:

@@ -1,7 +1,8 @@
-"""A webhook's routing versions: every save numbered, hashed and signed; list, get, roll back.
+"""A webhook's routing versions: every save numbered, hashed and signed; list and get them.
 
 A version is written in the save's own transaction, under the webhook's row lock
-(:func:`switchboard.service.rules.save_locked`), so numbers never skip nor repeat.
+(:func:`switchboard.service.rules.save_config`; a rollback is
+:func:`switchboard.service.rules.rollback_rules`), so numbers never skip nor repeat.
 """
 
 from __future__ import annotations
@@ -137,33 +138,6 @@ async def get_version(
     return {"webhook_id": str(row["id"]), **version_view(found)}
 
 
-async def rollback(
-    rt: Runtime,
-    caller: Row | None,
-    webhook_id: str,
-    version: Any,
-    *,
-    expect_version: Any = None,
-    note: Any = None,
-) -> dict[str, Any]:
-    """Save version ``version``'s config again, as a new version (validated against the
-    grant as it is today: a queue no longer granted refuses the rollback). Not gated by
-    ``[routing] require_diff``: that config was live before, and an undo must not wait."""
-    from . import rules
-
-    old = await get_version(rt, caller, webhook_id, version)
-    config = old["config"]
-    return await rules.save_config(
-        rt,
-        caller,
-        webhook_id,
-        lambda _current: config,
-        expect_version=expect_version,
-        note=checked_note(note) or f"rollback to version {old['version']}",
-        gated=False,
-    )
-
-
 def fresh(diff: Row | None, ttl_s: float) -> bool:
     if diff is None:
         return False
@@ -179,6 +153,5 @@ __all__ = [
     "get_version",
     "list_versions",
     "logged",
-    "rollback",
     "version_view",
 ]

@@ -8,13 +8,20 @@ from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .outcome import DeliveryOutcome, OnceClaim
+from .reroute import RerouteQueries
 from .todos import TodoQueries
 from .versions import VersionQueries
 from .webhooks import WebhookQueries
 
 
 class Store(
-    IdentityQueries, WebhookQueries, EventQueries, TodoQueries, HistoryQueries, VersionQueries
+    IdentityQueries,
+    WebhookQueries,
+    EventQueries,
+    TodoQueries,
+    HistoryQueries,
+    VersionQueries,
+    RerouteQueries,
 ):
     """Every query the service layer may run, over one pool."""
 

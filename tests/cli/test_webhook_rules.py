@@ -10,6 +10,8 @@ from sbtest import CLI
 
 from switchboard.runtime import Runtime
 from switchboard.service import identity, rules, webhooks
+from switchboard.service.ingest import ingest
+from switchboard.sources import Headers
 
 
 async def test_show_set_history_rollback(cli: CLI, runtime: Runtime, tmp_path: Path) -> None:
@@ -56,3 +58,32 @@ async def test_show_set_history_rollback(cli: CLI, runtime: Runtime, tmp_path: P
     bad.write_text(json.dumps({"rules": [], "rulez": 1}))
     refused = fast.run("webhook", "rules", "set", hook, str(bad), check=False)
     assert refused.returncode != 0 and "rulez" in refused.stderr
+
+
+async def test_reroute_plan_then_apply(cli: CLI, runtime: Runtime) -> None:
+    rt = runtime
+    await identity.add_human(rt, "alice")
+    made = await identity.vend_endpoint(
+        rt,
+        owner="alice",
+        name="router",
+        queues=["inbox", "review"],
+        webhook_queues=["inbox", "review"],
+        source_types=["generic"],
+        webhook_max=2,
+    )
+    owner = await identity.authenticate(rt, made["token"])
+    created = await webhooks.create_webhook(rt, owner, "generic", "inbox")
+    hook = created["webhook_id"]
+    await rules.set_rules(rt, owner, hook, [{"expr": "true", "action": {"drop": True}}])
+    token = str(created["ingest_url"]).rsplit("/", 1)[1]
+    for i in range(3):
+        await ingest(rt, token, Headers({"X-Delivery-Id": f"c{i}"}), b"{}", None)
+    await rules.set_rules(rt, owner, hook, [])
+    fast = cli.fast()
+    plan = fast.json("webhook", "reroute", hook, "--plan")
+    assert plan["plan"] is True and plan["todos_planned"] == 3
+    done = cli.json("webhook", "reroute", hook, "--apply", "--last", "10")
+    assert done["todos_created"] == 3 and done["changed"] == 3
+    assert fast.json("webhook", "reroute", hook, "--apply")["todos_created"] == 0
+    assert fast.run("webhook", "reroute", hook, check=False).returncode == 2

@@ -10,7 +10,7 @@ import pytest
 
 from switchboard.errors import Conflict, InvalidArgument, NotFound
 from switchboard.runtime import Runtime
-from switchboard.service import history, identity, rules, versions, webhooks
+from switchboard.service import history, identity, rules, webhooks
 from switchboard.service.ingest import ingest
 from switchboard.sources import Headers
 
@@ -77,10 +77,10 @@ async def test_a_save_needs_a_diff_of_that_candidate_and_a_rollback_does_not(
     with pytest.raises(Conflict):
         await rules.remove_rule(runtime, owner, hook, "thirds")
     # ... but an undo is never held back: that config was live before
-    back = await versions.rollback(runtime, owner, hook, 1)
+    back = await rules.rollback_rules(runtime, owner, hook, 1)
     assert back["version"] == 2
     with pytest.raises(NotFound):
-        await versions.rollback(runtime, owner, hook, 7)
+        await rules.rollback_rules(runtime, owner, hook, 7)
 
 
 async def test_one_diff_call_counts_the_whole_window(runtime: Runtime) -> None:

@@ -48,7 +48,7 @@ async def test_ten_saves_then_a_rollback_to_version_3(
         assert saved["version"] == n
     third = await versions.get_version(runtime, owner, hook, 3)
     assert third["config"]["rules"][0]["id"] == "r3" and third["author"] == str(owner["id"])
-    back = await versions.rollback(runtime, None, hook, 3)
+    back = await rules.rollback_rules(runtime, None, hook, 3)
     assert back["version"] == 11
     assert back["config_hash"] == third["config_hash"]
     listed = await rules.list_rules(runtime, owner, hook)
@@ -119,7 +119,7 @@ async def test_versions_page_and_stay_with_their_owner(runtime: Runtime) -> None
     with pytest.raises(NotFound):
         await versions.get_version(runtime, mallory, hook, 1)
     with pytest.raises(NotFound):
-        await versions.rollback(runtime, mallory, hook, 1)
+        await rules.rollback_rules(runtime, mallory, hook, 1)
     with pytest.raises(NotFound) as missing:
         await versions.get_version(runtime, owner, hook, 9)
     assert missing.value.code == "version_not_found"
@@ -141,7 +141,7 @@ async def test_a_rollback_is_validated_against_todays_grant(runtime: Runtime) ->
         (owner["id"],),
     )
     with pytest.raises(InvalidArgument):
-        await versions.rollback(runtime, owner, hook, 1)
+        await rules.rollback_rules(runtime, owner, hook, 1)
     assert (await versions.list_versions(runtime, owner, hook))["current_version"] == 2
 
 
@@ -167,6 +167,6 @@ async def test_expect_version_lets_one_of_two_racing_agents_win(runtime: Runtime
     with pytest.raises(Conflict):
         await rules.set_rules(runtime, owner, hook, [], expect_version=6)
     with pytest.raises(Conflict):
-        await versions.rollback(runtime, owner, hook, 1, expect_version=3)
+        await rules.rollback_rules(runtime, owner, hook, 1, expect_version=3)
     with pytest.raises(InvalidArgument):
         await rules.set_rules(runtime, owner, hook, [], expect_version=-1)
