@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from switchboard.errors import InvalidArgument, NotFound
+from switchboard.routing.trace import validate_trace
 from switchboard.routing.verdicts import verdict_stage
 from switchboard.runtime import Runtime
 from switchboard.service import history, identity, rules, webhooks
@@ -93,6 +94,12 @@ async def test_a_fix_reroutes_what_the_wrong_rule_dropped_exactly_once(runtime: 
     [entry] = trace["reroutes"]
     assert entry["version"] == 2 and entry["by"] == "operator"
     assert entry["action"] == {"queue": "review"} and entry["rule_id"] == "thirds"
+    validate_trace(trace)
+    [todo_trace] = await rt.store.db.fetchall(
+        "SELECT routing_trace FROM todos WHERE event_id = %s", (str(event["id"]),)
+    )
+    validate_trace(todo_trace["routing_trace"])
+    assert todo_trace["routing_trace"]["reroute"] == {"version": 2, "by": "operator"}
 
     again = await reroute_events(rt, owner, hook, last=100, plan=False)
     assert again["todos_created"] == 0
