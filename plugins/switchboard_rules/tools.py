@@ -393,6 +393,40 @@ async def reroute_webhook_events(
     return result
 
 
+async def release_held_events(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    plan: Annotated[
+        bool,
+        Field(description="true (default): what would change, saving nothing; false: apply it"),
+    ] = True,
+    last: Last = None,
+    since: Annotated[
+        str | None,
+        Field(description="Instead of last: the events since a duration ago or a timestamp"),
+    ] = None,
+    cursor: Annotated[
+        str | None, Field(description="next_cursor of the previous call: go on from there")
+    ] = None,
+) -> dict[str, Any]:
+    """Release the webhook's held deliveries (on_fault: "hold") through its current rules:
+    each goes where they say now, once (routed with its todos, or dropped); one the rules
+    still fault on stays held (still_held). reroute_webhook_events over held events."""
+    from switchboard.service import reroute
+
+    result: dict[str, Any] = await reroute.release_held(
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        last=last,
+        since=since,
+        cursor=cursor,
+        plan=plan,
+        progress=ctx.report_progress,
+    )
+    return result
+
+
 async def explain_webhook_event(
     ctx: ToolContext,
     webhook_id: WebhookId,
@@ -454,6 +488,7 @@ TOOLS = (
     install_rule_pack,
     diff_webhook_rules,
     reroute_webhook_events,
+    release_held_events,
     explain_webhook_event,
     lint_webhook_rules,
 )

@@ -144,7 +144,7 @@ def configure_events(p: argparse.ArgumentParser) -> None:
     lst = sub.add_parser("list", help="a webhook's stored deliveries, newest first")
     lst.add_argument("--webhook", required=True, metavar="ID", help="the webhook")
     lst.add_argument(
-        "--disposition", choices=DISPOSITIONS, help="only routed, dropped or repeat ones"
+        "--disposition", choices=DISPOSITIONS, help="only routed, dropped, repeat or held ones"
     )
     lst.add_argument(
         "--limit",

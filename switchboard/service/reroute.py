@@ -20,6 +20,7 @@ from ..contract.sinks import SinkEvent, SinkTodo
 from ..errors import InvalidArgument
 from ..pgtext import clean_json
 from ..routing.decide import decide
+from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_HELD, DISPOSITION_ROUTED
 from ..routing.replay import stored_envelope
 from ..routing.route import config_of
 from ..routing.verdicts import match_of
@@ -51,8 +52,13 @@ async def reroute_events(
     cursor: Any = None,
     plan: Any = True,
     progress: Progress | None = None,
+    held_only: bool = False,
 ) -> dict[str, Any]:
-    """Plan (``plan`` True: saves nothing) or apply the current version over the window.
+    """Plan (``plan`` True: saves nothing) or apply the current version over the window
+    (``held_only``: only its held deliveries, :func:`release_held`).
+
+    A decision the current config would hold again (it still faults, ``on_fault = "hold"``)
+    is left as it is (``still_held``).
 
     Per call at most the stage's ``history_max_events`` events, within its deadline;
     ``next_cursor`` goes on (``stopped`` says why it stopped).
@@ -70,22 +76,29 @@ async def reroute_events(
     clock = Clock(stage.history_deadline_s, progress, total)
     by = author_of(caller)
     taken, changed, skipped, stopped, last_row = 0, 0, 0, None, None
+    still_held = 0
     todos: Counter[str] = Counter()
     queues: Counter[str] = Counter()
     listed: list[dict[str, Any]] = []
     batch: list[tuple[Row, Any]] = []
 
     async def settle() -> None:
-        nonlocal changed, skipped
+        nonlocal changed, skipped, still_held
         state = await rt.store.reroute_state([str(r["id"]) for r, _ in batch])
         for event, decision in batch:
             had = state.get(str(event["id"]))
-            if had is None:
+            if had is None or (held_only and had["disposition"] != DISPOSITION_HELD):
                 continue
+            if config.holds(decision.trace):
+                still_held += had["disposition"] == DISPOSITION_HELD
+                continue
+            was_held = had["disposition"] == DISPOSITION_HELD
             have = set(had["endpoints"])
             new = [] if decision.drop else [e for e in decision.endpoints if e not in have]
-            moved = (decision.drop != (had["disposition"] == "dropped")) or (
-                not decision.drop and decision.queue != _stored_queue(had)
+            moved = (
+                was_held
+                or (decision.drop != (had["disposition"] == "dropped"))
+                or (not decision.drop and decision.queue != _stored_queue(had))
             )
             if not (new or moved):
                 continue
@@ -145,6 +158,7 @@ async def reroute_events(
         "evaluated": taken,
         "changed": changed,
         "skipped": skipped,
+        "still_held": still_held,
         key: sum(todos.values()),
         "by_endpoint": dict(todos),
         "by_queue": dict(queues),
@@ -189,8 +203,12 @@ async def _apply(
         }
         for endpoint in new
     ]
+    if had["disposition"] == DISPOSITION_HELD:
+        disposition: str | None = DISPOSITION_DROPPED if decision.drop else DISPOSITION_ROUTED
+    else:
+        disposition = DISPOSITION_ROUTED if new else None
     created = await rt.store.apply_reroute(
-        str(event["id"]), todos=rows, entry=entry, version=version, routed=bool(new)
+        str(event["id"]), todos=rows, entry=entry, version=version, disposition=disposition
     )
     if created:
         sink_event = {
@@ -221,4 +239,30 @@ async def _apply(
     return created
 
 
-__all__ = ["reroute_events"]
+async def release_held(
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    last: Any = None,
+    since: Any = None,
+    cursor: Any = None,
+    plan: Any = True,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Re-route the window's ``held`` deliveries through the current rules: each goes where
+    they say now (``routed`` with its todos, or ``dropped``), once."""
+    return await reroute_events(
+        rt,
+        caller,
+        webhook_id,
+        last=last,
+        since=since,
+        cursor=cursor,
+        plan=plan,
+        progress=progress,
+        held_only=True,
+    )
+
+
+__all__ = ["release_held", "reroute_events"]

@@ -32,19 +32,20 @@ class RerouteQueries:
         todos: Sequence[dict[str, Any]],
         entry: dict[str, Any],
         version: int,
-        routed: bool,
+        disposition: str | None,
     ) -> list[Row]:
         """In one transaction: the event's new todos (never where one from it exists, in any
-        state), and the ``reroutes`` entry of ``version`` on its trace (once per version)."""
+        state), and the ``reroutes`` entry of ``version`` on its trace (once per version);
+        ``disposition``, when given, is the event's from now on (a released or re-routed drop)."""
         created: list[Row] = []
         async with self.db.tx() as conn:
             cur = await conn.execute(
                 "UPDATE events SET routing_trace = jsonb_set(routing_trace, '{reroutes}',"
                 " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) || %s::jsonb),"
-                " disposition = CASE WHEN %s THEN 'routed' ELSE disposition END"
+                " disposition = coalesce(%s, disposition)"
                 " WHERE id = %s AND NOT coalesce(routing_trace -> 'reroutes', '[]'::jsonb)"
                 " @> %s::jsonb RETURNING id",
-                (Jsonb([entry]), routed, event_id, Jsonb([{"version": version}])),
+                (Jsonb([entry]), disposition, event_id, Jsonb([{"version": version}])),
             )
             if await cur.fetchone() is None:
                 return []  # re-routed under this version before: nothing again

@@ -14,14 +14,14 @@ from switchboard.routing.verdicts import verdict_stage
 from switchboard.runtime import Runtime
 from switchboard.service import history, identity, rules, webhooks
 from switchboard.service.ingest import ingest
-from switchboard.service.reroute import reroute_events
+from switchboard.service.reroute import release_held, reroute_events
 from switchboard.sources import Headers
 
 WRONG = [{"id": "thirds", "expr": ".payload.n % 3 == 0", "action": {"drop": True}}]
 FIXED = [{"id": "thirds", "expr": ".payload.n % 3 == 0", "action": {"queue": "review"}}]
 
 
-async def _seeded(rt: Runtime, n: int) -> tuple[Any, Any, str]:
+async def _seeded(rt: Runtime, n: int) -> tuple[Any, Any, str, str]:
     for human in ("alice", "mallory"):
         await identity.add_human(rt, human)
     made = await identity.vend_endpoint(
@@ -43,7 +43,7 @@ async def _seeded(rt: Runtime, n: int) -> tuple[Any, Any, str]:
         body = json.dumps({"n": i}).encode()
         reply = await ingest(rt, token, Headers({"X-Delivery-Id": f"d{i}"}), body, None)
         assert reply.status == 202
-    return owner, await rt.store.get_endpoint(other["endpoint_id"]), hook
+    return owner, await rt.store.get_endpoint(other["endpoint_id"]), hook, token
 
 
 async def _todos(rt: Runtime, hook: str) -> list[dict[str, Any]]:
@@ -56,7 +56,7 @@ async def _todos(rt: Runtime, hook: str) -> list[dict[str, Any]]:
 
 async def test_a_fix_reroutes_what_the_wrong_rule_dropped_exactly_once(runtime: Runtime) -> None:
     rt = runtime
-    owner, mallory, hook = await _seeded(rt, 30)
+    owner, mallory, hook, _token = await _seeded(rt, 30)
     before = await _todos(rt, hook)
     assert len(before) == 20  # the thirds were dropped
     # a todo claimed and one done before the fix stay exactly as they are
@@ -122,7 +122,7 @@ async def test_a_reroute_is_bounded_and_resumable(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = runtime
-    owner, _m, hook = await _seeded(rt, 12)
+    owner, _m, hook, _token = await _seeded(rt, 12)
     await rules.set_rules(rt, owner, hook, FIXED)
     stage = verdict_stage(rt.stages)
     assert stage is not None
@@ -140,3 +140,57 @@ async def test_a_reroute_is_bounded_and_resumable(
             break
         assert doc["stopped"] == "max_events"
     assert calls == 3 and created == 4  # n = 0, 3, 6, 9
+
+
+FAULTY = [
+    {"id": "label", "expr": '(.payload.v | ascii_downcase) == "x"', "action": {"queue": "review"}}
+]
+FIXED_LABEL = [
+    {
+        "id": "label",
+        "expr": '(.payload.v | tostring | ascii_downcase) == "x"',
+        "action": {"queue": "review"},
+    }
+]
+
+
+async def test_hold_keeps_faulted_deliveries_until_a_fix_releases_them(runtime: Runtime) -> None:
+    rt = runtime
+    owner, _m, hook, token = await _seeded(rt, 0)
+    with pytest.raises(InvalidArgument):
+        await rules.save_config(rt, owner, hook, lambda c: {**c, "on_fault": "later"})
+    await rules.save_config(rt, owner, hook, lambda c: {**c, "rules": FAULTY, "on_fault": "hold"})
+    assert (await rules.list_rules(rt, owner, hook))["on_fault"] == "hold"
+    # strings route; numbers make ascii_downcase fail: those are held
+    values: list[Any] = ["x", "y", 1, "X", 2, 3]
+    for i, v in enumerate(values):
+        body = json.dumps({"v": v}).encode()
+        reply = await ingest(rt, token, Headers({"X-Delivery-Id": f"h{i}"}), body, None)
+        assert reply.status == 202
+        assert reply.body.get("held", False) is isinstance(v, int)
+    held = await rt.store.db.fetchall(
+        "SELECT id::text, routing_trace FROM events WHERE webhook_id = %s AND disposition = 'held'",
+        (hook,),
+    )
+    assert len(held) == 3 and all(h["routing_trace"]["faults"] for h in held)
+    todos = await _todos(rt, hook)
+    assert len(todos) == 3 and not {t["event_id"] for t in todos} & {h["id"] for h in held}
+
+    # still faulting: a release keeps them held
+    early = await reroute_events(rt, owner, hook, plan=False, held_only=True)
+    assert early["still_held"] == 3 and early["todos_created"] == 0
+
+    await rules.save_config(rt, owner, hook, lambda c: {**c, "rules": FIXED_LABEL})
+    plan = await release_held(rt, owner, hook, plan=True)
+    assert plan["changed"] == 3 and plan["todos_planned"] == 3
+    done = await release_held(rt, owner, hook, plan=False)
+    assert done["todos_created"] == 3
+    again = await release_held(rt, owner, hook, plan=False)
+    assert again["changed"] == 0 and again["todos_created"] == 0
+    rows = await rt.store.db.fetchall(
+        "SELECT disposition, count(*) AS n FROM events WHERE webhook_id = %s GROUP BY 1",
+        (hook,),
+    )
+    assert {r["disposition"]: r["n"] for r in rows} == {"routed": 6}
+    after = await _todos(rt, hook)
+    assert len(after) == 6 and {t["event_id"] for t in after} >= {h["id"] for h in held}

@@ -23,6 +23,7 @@ RULE_TOOLS = {
     "move_webhook_rule", "remove_webhook_rule", "test_webhook_rules", "diff_webhook_rules",
     "explain_webhook_event", "lint_webhook_rules", "list_rule_versions", "get_rule_version",
     "rollback_webhook_rules", "reroute_webhook_events",
+    "release_held_events",
 }  # fmt: skip
 
 
