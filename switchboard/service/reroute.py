@@ -6,7 +6,8 @@ each target the current rules name that has no todo from it yet, whatever that t
 state; a drop deletes nothing; the event's trace gains one ``reroutes`` entry per version
 (the original decision stays where it was). Re-running under the same version creates
 nothing. Decisions that claim ``once`` or carry a work order are left to live routing
-(reported as ``skipped``).
+(reported as ``skipped``). :func:`release_held` is a re-route over ``held`` deliveries
+(``on_fault = "hold"``).
 """
 
 from __future__ import annotations
