@@ -58,7 +58,10 @@ def _candidate_doc(
     """The candidate as ``test_webhook_rules`` builds it: given rules replace the whole config,
     else the saved rules with the given default action and params."""
     if rules is not None:
-        return {"rules": rules, "default_action": default_action, "params": params}
+        doc = {"rules": rules, "default_action": default_action, "params": params}
+        if saved.on_fault != "default":  # kept by a save too: the hash is the save's
+            doc["on_fault"] = saved.on_fault
+        return doc
     doc = saved.to_json()
     if default_action is not None:
         doc["default_action"] = default_action

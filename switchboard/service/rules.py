@@ -202,7 +202,10 @@ async def set_rules(
 
     def change(old: Config) -> Config:
         kept = old.get("params") if params is KEEP else params
-        return {"rules": rules, "default_action": default_action, "params": kept}
+        doc = {"rules": rules, "default_action": default_action, "params": kept}
+        if "on_fault" in old:  # the fault policy is kept, like params
+            doc["on_fault"] = old["on_fault"]
+        return doc
 
     return await save_config(
         rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note

@@ -180,7 +180,10 @@ async def test_hold_keeps_faulted_deliveries_until_a_fix_releases_them(runtime: 
     early = await reroute_events(rt, owner, hook, plan=False, held_only=True)
     assert early["still_held"] == 3 and early["todos_created"] == 0
 
-    await rules.save_config(rt, owner, hook, lambda c: {**c, "rules": FIXED_LABEL})
+    # a diff and a save of only the rules keep the fault policy (and agree on the hash)
+    diff = await history.diff_rules(rt, owner, hook, rules=FIXED_LABEL)
+    saved = await rules.set_rules(rt, owner, hook, FIXED_LABEL, diffed=diff["candidate_hash"])
+    assert saved["on_fault"] == "hold"
     plan = await release_held(rt, owner, hook, plan=True)
     assert plan["changed"] == 3 and plan["todos_planned"] == 3
     done = await release_held(rt, owner, hook, plan=False)
