@@ -60,7 +60,7 @@ async def main(events: int, repeat: int) -> None:
     from switchboard.routing.replay import stored_envelope
     from switchboard.routing.route import config_of, grant_for, route
     from switchboard.runtime import Runtime
-    from switchboard.service import history, identity, rules, webhooks
+    from switchboard.service import history, identity, reroute, rules, webhooks
     from switchboard.service.ingest import ingest
     from switchboard.sources import Headers
 
@@ -174,6 +174,18 @@ async def main(events: int, repeat: int) -> None:
                     f"lint: {doc['evaluated']} events in {took:.2f} s ="
                     f" {doc['evaluated'] / took:,.0f} events/s,"
                     f" {len(doc['findings'])} findings"
+                )
+            # re-route under the changed rules: the plan, then applying it (new todos only)
+            await rules.set_rules(rt, None, wid, changed)
+            for plan in (True, False):
+                began = time.monotonic()
+                doc = await reroute.reroute_events(rt, None, wid, last=events, plan=plan)
+                took = time.monotonic() - began
+                made = doc["todos_planned"] if plan else doc["todos_created"]
+                print(
+                    f"reroute {'plan' if plan else 'apply'}: {doc['evaluated']} events in"
+                    f" {took:.2f} s = {doc['evaluated'] / took:,.0f} events/s,"
+                    f" changed {doc['changed']}, todos {made}"
                 )
             print(
                 f"peak RSS of this process: {rss:.0f} MiB before the timed runs,"

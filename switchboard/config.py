@@ -38,7 +38,13 @@ DEFAULTS: dict[str, Any] = {
         "shutdown_grace_s": 15,
     },
     "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24, "batch_max": 256},
-    "routing": {"stages": ["rules", "llm"], "stage_timeout_ms": 5000},
+    "routing": {
+        "stages": ["rules", "llm"],
+        "stage_timeout_ms": 5000,
+        "require_diff": False,
+        "min_diff_events": 100,
+        "diff_ttl_seconds": 3600,
+    },
     "todos": {
         "lease_ttl_seconds": 300,
         "max_attempts": 5,

@@ -117,21 +117,6 @@ async def _progress(
         yield report
 
 
-def _merge(into: dict[str, Any], page: dict[str, Any]) -> None:
-    """Add one page of a diff to the running result (totals summed, changes appended)."""
-    into["evaluated"] += page["evaluated"]
-    into["changed"] += page["changed"]
-    into["changes"].extend(page["changes"])
-    for side in ("saved", "candidate"):
-        mine, theirs = into["totals"][side], page["totals"][side]
-        for key, value in theirs.items():
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    mine[key][k] = mine[key].get(k, 0) + v
-            else:
-                mine[key] += value
-
-
 async def run(args: argparse.Namespace, rt: Runtime) -> int:
     from switchboard.service import history
 
@@ -149,43 +134,32 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         _show(table, doc, _render_lint)
         return 0
     candidate = _read(args.candidate)
-    merged: dict[str, Any] | None = None
-    cursor = args.cursor
+    body: dict[str, Any] = {
+        "rules": candidate.get("rules"),
+        "default_action": candidate.get("default_action"),
+        "params": candidate.get("params"),
+    }
     async with _progress(table, "diff") as report:
-        done = 0
-
-        async def progress(n: int, total: int | None, message: str | None) -> None:
-            if report is not None:
-                await report(done + n, None if total is None else done + total, message)
-
-        while True:
-            page = await history.diff_rules(
-                rt,
-                None,
-                args.webhook_id,
-                rules=candidate.get("rules"),
-                default_action=candidate.get("default_action"),
-                params=candidate.get("params"),
-                last=None if cursor else args.last,
-                since=None if cursor else args.since,
-                cursor=cursor,
-                progress=progress,
-            )
-            if merged is None:
-                merged = {**page, "changes": list(page["changes"])}
-            else:
-                _merge(merged, page)
-            done += page["evaluated"]
-            cursor = page.get("next_cursor")
-            # a full page of changes: go on; a deadline or the cap: stop, with the cursor
-            if cursor is None or page.get("stopped") != "page":
-                break
-    assert merged is not None
-    merged.pop("next_cursor", None)
-    merged.pop("stopped", None)
-    if cursor is not None:
-        merged["next_cursor"], merged["stopped"] = cursor, page.get("stopped")
-    _show(table, merged, _render_diff)
+        # One call evaluates the whole window (totals and the changed count); the changed
+        # events beyond its first page are listed page by page.
+        doc = await history.diff_rules(
+            rt,
+            None,
+            args.webhook_id,
+            **body,
+            last=None if args.cursor else args.last,
+            since=None if args.cursor else args.since,
+            cursor=args.cursor,
+            progress=report,
+        )
+        changes = list(doc["changes"])
+        more = doc.pop("changes_cursor", None)
+        while more is not None:
+            page = await history.diff_rules(rt, None, args.webhook_id, **body, changes_cursor=more)
+            changes.extend(page["changes"])
+            more = page.get("changes_cursor")
+    doc["changes"] = changes
+    _show(table, doc, _render_diff)
     return 0
 
 

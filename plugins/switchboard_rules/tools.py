@@ -53,6 +53,18 @@ SetParams = Annotated[
 ]
 
 
+ExpectVersion = Annotated[
+    int | None,
+    Field(
+        description="Save only if the webhook is still at this version (list_webhook_rules "
+        "answers it; 0: never saved), else conflict",
+        ge=0,
+    ),
+]
+Note = Annotated[str | None, Field(description="Why: kept with the version", max_length=500)]
+Version = Annotated[int, Field(description="A version number (list_rule_versions)", ge=1)]
+
+
 def _given(ctx: ToolContext, name: str) -> bool:
     # Unknown (a caller that does not say what it sent) reads as given: the value is used.
     return ctx.given is None or name in ctx.given
@@ -64,9 +76,20 @@ async def set_webhook_rules(
     rules: Rules,
     default_action: DefaultAction = None,
     params: SetParams = None,
+    expect_version: ExpectVersion = None,
+    diffed: Annotated[
+        str | None,
+        Field(
+            description="The candidate_hash diff_webhook_rules answered for this candidate: "
+            "the save is refused unless it is the hash of what is saved"
+        ),
+    ] = None,
+    note: Note = None,
 ) -> dict[str, Any]:
     """Replace the whole rule list and default action (validated as a unit, compiled at save).
-    Omitting params keeps the stored params ($params); params: null clears them."""
+    Omitting params keeps the stored params ($params); params: null clears them. Every save
+    is a new version (list_rule_versions); expect_version refuses with conflict when someone
+    saved meanwhile; with [routing] require_diff the candidate must have been diffed first."""
     rules_service = _rules()
     result: dict[str, Any] = await rules_service.set_rules(
         ctx.runtime,
@@ -75,6 +98,9 @@ async def set_webhook_rules(
         rules,
         default_action,
         params if _given(ctx, "params") else rules_service.KEEP,
+        expect_version=expect_version,
+        diffed=diffed,
+        note=note,
     )
     return result
 
@@ -177,6 +203,56 @@ async def test_webhook_rules(
     return result
 
 
+def _versions() -> ModuleType:
+    from switchboard.service import versions
+
+    return versions
+
+
+async def list_rule_versions(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    limit: Annotated[int | None, Field(description="Versions per page (default 50)", ge=1)] = None,
+    cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+) -> dict[str, Any]:
+    """A webhook's routing versions, newest first: number, time, author (an endpoint's id or
+    operator), content hash, rule count and note; get_rule_version has the config."""
+    result: dict[str, Any] = await _versions().list_versions(
+        ctx.runtime, ctx.endpoint, webhook_id, limit=limit, cursor=cursor
+    )
+    return result
+
+
+async def get_rule_version(
+    ctx: ToolContext, webhook_id: WebhookId, version: Version
+) -> dict[str, Any]:
+    """One routing version of a webhook, with its whole config."""
+    result: dict[str, Any] = await _versions().get_version(
+        ctx.runtime, ctx.endpoint, webhook_id, version
+    )
+    return result
+
+
+async def rollback_webhook_rules(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    version: Version,
+    expect_version: ExpectVersion = None,
+    note: Note = None,
+) -> dict[str, Any]:
+    """Save an earlier version's config again, as a new version (validated against today's
+    grant; expect_version as for set_webhook_rules; never held back by require_diff)."""
+    result: dict[str, Any] = await _rules().rollback_rules(
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        version,
+        expect_version=expect_version,
+        note=note,
+    )
+    return result
+
+
 def _packs() -> ModuleType:
     from switchboard.service import packs
 
@@ -244,17 +320,29 @@ async def diff_webhook_rules(
     ] = None,
     cursor: Annotated[
         str | None,
-        Field(description="next_cursor of the previous page (pass the same candidate)"),
+        Field(
+            description="next_cursor of a call that max_events or the deadline cut: "
+            "evaluate the rest of the window (pass the same candidate)"
+        ),
+    ] = None,
+    changes_cursor: Annotated[
+        str | None,
+        Field(
+            description="changes_cursor of the previous answer: the next page of changed "
+            "events alone (pass the same candidate)"
+        ),
     ] = None,
 ) -> dict[str, Any]:
-    """Run a candidate routing config and the saved one over the webhook's stored events
-    (newest first) and report what would change: totals per outcome for both sides, the
-    number of events whose decision changes, and those events (event_id, received_at, the
-    saved and candidate decisions with the deciding stage and rule) a page at a time
-    (next_cursor). Every enabled stage is replayed in order; a stage that is not re-asked
-    (llm) has its stored verdicts taken, and not_reasked lists the events it decided.
-    Saves nothing. Bounded by [plugins.rules] history_max_events and history_deadline_s;
-    sends progress notifications when the request carries a progressToken."""
+    """Run a candidate routing config and the saved one over the webhook's whole window of
+    stored events (newest first) and report what would change: totals per outcome for both
+    sides and the number of events whose decision changes, over every event evaluated; the
+    changed events (event_id, received_at, the saved and candidate decisions with the
+    deciding stage and rule) 100 at a time (changes_cursor). Every enabled stage is
+    replayed in order; a stage that is not re-asked (llm) has its stored verdicts taken, and
+    not_reasked lists the events it decided. Answers candidate_hash (what set_webhook_rules
+    diffed= checks) and the window covered. Saves nothing. Bounded by [plugins.rules]
+    history_max_events and history_deadline_s (stopped says which cut it, next_cursor goes
+    on); sends progress notifications when the request carries a progressToken."""
     result: dict[str, Any] = await _history().diff_rules(
         ctx.runtime,
         ctx.endpoint,
@@ -265,6 +353,77 @@ async def diff_webhook_rules(
         last=last,
         since=since,
         cursor=cursor,
+        changes_cursor=changes_cursor,
+        progress=ctx.report_progress,
+    )
+    return result
+
+
+async def reroute_webhook_events(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    plan: Annotated[
+        bool,
+        Field(description="true (default): what would change, saving nothing; false: apply it"),
+    ] = True,
+    last: Last = None,
+    since: Annotated[
+        str | None,
+        Field(description="Instead of last: the events since a duration ago or a timestamp"),
+    ] = None,
+    cursor: Annotated[
+        str | None, Field(description="next_cursor of the previous call: go on from there")
+    ] = None,
+) -> dict[str, Any]:
+    """Re-route stored deliveries through the webhook's current rules: each event gets a
+    todo on every target those rules name that has no todo from it yet (existing todos are
+    never touched, a drop deletes nothing); the event's trace gains a reroutes entry and
+    keeps its original decision. Re-running under the same version creates nothing. Bounded
+    like diff_webhook_rules (next_cursor goes on); plan: true first."""
+    from switchboard.service import reroute
+
+    result: dict[str, Any] = await reroute.reroute_events(
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        last=last,
+        since=since,
+        cursor=cursor,
+        plan=plan,
+        progress=ctx.report_progress,
+    )
+    return result
+
+
+async def release_held_events(
+    ctx: ToolContext,
+    webhook_id: WebhookId,
+    plan: Annotated[
+        bool,
+        Field(description="true (default): what would change, saving nothing; false: apply it"),
+    ] = True,
+    last: Last = None,
+    since: Annotated[
+        str | None,
+        Field(description="Instead of last: the events since a duration ago or a timestamp"),
+    ] = None,
+    cursor: Annotated[
+        str | None, Field(description="next_cursor of the previous call: go on from there")
+    ] = None,
+) -> dict[str, Any]:
+    """Release the webhook's held deliveries (on_fault: "hold") through its current rules:
+    each goes where they say now, once (routed with its todos, or dropped); one the rules
+    still fault on stays held (still_held). reroute_webhook_events over held events."""
+    from switchboard.service import reroute
+
+    result: dict[str, Any] = await reroute.release_held(
+        ctx.runtime,
+        ctx.endpoint,
+        webhook_id,
+        last=last,
+        since=since,
+        cursor=cursor,
+        plan=plan,
         progress=ctx.report_progress,
     )
     return result
@@ -326,9 +485,14 @@ TOOLS = (
     move_webhook_rule,
     remove_webhook_rule,
     test_webhook_rules,
+    list_rule_versions,
+    get_rule_version,
+    rollback_webhook_rules,
     list_rule_packs,
     install_rule_pack,
     diff_webhook_rules,
+    reroute_webhook_events,
+    release_held_events,
     explain_webhook_event,
     lint_webhook_rules,
 )

@@ -160,7 +160,9 @@ def configure_events(p: argparse.ArgumentParser) -> None:
     lst = sub.add_parser("list", help="a webhook's stored deliveries, newest first")
     lst.add_argument("--webhook", required=True, metavar="ID", help="the webhook")
     lst.add_argument(
-        "--disposition", choices=DISPOSITIONS, help="only routed, dropped, repeat or pending ones"
+        "--disposition",
+        choices=DISPOSITIONS,
+        help="only routed, dropped, repeat, held or pending ones",
     )
     lst.add_argument(
         "--limit",

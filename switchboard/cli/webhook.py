@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..runtime import Runtime
-from ..service import refusals, webhooks
+from ..service import refusals, reroute, rules, versions, webhooks
 from .main import emit
 from .read import render_refusals, render_webhooks
 from .render import add_output_flags, show
@@ -72,6 +72,58 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
         r.add_argument("target_endpoint_id", metavar="TARGET_ENDPOINT_ID")
     rlist = rsub.add_parser("list", help="list a webhook's routes")
     rlist.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    _configure_rules(sub)
+    reroute = sub.add_parser(
+        "reroute", help="re-route stored deliveries through the current rules (new todos only)"
+    )
+    reroute.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    mode = reroute.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--plan", action="store_true", help="show what would change; save nothing")
+    mode.add_argument("--apply", action="store_true", help="create the planned todos")
+    window = reroute.add_mutually_exclusive_group()
+    window.add_argument("--last", type=int, metavar="N", help="the newest N events (default 1000)")
+    window.add_argument("--since", metavar="WHEN", help="events since a duration or timestamp")
+    window.add_argument("--cursor", metavar="CURSOR", help="next_cursor of the previous run")
+
+
+def _configure_rules(sub: Any) -> None:
+    """``webhook rules show|set|history|rollback``: a webhook's live rules, as the operator."""
+    rules = sub.add_parser("rules", help="see and change a webhook's live routing rules")
+    rsub = rules.add_subparsers(dest="rules_action", metavar="ACTION", required=True)
+    show_p = rsub.add_parser("show", help="the live rules, their version and hash")
+    show_p.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    show_p.add_argument(
+        "rules_version",
+        nargs="?",
+        type=int,
+        metavar="VERSION",
+        help="an earlier version instead (its whole config)",
+    )
+    set_p = rsub.add_parser("set", help="save a routing config as a new version")
+    set_p.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    set_p.add_argument(
+        "file",
+        metavar="FILE",
+        help="{rules, default_action?, params?} ('-': stdin); no params key keeps the stored ones",
+    )
+    history = rsub.add_parser("history", help="the versions, newest first")
+    history.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    history.add_argument("--limit", type=int, metavar="N", help="versions per page (default 50)")
+    history.add_argument("--cursor", metavar="CURSOR", help="next_cursor of the previous page")
+    rollback = rsub.add_parser("rollback", help="save an earlier version again, as a new one")
+    rollback.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    rollback.add_argument("rules_version", type=int, metavar="VERSION")
+    for p in (set_p, rollback):
+        p.add_argument(
+            "--expect-version",
+            type=int,
+            metavar="N",
+            help="refuse (conflict) unless the webhook is still at version N",
+        )
+        p.add_argument("--note", metavar="TEXT", help="why: kept with the version")
+    set_p.add_argument(
+        "--diffed", metavar="HASH", help="the candidate_hash `switchboard rules diff` answered"
+    )
 
 
 def _secret_file(path: str | None) -> str | None:
@@ -138,6 +190,18 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         )
     elif args.action == "delete":
         doc = await webhooks.delete_webhook(rt, None, args.webhook_id)
+    elif args.action == "rules":
+        doc = await _run_rules(args, rt)
+    elif args.action == "reroute":
+        doc = await reroute.reroute_events(
+            rt,
+            None,
+            args.webhook_id,
+            last=args.last,
+            since=args.since,
+            cursor=args.cursor,
+            plan=not args.apply,
+        )
     elif args.route_action == "add":
         doc = await webhooks.add_route(rt, None, args.webhook_id, args.target_endpoint_id)
     elif args.route_action == "remove":
@@ -146,3 +210,45 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         doc = await webhooks.list_routes(rt, None, args.webhook_id)
     emit(doc)
     return 0
+
+
+def _config_file(path: str) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        doc = json.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"FILE: cannot read {path}: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidArgument(f"FILE: {path} is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
+        raise InvalidArgument("FILE: needs an object with a rules list")
+    unknown = sorted(set(doc) - {"rules", "default_action", "params"})
+    if unknown:
+        raise InvalidArgument(f"FILE: unknown keys {', '.join(map(repr, unknown))}")
+    return doc
+
+
+async def _run_rules(args: argparse.Namespace, rt: Runtime) -> Any:
+    hook = args.webhook_id
+    if args.rules_action == "show":
+        if args.rules_version is not None:
+            return await versions.get_version(rt, None, hook, args.rules_version)
+        return await rules.list_rules(rt, None, hook)
+    if args.rules_action == "set":
+        doc = _config_file(args.file)
+        return await rules.set_rules(
+            rt,
+            None,
+            hook,
+            doc["rules"],
+            doc.get("default_action"),
+            doc["params"] if "params" in doc else rules.KEEP,
+            expect_version=args.expect_version,
+            diffed=args.diffed,
+            note=args.note,
+        )
+    if args.rules_action == "history":
+        return await versions.list_versions(rt, None, hook, limit=args.limit, cursor=args.cursor)
+    return await rules.rollback_rules(
+        rt, None, hook, args.rules_version, expect_version=args.expect_version, note=args.note
+    )

@@ -33,12 +33,23 @@ LLM_CAUSES = (
 #: What became of a delivery, stored with its event (never re-derived from the trace).
 #: ``repeat``: a ``once`` action whose subject and queue another event already claimed
 #: (no todo). ``pending``: a deferred stage decides it later (no todo yet; the triage
-#: worker writes the final disposition). ``held`` stays reserved.
+#: worker writes the final disposition). ``held``: routing faulted under ``on_fault =
+#: "hold"`` (no todo until released).
 DISPOSITION_ROUTED = "routed"
 DISPOSITION_DROPPED = "dropped"
 DISPOSITION_REPEAT = "repeat"
+DISPOSITION_HELD = "held"
 DISPOSITION_PENDING = "pending"
-DISPOSITIONS = (DISPOSITION_ROUTED, DISPOSITION_DROPPED, DISPOSITION_REPEAT, DISPOSITION_PENDING)
+DISPOSITIONS = (
+    DISPOSITION_ROUTED,
+    DISPOSITION_DROPPED,
+    DISPOSITION_REPEAT,
+    DISPOSITION_HELD,
+    DISPOSITION_PENDING,
+)
+#: A config's ``on_fault``: a faulted delivery takes its decision (the default, as ever) or
+#: is held.
+ON_FAULT = ("default", "hold")
 FAULT_CAUSES = (
     "timeout",
     "error",
@@ -174,22 +185,37 @@ class RoutingConfig:
 
     ``rules`` are ordered (first match wins), each ``{id, name?, expr, action}``;
     ``default_action`` is None (the target queue) or an action; ``params`` is bound as
-    ``$params``. Built only by :func:`switchboard.routing.config.check_structure` (which
+    ``$params``; ``on_fault`` is ``"default"`` or ``"hold"`` (:data:`ON_FAULT`). Built only by :func:`switchboard.routing.config.check_structure` (which
     normalizes and mints rule ids) or from a stored, already validated document.
     """
 
     rules: tuple[dict[str, Any], ...] = ()
     default_action: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    on_fault: str = "default"
 
     def to_json(self) -> dict[str, Any]:
-        """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown)."""
-        return json_copy(
+        """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown),
+        with ``on_fault`` only when it is not the default (so older configs hash the same)."""
+        doc: dict[str, Any] = json_copy(
             {
                 "rules": list(self.rules),
                 "default_action": self.default_action,
                 "params": self.params,
             }
+        )
+        if self.on_fault != "default":
+            doc["on_fault"] = self.on_fault
+        return doc
+
+    def holds(self, trace: dict[str, Any]) -> bool:
+        """Whether a delivery with this decision trace is held: ``on_fault = "hold"`` and a
+        rule, the sandbox or a stage faulted on it."""
+        if self.on_fault != "hold":
+            return False
+        return any(
+            f.get("cause") in FAULT_CAUSES or f.get("cause") in STAGE_CAUSES
+            for f in trace.get("faults") or ()
         )
 
     @classmethod
@@ -204,6 +230,7 @@ class RoutingConfig:
             rules=tuple(doc.get("rules") or ()),
             default_action=doc.get("default_action"),
             params=dict(doc.get("params") or {}),
+            on_fault=str(doc.get("on_fault") or "default"),
         )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from switchboard.errors import RuleValidationError
 from switchboard.routing.decide import resolve
-from switchboard.routing.model import Grant, RoutingConfig, ValidatingStage
+from switchboard.routing.model import ON_FAULT, Grant, RoutingConfig, ValidatingStage
 from switchboard.routing.trace import validator
 
 MAX_RULES = 32
@@ -228,7 +228,7 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
         config = config.to_json()
     if not isinstance(config, dict):
         raise RuleValidationError("invalid_rule", "routing configuration must be an object")
-    unknown = sorted(set(config) - {"rules", "default_action", "params"})
+    unknown = sorted(set(config) - {"rules", "default_action", "params", "on_fault"})
     if unknown:
         raise RuleValidationError("invalid_rule", f"unknown field {unknown[0]!r}")
     rules = config.get("rules")
@@ -244,7 +244,16 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
     if default is not None:
         default = _check_action(default, _Where(None, None, None), grant)
     params = _check_params(config.get("params"))
-    return RoutingConfig(rules=tuple(normalized), default_action=default, params=params)
+    on_fault = config.get("on_fault")
+    if on_fault is None:
+        on_fault = "default"
+    if on_fault not in ON_FAULT:
+        raise RuleValidationError(
+            "invalid_rule", f"on_fault: one of {', '.join(ON_FAULT)} (got {on_fault!r})"
+        )
+    return RoutingConfig(
+        rules=tuple(normalized), default_action=default, params=params, on_fault=on_fault
+    )
 
 
 def _takes_webhook(method: Any) -> bool:

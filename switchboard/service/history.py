@@ -29,6 +29,7 @@ from ..store import Row
 from .common import jsonable
 from .lint import lint_findings
 from .replay import Clock, Progress, Window, count_window, evaluated, window_of
+from .versions import config_hash
 from .webhooks import owned_webhook
 
 #: Changed events listed per page of ``diff_rules`` (then ``next_cursor``).
@@ -102,7 +103,10 @@ def _candidate_doc(
     """The candidate as ``test_webhook_rules`` builds it: given rules replace the whole config,
     else the saved rules with the given default action and params."""
     if rules is not None:
-        return {"rules": rules, "default_action": default_action, "params": params}
+        doc = {"rules": rules, "default_action": default_action, "params": params}
+        if saved.on_fault != "default":  # kept by a save too: the hash is the save's
+            doc["on_fault"] = saved.on_fault
+        return doc
     doc = saved.to_json()
     if default_action is not None:
         doc["default_action"] = default_action
@@ -195,17 +199,21 @@ async def diff_rules(
     last: Any = None,
     since: Any = None,
     cursor: Any = None,
+    changes_cursor: Any = None,
     progress: Progress | None = None,
     page: int = CHANGES_PAGE,
 ) -> dict[str, Any]:
     """The saved config and a candidate over the webhook's stored events; saves nothing.
 
     The window is the newest ``last`` events (default :data:`DEFAULT_LAST`), or those since
-    ``since`` (a duration back from now, or a timestamp), newest first. One call stops at the
-    window's end, after ``page`` changed events, at the stage's ``history_max_events`` or
-    at its ``history_deadline_s``: whichever comes first. ``evaluated``, ``changed`` and
-    ``totals`` count the events this call evaluated; ``next_cursor`` (with the same candidate)
-    goes on from there, and is absent once the window is done.
+    ``since`` (a duration back from now, or a timestamp), newest first. One call evaluates
+    the whole window, unless the stage's ``history_max_events`` or ``history_deadline_s``
+    cuts it (``stopped`` says which; ``next_cursor``, with the same candidate, goes on from
+    there). ``evaluated``, ``changed`` and ``totals`` count every event evaluated; only the
+    list of changed events is paged: ``changes`` holds the first ``page``, and
+    ``changes_cursor`` lists the next ones (that call answers ``changes`` alone, no totals).
+    ``candidate_hash`` is what ``set_webhook_rules {diffed}`` and ``[routing] require_diff``
+    check; each whole-window diff is remembered for that.
     """
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
     rp = _Replay(rt, resolved, grant)
@@ -213,14 +221,22 @@ async def diff_rules(
     candidate = await validate_config(
         _candidate_doc(saved, rules, default_action, params), grant, rt.stages, resolved
     )
-    window = window_of(last, since, cursor, default_last=DEFAULT_LAST)
+    if cursor is not None and changes_cursor is not None:
+        raise InvalidArgument("give at most one of cursor or changes_cursor")
+    listing = changes_cursor is not None
+    window = window_of(
+        last, since, changes_cursor if listing else cursor, default_last=DEFAULT_LAST
+    )
     cap = rp.max_events
     total = await count_window(rt, row["id"], window, cap) if progress is not None else None
     clock = Clock(rp.deadline_s, progress, total)
     sides = (_Totals(), _Totals())
     changes: list[dict[str, Any]] = []
     not_reasked: dict[str, list[str]] = {name: [] for name in rp.stored}
-    taken, stopped, last_row = 0, None, None
+    changed, taken, stopped, last_row = 0, 0, None, None
+    newest: Row | None = None
+    listed: tuple[Row, int] | None = None  # the last change listed, and where it was
+    more = False  # a listing call found a change past its page
     stream = evaluated(
         rt,
         rp.verdict,
@@ -236,24 +252,28 @@ async def diff_rules(
             was = await rp.run(saved, item.verdicts[0], item.envelope, trace)
             now = await rp.run(candidate, item.verdicts[1], item.envelope, trace)
             if not _same(was.decision, now.decision):
-                if len(changes) >= page:
-                    stopped = "page"
+                if len(changes) >= page and listing:
+                    more = True
                     break
-                changes.append(
-                    {
-                        "event_id": str(item.row["id"]),
-                        "received_at": jsonable(item.row["received_at"]),
-                        "kind": item.row.get("kind"),
-                        "saved": decision_view(was.decision, was),
-                        "candidate": decision_view(now.decision, now),
-                    }
-                )
+                changed += 1
+                if len(changes) < page:
+                    changes.append(
+                        {
+                            "event_id": str(item.row["id"]),
+                            "received_at": jsonable(item.row["received_at"]),
+                            "kind": item.row.get("kind"),
+                            "saved": decision_view(was.decision, was),
+                            "candidate": decision_view(now.decision, now),
+                        }
+                    )
+                    listed = (item.row, taken + 1)
             for side in {s.stage for s in (was.stored, now.stored) if s is not None}:
                 if len(not_reasked[side]) < NOT_REASKED_IDS:
                     not_reasked[side].append(str(item.row["id"]))
             sides[0].add(was)
             sides[1].add(now)
             taken += 1
+            newest = newest or item.row
             last_row = item.row
             await clock.tick(taken)
             if clock.expired():
@@ -261,34 +281,49 @@ async def diff_rules(
                 break
     if (
         stopped is None
+        and not more
         and last_row is not None
         and taken >= cap
         and (window.remaining is None or taken < window.remaining)
     ):
         stopped = "max_events"
     await clock.tick(taken, force=True)
-    out: dict[str, Any] = {
-        "webhook_id": row["id"],
-        "evaluated": taken,
-        "changed": len(changes),
-        "totals": {"saved": sides[0].view(), "candidate": sides[1].view()},
-        "changes": changes,
-    }
-    if not_reasked:
-        # The stored stages were not asked again: their verdicts are the events' traces.
-        out["not_reasked"] = {
-            name: {
-                "decided": sides[0].stored.get(name, 0),
-                "decided_candidate": sides[1].stored.get(name, 0),
-                "event_ids": ids,
-                "detail": f"stage {name!r} is replayed from each event's stored trace: it"
-                " was not asked again (saved and candidate decisions it made are its"
-                " stored ones)",
-            }
-            for name, ids in not_reasked.items()
+    digest = config_hash(candidate.to_json())
+    out: dict[str, Any] = {"webhook_id": row["id"], "candidate_hash": digest}
+    if not listing:
+        out.update(
+            evaluated=taken,
+            changed=changed,
+            totals={"saved": sides[0].view(), "candidate": sides[1].view()},
+        )
+        out["window"] = {
+            "last": window.remaining,
+            "since": None if window.since is None else jsonable(window.since),
+            "newest": None if newest is None else jsonable(newest["received_at"]),
+            "oldest": None if last_row is None else jsonable(last_row["received_at"]),
         }
+        await rt.store.record_diff(str(row["id"]), digest, taken)
+        if not_reasked:
+            # The stored stages were not asked again: their verdicts are the events' traces.
+            out["not_reasked"] = {
+                name: {
+                    "decided": sides[0].stored.get(name, 0),
+                    "decided_candidate": sides[1].stored.get(name, 0),
+                    "event_ids": ids,
+                    "detail": f"stage {name!r} is replayed from each event's stored trace: it"
+                    " was not asked again (saved and candidate decisions it made are its"
+                    " stored ones)",
+                }
+                for name, ids in not_reasked.items()
+            }
+    out["changes"] = changes
+    if listed is not None and (more or changed > len(changes)):
+        out["changes_cursor"] = window.cursor(*listed)
+    elif listing and stopped is not None and last_row is not None:
+        out["changes_cursor"] = window.cursor(last_row, taken)
     if stopped is not None and last_row is not None:
-        out["next_cursor"] = window.cursor(last_row, taken)
+        if not listing:
+            out["next_cursor"] = window.cursor(last_row, taken)
         out["stopped"] = stopped
     return out
 

@@ -14,7 +14,7 @@ from ..errors import NotFound, StoreUnavailable, SwitchboardError, error_body, h
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
 from ..routing.envelope import build_envelope
-from ..routing.model import DISPOSITION_PENDING, DISPOSITION_REPEAT, Decision
+from ..routing.model import DISPOSITION_HELD, DISPOSITION_PENDING, DISPOSITION_REPEAT, Decision
 from ..routing.route import config_of, grant_for, route
 from ..routing.stagecall import stage_timeout_ms
 from ..routing.trace import validate_trace
@@ -162,10 +162,11 @@ async def _ingest(
         body=body,
         projections=rt.registries.projections,
     )
+    config = config_of(webhook)
     decision = await route(
         rt.stages,
         webhook,
-        config_of(webhook),
+        config,
         envelope,
         grant,
         runtime=rt,
@@ -177,7 +178,12 @@ async def _ingest(
     trace = clean_json(decision.trace)
     if webhook.get("in_overlap") and secret is not None:
         trace["secret"] = used  # which one verified, while two are valid
-    subject, once = subject_and_claim(rt, webhook, decision, envelope, trace)
+    # on_fault = "hold": a delivery whose routing faulted waits, with no todo, for the
+    # owner's fix and release_held_events.
+    held = config.holds(trace)
+    subject, once = (
+        (None, None) if held else subject_and_claim(rt, webhook, decision, envelope, trace)
+    )
     validate_trace(trace)
     event = {
         "source": webhook["source_type"],
@@ -193,16 +199,17 @@ async def _ingest(
         "verify_detail": clean_text(verdict.detail) or None,
         "webhook_id": webhook["id"],
         "routing_trace": trace,
-        "disposition": decision.disposition,
+        "disposition": DISPOSITION_HELD if held else decision.disposition,
     }
     todo = todo_fields(rt, webhook, envelope, decision, subject, external_id)
     seen.kind = envelope["kind"]
     try:
-        outcome = await rt.store.record_delivery(event, todo, list(decision.endpoints), once)
+        targets = [] if held else list(decision.endpoints)
+        outcome = await rt.store.record_delivery(event, todo, targets, once)
     except NotFound:
         return UNKNOWN  # the webhook was deleted after its token resolved: nothing stored
     seen.event_id = str(outcome.event_id)
-    seen.disposition, seen.trace = decision.disposition, trace
+    seen.disposition, seen.trace = event["disposition"], trace
     base = {"verified": verdict.verified, "trust_mode": webhook["trust_mode"]}
     if outcome.pending:
         seen.disposition = DISPOSITION_PENDING
@@ -218,6 +225,8 @@ async def _ingest(
                 **base,
             },
         )
+    if held and not outcome.todos:
+        return IngestReply(202, {"todos": [], "created": 0, "held": True, **base})
     if outcome.dropped:
         return IngestReply(202, {"todos": [], "created": 0, "dropped": True, **base})
     if outcome.repeat:

@@ -1,10 +1,11 @@
-"""The seven rule verbs: list, set, add, update, move, remove and the dry-run test."""
+"""The seven rule verbs: list, set, add, update, move, remove and the dry-run test; every
+save is a version (:mod:`.versions`)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import InvalidArgument, NotFound
+from ..errors import Conflict, InvalidArgument, NotFound
 from ..routing.config import validate_config
 from ..routing.dryrun import dry_run
 from ..routing.model import Grant, RoutingConfig
@@ -12,6 +13,7 @@ from ..routing.replay import raw_body, sample_envelope, stored_envelope
 from ..routing.route import config_of, grant_for
 from ..runtime import Runtime
 from ..store import Row
+from . import versions
 from .webhooks import owned_webhook, reach_warnings
 
 #: The mutable form a verb edits: ``RoutingConfig.to_json()``.
@@ -29,13 +31,17 @@ async def _grant(rt: Runtime, webhook_id: str) -> Grant:
 
 
 async def _view(
-    rt: Runtime, webhook_id: str, config: RoutingConfig, grant: Grant
+    rt: Runtime, webhook_id: str, config: RoutingConfig, grant: Grant, version: int
 ) -> dict[str, Any]:
-    """The config, the grant it was validated against, and ``warnings``: its routes that
-    would put todos in a queue a target does not drain (saved anyway: the grant allows it)."""
+    """The config, its version and hash, the grant it was validated against, and
+    ``warnings``: its routes that would put todos in a queue a target does not drain
+    (saved anyway: the grant allows it)."""
+    doc = config.to_json()
     return {
         "webhook_id": webhook_id,
-        **config.to_json(),
+        **doc,
+        "version": version,
+        "config_hash": versions.config_hash(doc),
         "grant": grant.to_json(),
         "warnings": await reach_warnings(rt, config, grant),
     }
@@ -43,13 +49,63 @@ async def _view(
 
 async def list_rules(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
     row = await owned_webhook(rt, caller, webhook_id)
-    return await _view(rt, row["id"], config_of(row), await _grant(rt, row["id"]))
+    version = await rt.store.current_version(row["id"])
+    return await _view(rt, row["id"], config_of(row), await _grant(rt, row["id"]), version)
 
 
-async def _mutate(
-    rt: Runtime, caller: Row | None, webhook_id: str, change: Callable[[Config], Config]
+def _expected(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument("expect_version: must be a version number (0: never saved)")
+    return value
+
+
+async def _gate(rt: Runtime, webhook_id: str, candidate_hash: str, diffed: Any) -> None:
+    """``diffed`` names the candidate the caller diffed; ``[routing] require_diff`` asks
+    for a recent diff of this very candidate over enough stored deliveries."""
+    if diffed is not None and diffed != candidate_hash:
+        raise InvalidArgument(
+            f"diffed: {diffed!r} is not this candidate's hash ({candidate_hash}); "
+            "run diff_webhook_rules on the config you save",
+            code="diff_mismatch",
+        )
+    section = rt.config.section("routing")
+    if not section.get("require_diff"):
+        return
+    wanted = int(section.get("min_diff_events") or 1)
+    ttl = float(section.get("diff_ttl_seconds") or 3600)
+    stored = await rt.store.history_count(webhook_id, limit=wanted)
+    needed = min(wanted, stored)
+    diff = await rt.store.last_diff(webhook_id, candidate_hash)
+    if versions.fresh(diff, ttl) and diff is not None and int(diff["evaluated"]) >= needed:
+        return
+    raise Conflict(
+        "[routing] require_diff: run diff_webhook_rules (CLI: switchboard rules diff) with "
+        f"this candidate over at least {needed} stored deliveries first (candidate_hash "
+        f"{candidate_hash}; a diff counts for {int(ttl)} s)",
+        code="diff_required",
+        candidate_hash=candidate_hash,
+    )
+
+
+async def save_config(
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    change: Callable[[Config], Config],
+    *,
+    expect_version: Any = None,
+    diffed: Any = None,
+    note: Any = None,
+    gated: bool = True,
 ) -> dict[str, Any]:
-    """Read-modify-validate-write under the webhook's row lock: no edit is ever lost."""
+    """Read-modify-validate-write under the webhook's row lock: no edit is ever lost, and
+    each save is a new version. ``expect_version`` refuses with ``conflict`` when the
+    current version is another (someone saved meanwhile); ``gated`` False (a rollback to a
+    config that was live before) skips ``[routing] require_diff``."""
+    expected = _expected(expect_version)
+    note = versions.checked_note(note)
     await owned_webhook(rt, caller, webhook_id)
     resolved = await rt.store.resolve_webhook_by_id(webhook_id)
     if resolved is None:
@@ -59,10 +115,56 @@ async def _mutate(
         row = await rt.store.lock_webhook(conn, webhook_id)
         if row is None:
             raise NotFound(f"webhook {webhook_id} not found")
+        current = await rt.store.routing_version(conn, webhook_id)
+        if expected is not None and expected != current:
+            raise Conflict(
+                f"webhook {webhook_id} is at version {current}, not {expected}: someone "
+                "saved meanwhile; read it again (list_webhook_rules) and retry",
+                current_version=current,
+            )
         candidate = change(config_of(row).to_json())
         normalized = await validate_config(candidate, grant, rt.stages, resolved)
+        doc = normalized.to_json()
+        digest = versions.config_hash(doc)
+        if gated:
+            await _gate(rt, webhook_id, digest, diffed)
         await rt.store.save_routing(conn, webhook_id, normalized)
-    return await _view(rt, webhook_id, normalized, grant)
+        saved = await rt.store.add_routing_version(
+            conn,
+            webhook_id,
+            version=current + 1,
+            config=doc,
+            config_hash=digest,
+            author=versions.author_of(caller),
+            note=note,
+        )
+    versions.logged(webhook_id, saved, normalized)
+    return await _view(rt, webhook_id, normalized, grant, int(saved["version"]))
+
+
+async def rollback_rules(
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    version: Any,
+    *,
+    expect_version: Any = None,
+    note: Any = None,
+) -> dict[str, Any]:
+    """Save version ``version``'s config again, as a new version (validated against the
+    grant as it is today: a queue no longer granted refuses the rollback). Not gated by
+    ``[routing] require_diff``: that config was live before, and an undo must not wait."""
+    old = await versions.get_version(rt, caller, webhook_id, version)
+    config = old["config"]
+    return await save_config(
+        rt,
+        caller,
+        webhook_id,
+        lambda _current: config,
+        expect_version=expect_version,
+        note=versions.checked_note(note) or f"rollback to version {old['version']}",
+        gated=False,
+    )
 
 
 def _index_of(config: Config, rule_id: str) -> int:
@@ -89,15 +191,25 @@ async def set_rules(
     rules: Any,
     default_action: Any = None,
     params: Any = KEEP,
+    *,
+    expect_version: Any = None,
+    diffed: Any = None,
+    note: Any = None,
 ) -> dict[str, Any]:
     """Replace the rules and default action; ``params`` omitted (``KEEP``) keeps the stored
-    params, so re-saving rules never silently drops an allowlist; None clears them."""
+    params, so re-saving rules never silently drops an allowlist; None clears them.
+    ``expect_version`` and ``diffed`` guard the save (:func:`save_config`, :func:`_gate`)."""
 
     def change(old: Config) -> Config:
         kept = old.get("params") if params is KEEP else params
-        return {"rules": rules, "default_action": default_action, "params": kept}
+        doc = {"rules": rules, "default_action": default_action, "params": kept}
+        if "on_fault" in old:  # the fault policy is kept, like params
+            doc["on_fault"] = old["on_fault"]
+        return doc
 
-    return await _mutate(rt, caller, webhook_id, change)
+    return await save_config(
+        rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note
+    )
 
 
 async def add_rule(
@@ -123,7 +235,7 @@ async def add_rule(
         rules.insert(at, rule)
         return config
 
-    return await _mutate(rt, caller, webhook_id, change)
+    return await save_config(rt, caller, webhook_id, change)
 
 
 async def update_rule(
@@ -143,7 +255,7 @@ async def update_rule(
                 rule[key] = value
         return config
 
-    return await _mutate(rt, caller, webhook_id, change)
+    return await save_config(rt, caller, webhook_id, change)
 
 
 async def move_rule(
@@ -155,7 +267,7 @@ async def move_rule(
         rules.insert(_position(position, len(rules)), rule)
         return config
 
-    return await _mutate(rt, caller, webhook_id, change)
+    return await save_config(rt, caller, webhook_id, change)
 
 
 async def remove_rule(
@@ -165,7 +277,7 @@ async def remove_rule(
         config["rules"].pop(_index_of(config, rule_id))
         return config
 
-    return await _mutate(rt, caller, webhook_id, change)
+    return await save_config(rt, caller, webhook_id, change)
 
 
 async def test_rules(

@@ -10,7 +10,9 @@ from .identity import IdentityQueries
 from .outcome import DeliveryOutcome, OnceClaim
 from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
+from .reroute import RerouteQueries
 from .todos import TodoQueries
+from .versions import VersionQueries
 from .webhooks import WebhookQueries
 
 
@@ -22,6 +24,8 @@ class Store(
     HistoryQueries,
     RefusalQueries,
     PendingQueries,
+    VersionQueries,
+    RerouteQueries,
 ):
     """Every query the service layer may run, over one pool."""
 

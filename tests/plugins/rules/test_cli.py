@@ -220,9 +220,14 @@ def test_json_files_refuse_unknown_keys_naming_them(tmp_path: Path) -> None:
     proc = cli.run("rules", "check", config, "--grant", grant, check=False)
     assert proc.returncode != 0 and proc.stdout == ""
     assert "invalid_argument: --grant: unknown key 'queus'" in proc.stderr
-    config = _write(tmp_path, "r2.json", {"rules": [], "on_fault": "hold"})
+    config = _write(tmp_path, "r2.json", {"rules": [], "on_faults": "hold"})
     proc = cli.run("rules", "check", config, check=False)
-    assert proc.returncode == 2 and "'on_fault'" in json.loads(proc.stdout)["error"]["message"]
+    assert proc.returncode == 2 and "'on_faults'" in json.loads(proc.stdout)["error"]["message"]
+    # on_fault itself is a key of the config (issue 36): checked, not refused
+    held = _write(tmp_path, "r3.json", {"rules": [], "on_fault": "hold"})
+    assert cli.run("rules", "check", held, check=False).returncode == 0
+    wrong = _write(tmp_path, "r4.json", {"rules": [], "on_fault": "later"})
+    assert cli.run("rules", "check", wrong, check=False).returncode == 2
 
 
 def test_the_diff_candidate_refuses_unknown_keys(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ from switchboard.service import rules as rules_svc
 RULE_TOOLS = {
     "list_webhook_rules", "set_webhook_rules", "add_webhook_rule", "update_webhook_rule",
     "move_webhook_rule", "remove_webhook_rule", "test_webhook_rules", "diff_webhook_rules",
-    "explain_webhook_event", "lint_webhook_rules",
+    "explain_webhook_event", "lint_webhook_rules", "list_rule_versions", "get_rule_version",
+    "rollback_webhook_rules", "reroute_webhook_events",
+    "release_held_events",
 }  # fmt: skip
 
 

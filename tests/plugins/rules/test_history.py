@@ -188,29 +188,33 @@ async def test_a_candidate_moving_one_class_changes_exactly_those(seeded: Any) -
             params=SAVED["params"],
             last=total,
         )
-        assert first["changed"] == 100 and first["stopped"] == "page"
+        # the whole window in one call: totals and the changed count cover every event
+        assert first["evaluated"] == total and first["changed"] == PULLS
+        assert len(first["changes"]) == 100 and "stopped" not in first
+        assert "next_cursor" not in first and first["changes_cursor"]
+        assert first["candidate_hash"].startswith("sha256:")
+        assert first["window"]["last"] == total and first["window"]["newest"]
         second = await me.call(
             "diff_webhook_rules",
             webhook_id=hook,
             rules=_moved_prs(),
             params=SAVED["params"],
-            cursor=first["next_cursor"],
+            changes_cursor=first["changes_cursor"],
         )
-    assert "next_cursor" not in second and second["changed"] == PULLS - 100
-    assert first["evaluated"] + second["evaluated"] == total
+    # a page of changes alone: no totals, no cursor once the changes are all listed
+    assert "changes_cursor" not in second and len(second["changes"]) == PULLS - 100
+    assert "totals" not in second and second["candidate_hash"] == first["candidate_hash"]
     changes = first["changes"] + second["changes"]
     assert {c["event_id"] for c in changes} == set(s["ids"]["pull"])
+    assert len({c["event_id"] for c in changes}) == PULLS
     one = changes[0]
     assert one["saved"]["queue"] == "review" and one["saved"]["rule_id"] == "prs"
     assert one["candidate"]["queue"] == "inbox" and one["candidate"]["rule_id"] == "prs"
     assert one["received_at"] and one["kind"] == "pull_request"
     saved, cand = first["totals"]["saved"], first["totals"]["candidate"]
-    # totals count this page's events: its 100 pull requests left review for the inbox
-    assert saved["queues"]["review"] == 100 and cand["queues"].get("review", 0) == 0
-    later = second["totals"]
-    assert saved["drop"] + later["saved"]["drop"] == CLOSED
-    assert cand["drop"] + later["candidate"]["drop"] == CLOSED
-    assert saved["rules"].get("label-bug", 0) + later["saved"]["rules"]["label-bug"] == ISSUES
+    assert saved["queues"]["review"] == PULLS and cand["queues"].get("review", 0) == 0
+    assert saved["drop"] == cand["drop"] == CLOSED
+    assert saved["rules"]["label-bug"] == ISSUES
 
 
 async def test_an_identical_candidate_changes_nothing_and_progress_arrives(seeded: Any) -> None:
@@ -426,3 +430,39 @@ async def test_a_cancelled_diff_stops_and_the_sandbox_serves_the_next(
         rt, None, hook, rules=_moved_prs(), params=SAVED["params"], last=20
     )
     assert again["evaluated"] == 20
+
+
+async def test_versions_and_guarded_saves_over_mcp(seeded: Any) -> None:
+    """The version verbs through a real client; the saved config ends as it began."""
+    s = seeded
+    hook = s["github"]["webhook_id"]
+    async with agent(s["mcp"], _token(s)) as me:
+        now = (await me.call("list_webhook_rules", webhook_id=hook))["version"]
+        diff = await me.call(
+            "diff_webhook_rules", webhook_id=hook, rules=SAVED["rules"], params=SAVED["params"]
+        )
+        saved = await me.call(
+            "set_webhook_rules",
+            webhook_id=hook,
+            rules=SAVED["rules"],
+            params=SAVED["params"],
+            expect_version=now,
+            diffed=diff["candidate_hash"],
+            note="same again",
+        )
+        assert saved["version"] == now + 1 and saved["config_hash"] == diff["candidate_hash"]
+        stale = await me.fails("set_webhook_rules", webhook_id=hook, rules=[], expect_version=now)
+        assert stale.code == "conflict" and f"version {now + 1}" in stale.text
+        mismatch = await me.fails(
+            "set_webhook_rules", webhook_id=hook, rules=[], diffed=diff["candidate_hash"]
+        )
+        assert mismatch.code == "diff_mismatch"
+        listed = await me.call("list_rule_versions", webhook_id=hook, limit=1)
+        assert listed["current_version"] == now + 1 and listed["next_cursor"]
+        assert listed["versions"][0]["note"] == "same again"
+        one = await me.call("get_rule_version", webhook_id=hook, version=now + 1)
+        assert one["config"]["rules"] == saved["rules"]
+        back = await me.call("rollback_webhook_rules", webhook_id=hook, version=now + 1)
+        assert back["version"] == now + 2 and back["config_hash"] == saved["config_hash"]
+        missing = await me.fails("get_rule_version", webhook_id=hook, version=now + 9)
+        assert missing.code == "version_not_found"
