@@ -208,11 +208,16 @@ def conf_endpoint(p: argparse.ArgumentParser) -> None:
         type=_csv,
         default=None,
         metavar="VERB",
-        help="MCP verbs it may call (default: all installed)",
+        help="MCP verbs it may call (default: all installed; an endpoint that may own no"
+        " webhooks gets none of the webhook-changing ones unless named here)",
     )
     vend.add_argument("--expires-in", type=int, default=None, metavar="SECONDS")
     lst = sub.add_parser("list", help="list endpoints (never their tokens)")
     add_output_flags(lst)
+    show_ = sub.add_parser(
+        "show", help="one endpoint: its scope and its effective verbs (never its token)"
+    )
+    show_.add_argument("endpoint_id", metavar="ID")
     revoke = sub.add_parser("revoke", help="revoke an endpoint")
     revoke.add_argument("endpoint_id", metavar="ID")
 
@@ -239,6 +244,8 @@ async def cmd_endpoint(args: argparse.Namespace, rt: Runtime) -> int:
             lambda out, doc: out.print(table("endpoints", plan, doc)),
         )
         return 0
+    elif args.action == "show":
+        doc = await identity.show_endpoint(rt, args.endpoint_id)
     else:
         doc = await identity.revoke_endpoint(rt, args.endpoint_id)
     emit(doc)
@@ -267,5 +274,5 @@ def register(register: CommandRegistry) -> None:
     )
     register.add_command("friend", conf_friend, cmd_friend, help="add, list and remove friendships")
     register.add_command(
-        "endpoint", conf_endpoint, cmd_endpoint, help="vend, list, revoke endpoints"
+        "endpoint", conf_endpoint, cmd_endpoint, help="vend, list, show, revoke endpoints"
     )

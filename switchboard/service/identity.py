@@ -196,6 +196,15 @@ async def list_endpoints(rt: Runtime) -> list[dict[str, Any]]:
     return [endpoint_view(r) for r in await rt.store.list_endpoints()]
 
 
+async def show_endpoint(rt: Runtime, endpoint_id: str) -> dict[str, Any]:
+    """One endpoint as operators see it, with its effective verbs and, of the installed
+    ones, those it lacks (``verbs_withheld``: what ``--verbs`` would have to name)."""
+    view = endpoint_view(await rt.store.get_endpoint(endpoint_id))
+    have = set(view.get("verbs") or ())
+    view["verbs_withheld"] = [v for v in known_verbs(rt) if v not in have]
+    return view
+
+
 async def revoke_endpoint(rt: Runtime, endpoint_id: str) -> dict[str, Any]:
     row = await rt.store.revoke_endpoint(endpoint_id)
     return {"endpoint_id": row["id"], "state": row["state"]}

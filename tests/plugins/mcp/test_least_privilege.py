@@ -74,3 +74,14 @@ async def test_verbs_given_explicitly_are_kept(people: Any) -> None:
     )
     rows = {r["endpoint_id"]: r for r in await identity.list_endpoints(people.rt)}
     assert rows[pool["endpoint_id"]]["verbs"] == ["claim_next", "complete", "rotate_webhook"]
+
+
+async def test_endpoint_show_lists_the_effective_verbs_and_the_withheld_ones(people: Any) -> None:
+    pool = await people.vend(
+        people.alice, "pool-s", queues="handoff", webhook_queues="", webhook_max=0
+    )
+    shown = people.w.cli.json("endpoint", "show", pool["endpoint_id"])
+    assert set(shown["verbs_withheld"]) == MANAGING
+    assert not set(shown["verbs"]) & MANAGING and "claim_next" in shown["verbs"]
+    missing = people.w.cli.run("endpoint", "show", "not-an-id", check=False)
+    assert missing.returncode == 1 and "not_found" in missing.stderr
