@@ -16,6 +16,8 @@ from typing import Any
 
 from switchboard.plugin import Completion, LLMProvider
 
+from .settings import DEFAULT_PROVIDER_IN_FLIGHT
+
 log = logging.getLogger("switchboard.llm")
 
 
@@ -31,6 +33,7 @@ class StaticProvider:
         self.answers: dict[str, Any] = dict(spec.get("answers") or {})
         self.answer: Any = spec.get("answer")
         self.delay = int(spec.get("delay_ms", 0)) / 1000
+        self.max_in_flight = int(spec.get("max_in_flight", DEFAULT_PROVIDER_IN_FLIGHT))
 
     async def complete(
         self, model: str, system: str, prompt: str, schema: dict[str, Any], timeout: float
@@ -57,6 +60,7 @@ class OpenAIProvider:
         self.response_format: str = spec.get("response_format", "json_schema")
         self.max_tokens = int(spec.get("max_tokens", 512))
         self.temperature = float(spec.get("temperature", 0))
+        self.max_in_flight = int(spec.get("max_in_flight", DEFAULT_PROVIDER_IN_FLIGHT))
         if self.api_key_env and not os.environ.get(self.api_key_env):
             log.warning(
                 "LLM provider %r: environment variable %s is not set", self.name, self.api_key_env

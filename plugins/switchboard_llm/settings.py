@@ -11,6 +11,16 @@ from jsonschema import Draft202012Validator
 from switchboard.plugin import InvalidArgument
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"}
+#: Model calls at once to one provider, across every serve on the database (deferred mode).
+DEFAULT_PROVIDER_IN_FLIGHT = 8
+_PROVIDER_IN_FLIGHT = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": 4096,
+    "default": DEFAULT_PROVIDER_IN_FLIGHT,
+    "description": "model calls at once to this provider across every serve process on"
+    " the database (deferred mode; counted in PostgreSQL); the excess stays pending",
+}
 #: An answer a static provider gives: the JSON object (serialized) or raw text as is.
 _STATIC_ANSWER = {"type": ["object", "string"]}
 
@@ -33,6 +43,7 @@ STATIC_PROVIDER: dict[str, Any] = {
             "maximum": 600000,
             "description": "answer after this long (to demonstrate timeouts)",
         },
+        "max_in_flight": _PROVIDER_IN_FLIGHT,
     },
 }
 
@@ -58,6 +69,7 @@ OPENAI_PROVIDER: dict[str, Any] = {
             "description": "how structured output is requested (default json_schema)",
         },
         "max_tokens": {"type": "integer", "minimum": 16, "maximum": 32768},
+        "max_in_flight": _PROVIDER_IN_FLIGHT,
         "temperature": {"type": "number", "minimum": 0, "maximum": 2},
     },
 }

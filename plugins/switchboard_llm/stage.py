@@ -14,6 +14,8 @@ import asyncio
 import json
 import logging
 import math
+import os
+import socket
 import time
 from typing import Any
 
@@ -37,7 +39,7 @@ from switchboard.plugin import (
 
 from . import store
 from .prompt import SYSTEM, build_prompt, event_view
-from .settings import ANSWER, CONFIG_SCHEMA, answer_schema
+from .settings import ANSWER, CONFIG_SCHEMA, DEFAULT_PROVIDER_IN_FLIGHT, answer_schema
 
 log = logging.getLogger("switchboard.llm")
 
@@ -46,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
 }
 
 _ANSWER_MAX = 1000
+#: How soon an event that found its provider's calls all taken is claimed again.
+_BUSY_RETRY_S = 0.5
+#: Who holds a provider slot (for an operator reading ``llm_in_flight``).
+_HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 _DETAIL_MAX = 300
 
 
@@ -151,13 +157,43 @@ class LLMStage:
         if rt is None or work is None:
             return StageResult()
         triage, offered = work
-        endpoint_id = str(ctx.webhook["endpoint_id"])
         info: dict[str, Any] = {"provider": triage["provider"], "model": triage["model"]}
         provider = rt.registries.llm_providers.get(triage["provider"])
         if provider is None:
             return self._fallback(
                 ctx, CAUSE_LLM_ERROR, info, f"provider {triage['provider']!r} is not configured"
             )
+        if not ctx.deferred:
+            return await self._ask(ctx, triage, offered, provider, info)
+        # Deferred, the provider's calls at once are capped across the service: past the
+        # cap the event stays pending (in the database) and is claimed again shortly.
+        cap = _positive(getattr(provider, "max_in_flight", None), DEFAULT_PROVIDER_IN_FLIGHT)
+        lease_s = min(triage["timeout_ms"], self.settings["max_timeout_ms"]) / 1000 + 5
+        slot = await store.take_slot(rt, triage["provider"], cap, lease_s, _HOLDER)
+        if slot is None:
+            raise NotYet(
+                f"provider {triage['provider']!r} has its {cap} calls in flight", _BUSY_RETRY_S
+            )
+        try:
+            return await self._ask(ctx, triage, offered, provider, info)
+        finally:
+            try:
+                await store.give_slot(rt, slot)
+            except Exception as exc:  # the slot lapses at its lease
+                log.warning("llm triage: slot not given back: %s", type(exc).__name__)
+
+    async def _ask(
+        self,
+        ctx: RoutingContext,
+        triage: dict[str, Any],
+        offered: list[dict[str, Any]],
+        provider: Any,
+        info: dict[str, Any],
+    ) -> StageResult:
+        """Spend the endpoint's budget on one call to the model, and read its answer."""
+        rt = ctx.runtime
+        assert rt is not None  # route() asked only with a runtime
+        endpoint_id = str(ctx.webhook["endpoint_id"])
         per_minute = min(
             triage["prompt_budget_per_minute"], self.settings["max_prompt_budget_per_minute"]
         )
@@ -288,6 +324,12 @@ def _until_next(span: str) -> float:
     """Seconds until the next UTC minute or day (the budget's window) begins, plus one."""
     length = 60 if span == store.MINUTE else 86400
     return length - time.time() % length + 1
+
+
+def _positive(value: Any, default: int) -> int:
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+    )
 
 
 def _since(started: float) -> int:

@@ -163,3 +163,53 @@ async def usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:
     out = {MINUTE: 0, DAY: 0}
     out.update({r["span"]: int(r["used"]) for r in rows})
     return out
+
+
+# The provider's lock orders the takers, so a count and the insert after it never race
+# another server's; the key space is this plugin's own (hashtext of a prefixed name).
+_TAKE_SLOT = """
+    WITH live AS (
+        SELECT count(*) AS n FROM llm_in_flight
+        WHERE provider = %(provider)s AND until > clock_timestamp()
+    )
+    INSERT INTO llm_in_flight (provider, holder, until)
+    SELECT %(provider)s, %(holder)s, clock_timestamp() + make_interval(secs => %(lease)s)
+    FROM live WHERE live.n < %(cap)s
+    RETURNING id
+"""
+
+
+async def take_slot(
+    rt: Runtime, provider: str, cap: int, lease_s: float, holder: str
+) -> str | None:
+    """One of ``provider``'s ``cap`` call slots, shared by every server on the database,
+    for at most ``lease_s`` (a killed holder's lapses); None when all are taken."""
+    async with rt.store.db.tx() as conn:
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('switchboard_llm:in_flight:' || %s))",
+            (provider,),
+        )
+        await conn.execute(
+            "DELETE FROM llm_in_flight WHERE provider = %s AND until <= clock_timestamp()",
+            (provider,),
+        )
+        cur = await conn.execute(
+            _TAKE_SLOT,
+            {"provider": provider, "holder": holder, "lease": float(lease_s), "cap": cap},
+        )
+        row = await cur.fetchone()
+    return None if row is None else str(row["id"])
+
+
+async def give_slot(rt: Runtime, slot: str) -> None:
+    """The call ended: its slot is free for any server."""
+    await rt.store.db.fetchall("DELETE FROM llm_in_flight WHERE id = %s RETURNING id", (slot,))
+
+
+async def slots_in_use(rt: Runtime, provider: str) -> int:
+    """Calls in flight to ``provider`` across the service now."""
+    row = await rt.store.db.fetchone(
+        "SELECT count(*) AS n FROM llm_in_flight WHERE provider = %s AND until > now()",
+        (provider,),
+    )
+    return int(row["n"]) if row else 0

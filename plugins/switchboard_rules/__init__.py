@@ -14,7 +14,7 @@ from switchboard.plugin import (
     hookimpl,
 )
 
-from . import commands, tools
+from . import commands, tools, tools_policy
 from .packs import PACKS
 from .stage import CONFIG_SCHEMA, RulesStage
 
@@ -51,7 +51,8 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
     commands.register(register)
 
 
-#: The verbs that write a webhook's rules: not a drain-only endpoint's unless vended with
+#: The verbs that change a webhook's routing or what its stored deliveries made (a rollback,
+#: a re-route, a release): not a drain-only endpoint's unless vended with
 #: them (the reads, dry runs and diffs stay every endpoint's).
 MANAGING = frozenset(
     {
@@ -61,6 +62,11 @@ MANAGING = frozenset(
         "move_webhook_rule",
         "remove_webhook_rule",
         "install_rule_pack",
+        "rollback_webhook_rules",
+        "reroute_webhook_events",
+        "release_held_events",
+        "release_once_claim",
+        "set_webhook_policy",
     }
 )
 
@@ -69,7 +75,7 @@ MANAGING = frozenset(
 def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
     """This plugin's verbs: list, set, add, update, move, remove and test a webhook's rules;
     list and install rule packs."""
-    for fn in tools.TOOLS:
+    for fn in (*tools.TOOLS, *tools_policy.TOOLS):
         register.add_tool(
             fn.__name__,
             fn,

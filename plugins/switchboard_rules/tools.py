@@ -187,7 +187,9 @@ async def test_webhook_rules(
     """Dry-run the saved (or candidate) rules against a stored event or a sample payload;
     returns the decision, the trace and the envelope the rules saw. Saves nothing; the LLM
     triage runs only with llm="run". "pending" names the deferred stage (llm) a live
-    delivery would wait for: it would be answered 202 "pending" and decided after."""
+    delivery would wait for: it would be answered 202 "pending" and decided after. A once
+    action adds "once" (claimed, repeat with held_by, or no_subject), a work_order action
+    the "work_order" its todos would carry."""
     result: dict[str, Any] = await _rules().test_rules(
         ctx.runtime,
         ctx.endpoint,

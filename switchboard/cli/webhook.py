@@ -104,7 +104,8 @@ def _configure_rules(sub: Any) -> None:
     set_p.add_argument(
         "file",
         metavar="FILE",
-        help="{rules, default_action?, params?} ('-': stdin); no params key keeps the stored ones",
+        help="{rules, default_action?, params?, on_fault?, lanes?} ('-': stdin); a key left"
+        " out (params, on_fault, lanes) keeps the stored one, null resets it",
     )
     history = rsub.add_parser("history", help="the versions, newest first")
     history.add_argument("webhook_id", metavar="WEBHOOK_ID")
@@ -222,7 +223,7 @@ def _config_file(path: str) -> dict[str, Any]:
         raise InvalidArgument(f"FILE: {path} is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
         raise InvalidArgument("FILE: needs an object with a rules list")
-    unknown = sorted(set(doc) - {"rules", "default_action", "params"})
+    unknown = sorted(set(doc) - {"rules", "default_action", "params", *rules.POLICY_KEYS})
     if unknown:
         raise InvalidArgument(f"FILE: unknown keys {', '.join(map(repr, unknown))}")
     return doc
@@ -243,6 +244,7 @@ async def _run_rules(args: argparse.Namespace, rt: Runtime) -> Any:
             doc["rules"],
             doc.get("default_action"),
             doc["params"] if "params" in doc else rules.KEEP,
+            **{key: doc[key] for key in rules.POLICY_KEYS if key in doc},
             expect_version=args.expect_version,
             diffed=args.diffed,
             note=args.note,

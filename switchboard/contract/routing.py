@@ -193,10 +193,19 @@ class RoutingConfig:
     default_action: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
     on_fault: str = "default"
+    #: Per-lane (queue) settings: ``{queue: {"once_ttl_s": seconds}}``, an at-most-once
+    #: claim in that lane expiring after so long (absent: claims never expire).
+    lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def once_ttl_s(self, queue: str) -> int | None:
+        """How long a once claim in ``queue`` holds, or None: until released."""
+        ttl = (self.lanes.get(queue) or {}).get("once_ttl_s")
+        return ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown),
-        with ``on_fault`` only when it is not the default (so older configs hash the same)."""
+        with ``on_fault`` and ``lanes`` only when not the default (so older configs hash the
+        same)."""
         doc: dict[str, Any] = json_copy(
             {
                 "rules": list(self.rules),
@@ -206,6 +215,8 @@ class RoutingConfig:
         )
         if self.on_fault != "default":
             doc["on_fault"] = self.on_fault
+        if self.lanes:
+            doc["lanes"] = json_copy(self.lanes)
         return doc
 
     def holds(self, trace: dict[str, Any]) -> bool:
@@ -231,6 +242,7 @@ class RoutingConfig:
             default_action=doc.get("default_action"),
             params=dict(doc.get("params") or {}),
             on_fault=str(doc.get("on_fault") or "default"),
+            lanes=dict(doc.get("lanes") or {}),
         )
 
 

@@ -228,7 +228,7 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
         config = config.to_json()
     if not isinstance(config, dict):
         raise RuleValidationError("invalid_rule", "routing configuration must be an object")
-    unknown = sorted(set(config) - {"rules", "default_action", "params", "on_fault"})
+    unknown = sorted(set(config) - {"rules", "default_action", "params", "on_fault", "lanes"})
     if unknown:
         raise RuleValidationError("invalid_rule", f"unknown field {unknown[0]!r}")
     rules = config.get("rules")
@@ -252,8 +252,47 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
             "invalid_rule", f"on_fault: one of {', '.join(ON_FAULT)} (got {on_fault!r})"
         )
     return RoutingConfig(
-        rules=tuple(normalized), default_action=default, params=params, on_fault=on_fault
+        rules=tuple(normalized),
+        default_action=default,
+        params=params,
+        on_fault=on_fault,
+        lanes=_check_lanes(config.get("lanes"), grant),
     )
+
+
+#: The longest a once claim's TTL may be: a year.
+MAX_ONCE_TTL_S = 365 * 86400
+
+
+def _check_lanes(lanes: Any, grant: Grant | None) -> dict[str, dict[str, Any]]:
+    """``lanes``: per granted queue, ``{"once_ttl_s": 1..MAX_ONCE_TTL_S}``."""
+    if lanes is None:
+        return {}
+    if not isinstance(lanes, dict):
+        raise RuleValidationError("invalid_rule", "lanes must be an object of queue names")
+    out: dict[str, dict[str, Any]] = {}
+    for queue, lane in lanes.items():
+        where = f"lanes.{queue}"
+        if grant is not None and queue not in {grant.target_queue, *grant.queues}:
+            raise RuleValidationError(
+                "not_granted", f"{where}: queue {queue!r} is not granted to this webhook"
+            )
+        if not isinstance(lane, dict):
+            raise RuleValidationError("invalid_rule", f"{where} must be an object")
+        unknown = sorted(set(lane) - {"once_ttl_s"})
+        if unknown:
+            raise RuleValidationError("invalid_rule", f"{where}: unknown field {unknown[0]!r}")
+        ttl = lane.get("once_ttl_s")
+        if ttl is not None and (
+            not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= MAX_ONCE_TTL_S
+        ):
+            raise RuleValidationError(
+                "invalid_rule",
+                f"{where}.once_ttl_s: an integer of seconds, 1 to {MAX_ONCE_TTL_S} (got {ttl!r})",
+            )
+        if lane:
+            out[str(queue)] = dict(lane)
+    return out
 
 
 def _takes_webhook(method: Any) -> bool:

@@ -302,7 +302,8 @@ def subject_and_claim(
     trace.update(once=ONCE_CLAIMED, once_key=key)
     repeat_trace = {**trace, "once": ONCE_REPEAT}
     validate_trace(repeat_trace)
-    return subject, OnceClaim(str(webhook["id"]), key, repeat_trace)
+    ttl = config_of(webhook).once_ttl_s(decision.queue)
+    return subject, OnceClaim(str(webhook["id"]), key, repeat_trace, ttl)
 
 
 def ring_sinks(rt: Runtime, event: dict[str, Any], created: list[dict[str, Any]]) -> None:

@@ -13,7 +13,7 @@ from ..routing.replay import raw_body, sample_envelope, stored_envelope
 from ..routing.route import config_of, grant_for
 from ..runtime import Runtime
 from ..store import Row
-from . import versions
+from . import once, versions
 from .webhooks import owned_webhook, reach_warnings
 
 #: The mutable form a verb edits: ``RoutingConfig.to_json()``.
@@ -192,23 +192,63 @@ async def set_rules(
     default_action: Any = None,
     params: Any = KEEP,
     *,
+    on_fault: Any = KEEP,
+    lanes: Any = KEEP,
     expect_version: Any = None,
     diffed: Any = None,
     note: Any = None,
 ) -> dict[str, Any]:
     """Replace the rules and default action; ``params`` omitted (``KEEP``) keeps the stored
-    params, so re-saving rules never silently drops an allowlist; None clears them.
+    params, so re-saving rules never silently drops an allowlist; None clears them (and
+    so for ``on_fault`` and ``lanes``: None is their default).
     ``expect_version`` and ``diffed`` guard the save (:func:`save_config`, :func:`_gate`)."""
 
     def change(old: Config) -> Config:
         kept = old.get("params") if params is KEEP else params
         doc = {"rules": rules, "default_action": default_action, "params": kept}
-        if "on_fault" in old:  # the fault policy is kept, like params
-            doc["on_fault"] = old["on_fault"]
+        for key, value in (("on_fault", on_fault), ("lanes", lanes)):
+            if value is KEEP and key in old:  # the fault policy and lanes kept, like params
+                doc[key] = old[key]
+            elif value is not KEEP and value is not None:
+                doc[key] = value
         return doc
 
     return await save_config(
         rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note
+    )
+
+
+#: The parts of a routing config beside its rules that a rules save keeps.
+POLICY_KEYS = ("on_fault", "lanes")
+
+
+async def set_policy(
+    rt: Runtime,
+    caller: Row | None,
+    webhook_id: str,
+    *,
+    on_fault: Any = KEEP,
+    lanes: Any = KEEP,
+    expect_version: Any = None,
+    note: Any = None,
+) -> dict[str, Any]:
+    """Set the webhook's fault policy (``on_fault``) and/or its ``lanes`` (a lane's
+    ``once_ttl_s``), keeping its rules; an argument omitted (``KEEP``) keeps what is saved,
+    None resets it to the default. A new version, gated like any save."""
+    if on_fault is KEEP and lanes is KEEP:
+        raise InvalidArgument("give on_fault or lanes (or both)")
+
+    def change(old: Config) -> Config:
+        doc = dict(old)
+        for key, value in (("on_fault", on_fault), ("lanes", lanes)):
+            if value is None:
+                doc.pop(key, None)
+            elif value is not KEEP:
+                doc[key] = value
+        return doc
+
+    return await save_config(
+        rt, caller, webhook_id, change, expect_version=expect_version, note=note
     )
 
 
@@ -334,6 +374,7 @@ async def test_rules(
         rt.stages, config, envelope, grant, row, runtime=rt, skip=("llm",) if llm == "skip" else ()
     )
     del result["config"]
+    await once.dry_run_claim(rt, row, result, event_id)
     return result
 
 

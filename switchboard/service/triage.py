@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from typing import Any
 
@@ -101,6 +102,9 @@ class TriageWorker:
         self._bell = wake.bell()
         self._slot = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
+        #: After a stage said "not yet" (a spent budget, its provider's calls all taken),
+        #: claiming pauses this long, so a backlog is not claimed and postponed in a loop.
+        self._resume_at = 0.0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop().create_task(self._run())
@@ -130,6 +134,9 @@ class TriageWorker:
                 self._slot.clear()
                 await self._slot.wait()
                 continue
+            pause = self._resume_at - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
             self._bell.clear()
             try:
                 rows = await self.rt.store.claim_pending(
@@ -150,6 +157,7 @@ class TriageWorker:
         try:
             await self.decide(row)
         except NotYet as later:
+            self._resume_at = time.monotonic() + min(later.retry_after_s, POLL_S)
             # Pending a while longer (a spent budget): claimable again after retry_after_s.
             await self.rt.store.postpone_pending(
                 str(row["event_id"]), self.owner, later.retry_after_s

@@ -7,6 +7,7 @@ from .db import Database, Row
 from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
+from .once import OnceQueries
 from .outcome import DeliveryOutcome, OnceClaim
 from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
@@ -26,6 +27,7 @@ class Store(
     PendingQueries,
     VersionQueries,
     RerouteQueries,
+    OnceQueries,
 ):
     """Every query the service layer may run, over one pool."""
 

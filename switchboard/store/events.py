@@ -17,7 +17,7 @@ from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_PENDING, DISPOSITIO
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
 from .groupwrite import Write, firsts, write_many
-from .outcome import DeliveryOutcome, OnceClaim
+from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim
 
 log = logging.getLogger("switchboard.store")
 
@@ -59,18 +59,6 @@ _RECORD = """
                         'id', id, 'endpoint_id', endpoint_id, 'queue', queue)
                         ORDER BY array_position(%(endpoints)s::uuid[], endpoint_id))
                      FROM td), '[]'::json) AS todos
-"""
-
-
-# The at-most-once claim. DO UPDATE (a no-op write) rather than DO NOTHING so RETURNING
-# always yields the holder's event id: ours when the claim is new, the first claimant's
-# otherwise. A concurrent claim of the same key waits on the row lock until the holder's
-# transaction ends, so two deliveries can never both hold it.
-_CLAIM = """
-    INSERT INTO routing_once (webhook_id, once_key, event_id)
-    VALUES (%(webhook_id)s, %(key)s, %(event_id)s)
-    ON CONFLICT (webhook_id, once_key) DO UPDATE SET once_key = EXCLUDED.once_key
-    RETURNING event_id
 """
 
 
@@ -221,9 +209,7 @@ class EventQueries:
             # The same event again: it reports what it did the first time, never claims.
             return await self._redelivery(conn, source, external_id)
         event_id = str(uuid.uuid4())
-        cur = await conn.execute(
-            _CLAIM, {"webhook_id": once.webhook_id, "key": once.key, "event_id": event_id}
-        )
+        cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
         holder = await cur.fetchone()
         assert holder is not None
         params["id"] = event_id

@@ -34,6 +34,31 @@ class OnceClaim:
     webhook_id: str
     key: str
     repeat_trace: dict[str, Any]
+    #: The lane's ``once_ttl_s``: the claim expires after so long (None: until released).
+    ttl_s: int | None = None
+
+    def params(self, event_id: str) -> dict[str, Any]:
+        """:data:`ONCE_CLAIM`'s parameters for ``event_id``'s claim."""
+        return {"webhook_id": self.webhook_id, "key": self.key, "event_id": event_id,
+                "ttl": self.ttl_s}  # fmt: skip
+
+
+# The at-most-once claim, in the delivery's transaction. DO UPDATE rather than DO NOTHING so
+# RETURNING always yields the holder's event id: ours when the claim is new (or the old one
+# had expired: its lane's TTL), the first claimant's otherwise. A concurrent claim of the
+# same key waits on the row lock until the holder's transaction ends, so two deliveries can
+# never both hold it.
+ONCE_CLAIM = """
+    INSERT INTO routing_once AS o (webhook_id, once_key, event_id, expires_at)
+    VALUES (%(webhook_id)s, %(key)s, %(event_id)s,
+            now() + make_interval(secs => %(ttl)s::float8))
+    ON CONFLICT (webhook_id, once_key) DO UPDATE SET
+        event_id = CASE WHEN o.expires_at <= now() THEN EXCLUDED.event_id ELSE o.event_id END,
+        created_at = CASE WHEN o.expires_at <= now() THEN now() ELSE o.created_at END,
+        expires_at = CASE WHEN o.expires_at <= now() THEN EXCLUDED.expires_at
+                          ELSE o.expires_at END
+    RETURNING event_id
+"""
 
 
 def redelivery_outcome(event_id: str, disposition: str, todos: list[Row]) -> DeliveryOutcome:

@@ -9,7 +9,7 @@ from psycopg.types.json import Jsonb
 
 from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
 from .db import Database, Row
-from .outcome import DeliveryOutcome, OnceClaim
+from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim
 
 # Up to ``n`` free events of ``stage``, oldest first in turns: every endpoint's oldest,
 # then every endpoint's second oldest ... (one endpoint's backlog never starves another's).
@@ -58,15 +58,6 @@ _TODOS = """
     DO NOTHING
     RETURNING id, endpoint_id, queue
 """
-
-# As the receiver's claim (store/events.py): the holder's event id, ours when it is new.
-_ONCE = """
-    INSERT INTO routing_once (webhook_id, once_key, event_id)
-    VALUES (%(webhook_id)s, %(key)s, %(event_id)s)
-    ON CONFLICT (webhook_id, once_key) DO UPDATE SET once_key = EXCLUDED.once_key
-    RETURNING event_id
-"""
-
 
 #: What a scrape reads (``switchboard_pending_events{stage}``), bounded like the todo counts.
 PENDING_COUNTS = "SELECT stage, count(*) AS n FROM pending_events GROUP BY stage"
@@ -154,9 +145,7 @@ class PendingQueries:
             if await cur.fetchone() is None:
                 return None
             if once is not None and disposition != DISPOSITION_DROPPED:
-                cur = await conn.execute(
-                    _ONCE, {"webhook_id": once.webhook_id, "key": once.key, "event_id": event_id}
-                )
+                cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
                 holder = await cur.fetchone()
                 assert holder is not None
                 if str(holder["event_id"]) != event_id:

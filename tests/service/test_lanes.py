@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from switchboard_gitea import GiteaSource
 
-from switchboard.errors import RuleValidationError
+from switchboard.errors import NotFound, RuleValidationError
 from switchboard.routing.workorder import WORK_ORDER_AUTHORITY, once_key
 from switchboard.runtime import Runtime
-from switchboard.service import identity, packs, rules, todos, webhooks
+from switchboard.service import identity, once, packs, rules, todos, webhooks
 from switchboard.service.ingest import IngestReply, ingest
 from switchboard.sources import Headers
 
@@ -284,3 +284,113 @@ async def test_the_lifecycle_over_http(module_runtime: Runtime, module_server: A
     assert todo["todo_id"] == sized.json()["todos"][0]["id"]
     assert todo["work_order"]["lane"] == "lane-s"
     assert todo["work_order"]["authority"] == WORK_ORDER_AUTHORITY
+
+
+def sample(doc: dict[str, Any], kind: str = "issue_label") -> dict[str, Any]:
+    """``test_rules`` arguments for a sample of ``doc`` as Gitea sends it."""
+    body = json.dumps(doc).encode()
+    headers = GiteaSource().sign(body, b"unused", kind, delivery_id=str(uuid.uuid4()))
+    return {"payload": body.decode(), "headers": headers}
+
+
+async def test_a_released_claim_lets_the_next_delivery_claim_again(
+    module_runtime: Runtime, module_dsn: str
+) -> None:
+    t = await Lanes(module_runtime).build()
+    await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
+    router = await t.rt.store.get_endpoint(
+        rows(module_dsn, "SELECT endpoint_id::text FROM endpoint_webhooks WHERE id = %s",
+             t.webhook_id)[0][0]
+    )  # fmt: skip
+    key = once_key(SUBJECT, "lane-m")
+    # A dry run before any delivery: the claim would be taken, with the work order.
+    dry = await rules.test_rules(t.rt, router, t.webhook_id, **sample(issue(57, "size:m")))
+    assert dry["once"]["state"] == "claimed" and dry["once"]["held_by"] is None
+    assert dry["once"]["once_key"] == key and dry["once"]["subject"] == SUBJECT
+    assert dry["trace"]["once"] == "claimed" and dry["trace"]["once_key"] == key
+    assert dry["work_order"]["lane"] == "lane-m"
+    assert dry["work_order"]["subject"]["key"] == SUBJECT
+    assert dry["work_order"]["authority"] == WORK_ORDER_AUTHORITY
+
+    sized = await t.deliver(issue(57, "size:m"), kind="issue_label")
+    assert where(sized) == [(t.pools["lane-m"], "lane-m", True)]
+    relabel = issue(57, "size:m", "docs")
+    assert (await t.deliver(relabel, kind="issue_label")).body["repeat"] is True
+    # The dry run now says repeat, naming the claim's holder; live stored the same trace.
+    dry = await rules.test_rules(t.rt, router, t.webhook_id, **sample(relabel))
+    [(holder,)] = rows(
+        module_dsn,
+        "SELECT event_id::text FROM routing_once WHERE webhook_id = %s AND once_key = %s",
+        t.webhook_id,
+        key,
+    )
+    assert dry["once"]["state"] == "repeat" and dry["once"]["held_by"] == holder
+    assert dry["trace"]["once"] == "repeat"
+
+    # The owner releases it: recorded with who; the next relabel claims again, a new todo.
+    released = await once.release_once_claim(t.rt, router, "lane-m", SUBJECT)
+    assert [r["event_id"] for r in released["released"]] == [holder]
+    assert released["released_by"] == str(router["id"])
+    assert rows(
+        module_dsn,
+        "SELECT queue, subject, event_id::text, released_by FROM routing_once_releases"
+        " WHERE webhook_id = %s",
+        t.webhook_id,
+    ) == [("lane-m", SUBJECT, holder, str(router["id"]))]
+    again = await t.deliver(issue(57, "size:m", "docs", "v2"), kind="issue_label")
+    assert where(again) == [(t.pools["lane-m"], "lane-m", True)]
+    assert (await t.deliver(issue(57, "size:m", "v3"), kind="issue_label")).body["repeat"] is True
+    # Nothing to release: not found, naming the subject and lane; another human's: the same.
+    with pytest.raises(NotFound, match="lane-x"):
+        await once.release_once_claim(t.rt, router, "lane-x", SUBJECT)
+    stranger = await Lanes(module_runtime).build(lanes=())
+    other = await t.rt.store.get_endpoint(await stranger.vend("nosy", ["inbox"], ["inbox"]))
+    with pytest.raises(NotFound):
+        await once.release_once_claim(t.rt, other, "lane-m", SUBJECT, t.webhook_id)
+    with pytest.raises(NotFound):
+        await once.release_once_claim(t.rt, other, "lane-m", SUBJECT)
+
+
+async def test_a_lanes_ttl_lets_a_claim_expire(module_runtime: Runtime, module_dsn: str) -> None:
+    t = await Lanes(module_runtime).build()
+    await packs.install_pack(t.rt, None, t.webhook_id, "lanes", PARAMS)
+    saved = await rules.set_policy(t.rt, None, t.webhook_id, lanes={"lane-m": {"once_ttl_s": 3600}})
+    assert saved["lanes"] == {"lane-m": {"once_ttl_s": 3600}}
+    # A rules save keeps the lanes, as it keeps params.
+    kept = await rules.list_rules(t.rt, None, t.webhook_id)
+    await rules.set_rules(t.rt, None, t.webhook_id, kept["rules"], kept["default_action"])
+    assert (await rules.list_rules(t.rt, None, t.webhook_id))["lanes"] == saved["lanes"]
+
+    assert where(await t.deliver(issue(57, "size:m"), kind="issue_label"))[0][1] == "lane-m"
+    [(left,)] = rows(
+        module_dsn,
+        "SELECT extract(epoch FROM expires_at - created_at) FROM routing_once"
+        " WHERE webhook_id = %s AND once_key = %s",
+        t.webhook_id,
+        once_key(SUBJECT, "lane-m"),
+    )
+    assert 3599 <= float(left) <= 3601
+    assert (await t.deliver(issue(57, "size:m", "a"), kind="issue_label")).body["repeat"] is True
+    # The hour passes (the clock moved by hand: the claim's expiry, not the test's wait).
+    with psycopg.connect(module_dsn) as conn:
+        conn.execute(
+            "UPDATE routing_once SET expires_at = now() - interval '1 second'"
+            " WHERE webhook_id = %s",
+            (t.webhook_id,),
+        )
+    dry = await rules.test_rules(t.rt, None, t.webhook_id, **sample(issue(57, "size:m", "b")))
+    assert dry["once"]["state"] == "claimed" and dry["once"]["ttl_s"] == 3600
+    again = await t.deliver(issue(57, "size:m", "b"), kind="issue_label")
+    assert where(again) == [(t.pools["lane-m"], "lane-m", True)]
+    assert (await t.deliver(issue(57, "size:m", "c"), kind="issue_label")).body["repeat"] is True
+    # Lanes without a TTL (triage) never expire; a lane's TTL is checked at save.
+    for lanes, code, says in (
+        ({"lane-m": {"once_ttl_s": 0}}, "invalid_rule", "lanes.lane-m.once_ttl_s"),
+        ({"lane-m": {"ttl": 5}}, "invalid_rule", "unknown field 'ttl'"),
+        ({"nowhere": {"once_ttl_s": 5}}, "not_granted", "lanes.nowhere"),
+    ):
+        with pytest.raises(RuleValidationError) as info:
+            await rules.set_policy(t.rt, None, t.webhook_id, lanes=lanes)
+        assert info.value.code == code and says in str(info.value), str(info.value)
+    cleared = await rules.set_policy(t.rt, None, t.webhook_id, lanes=None, on_fault="hold")
+    assert "lanes" not in cleared and cleared["on_fault"] == "hold"

@@ -27,7 +27,7 @@ QUEUES = [
 ]
 
 
-def llm_toml(fake_url: str, **ceilings: Any) -> str:
+def llm_toml(fake_url: str, *, fake_max_in_flight: int | None = None, **ceilings: Any) -> str:
     """``[plugins.llm]`` with the fake server as provider ``fake`` and a ``static`` one.
 
     ``mode`` is ``inline`` unless given: these tests check what the stage decides, which
@@ -42,6 +42,7 @@ def llm_toml(fake_url: str, **ceilings: Any) -> str:
         'name = "fake"',
         f'base_url = "{fake_url}"',
         f'api_key_env = "{KEY_ENV}"',
+        *([f"max_in_flight = {fake_max_in_flight}"] if fake_max_in_flight else []),
         "[[plugins.llm.providers]]",
         'type = "static"',
         'answer = {queue = "review", confidence = 0.8, reason = "static says review"}',

@@ -18,6 +18,7 @@ from fakeai import FakeAI
 from sbllm import Tenant, burst, decided, event_of, llm_toml
 
 from switchboard.routing.trace import validate_trace
+from switchboard.runtime import Runtime
 from switchboard.service import rules as rules_svc
 
 GOOD = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
@@ -240,3 +241,29 @@ async def test_on_budget_wait_leaves_the_event_pending_until_the_window_turns(
     assert row == (0, None, True)
     assert event_of(t, "w2")["disposition"] == "pending"
     assert len(fake_ai.requests(model)) == 1
+
+
+async def test_a_providers_slots_are_shared_and_lapse(llm_runtime: Runtime) -> None:
+    """The cap's bookkeeping in PostgreSQL: ``cap`` slots at once for every server, a
+    slot given back is free at once, and a killed holder's lapses at its lease."""
+    from switchboard_llm import store
+
+    rt, provider = llm_runtime, f"cap-{time.monotonic_ns()}"
+    held = [await store.take_slot(rt, provider, 2, 30, "a") for _ in range(2)]
+    assert all(held) and await store.take_slot(rt, provider, 2, 30, "b") is None
+    assert await store.slots_in_use(rt, provider) == 2
+    await store.give_slot(rt, str(held[0]))
+    assert await store.take_slot(rt, provider, 2, 30, "b") is not None
+    # Racing takers never pass the cap: the provider's lock orders them.
+    other = f"{provider}-race"
+    taken = await asyncio.gather(*(store.take_slot(rt, other, 3, 30, "r") for _ in range(12)))
+    assert sum(t is not None for t in taken) == 3
+    # A killed holder never gives its slot back: the slot lapses at its lease's end.
+    lapsing = f"{provider}-lapse"
+    killed = await store.take_slot(rt, lapsing, 1, 30, "killed")
+    assert killed is not None and await store.take_slot(rt, lapsing, 1, 30, "next") is None
+    await rt.store.db.fetchall(
+        "UPDATE llm_in_flight SET until = now() - interval '1 second' WHERE id = %s RETURNING id",
+        (killed,),
+    )
+    assert await store.take_slot(rt, lapsing, 1, 30, "next") is not None

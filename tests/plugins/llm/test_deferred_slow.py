@@ -179,3 +179,34 @@ async def test_two_servers_on_one_database_decide_each_event_once(
     assert set(stages) <= {"llm", "llm_budget_exhausted"}
     # Both servers' workers asked (each at most MAX_IN_FLIGHT at once).
     assert MAX_IN_FLIGHT < fake_ai.peak(model) <= 2 * MAX_IN_FLIGHT
+
+
+async def test_the_providers_cap_holds_across_two_servers(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    """Each server may run MAX_IN_FLIGHT calls, but the provider takes only CAP at once
+    from both together (counted in PostgreSQL); the excess waits pending, then is
+    decided once like the rest."""
+    cap = 3
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = tmp_path / "sb.toml"
+    config.write_text(
+        llm_toml(
+            fake_ai.base_url,
+            fake_max_in_flight=cap,
+            mode="deferred",
+            max_in_flight=MAX_IN_FLIGHT,
+            max_timeout_ms=4000,
+        )
+    )
+    one = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    n = 30
+    async with _tenant(one, 6) as t:
+        model = fake_ai.on(t.model("cap"), GOOD, delay=0.4)
+        await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=60)
+        await burst(t, n, "cap")
+        events = decided(t, [f"cap{i}" for i in range(n)], timeout=90)
+    assert all(e["trace"]["stage"] == "llm" and len(e["todos"]) == 1 for e in events)
+    assert len(fake_ai.requests(model)) == n  # each asked once: a busy provider costs no call
+    assert fake_ai.peak(model) == cap  # reached, never passed

@@ -22,6 +22,11 @@ MANAGING = {
     "move_webhook_rule",
     "remove_webhook_rule",
     "install_rule_pack",
+    "rollback_webhook_rules",
+    "reroute_webhook_events",
+    "release_held_events",
+    "release_once_claim",
+    "set_webhook_policy",
 }
 
 
@@ -51,6 +56,8 @@ async def test_a_drain_only_endpoint_cannot_take_over_its_humans_webhooks(people
             "set_webhook_rules": {"webhook_id": wid, "rules": []},
             "add_webhook_route": {"webhook_id": wid, "endpoint_id": pool["endpoint_id"]},
             "delete_webhook": {"webhook_id": wid},
+            "rollback_webhook_rules": {"webhook_id": wid, "version": 1},
+            "release_once_claim": {"lane": "inbox", "subject": "x"},
         }
         for tool, arguments in attempts.items():
             refused = (await me.fails(tool, **arguments)).text
