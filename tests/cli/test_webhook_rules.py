@@ -58,6 +58,16 @@ async def test_show_set_history_rollback(cli: CLI, runtime: Runtime, tmp_path: P
     bad.write_text(json.dumps({"rules": [], "rulez": 1}))
     refused = fast.run("webhook", "rules", "set", hook, str(bad), check=False)
     assert refused.returncode != 0 and "rulez" in refused.stderr
+    # The fault policy and lanes go in the same file, one version; left out, they are kept.
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps({"rules": [], "on_fault": "hold", "lanes": {"review": {"once_ttl_s": 600}}})
+    )
+    held = fast.json("webhook", "rules", "set", hook, str(policy))
+    assert held["version"] == 4 and held["on_fault"] == "hold"
+    assert held["lanes"] == {"review": {"once_ttl_s": 600}}
+    kept = fast.json("webhook", "rules", "set", hook, str(candidate))
+    assert kept["on_fault"] == "hold" and kept["lanes"] == held["lanes"]
 
 
 async def test_reroute_plan_then_apply(cli: CLI, runtime: Runtime) -> None:
