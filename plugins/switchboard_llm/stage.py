@@ -168,7 +168,7 @@ class LLMStage:
         # Deferred, the provider's calls at once are capped across the service: past the
         # cap the event stays pending (in the database) and is claimed again shortly.
         cap = _positive(getattr(provider, "max_in_flight", None), DEFAULT_PROVIDER_IN_FLIGHT)
-        lease_s = min(triage["timeout_ms"], self.settings["max_timeout_ms"]) / 1000 + 5
+        lease_s = self._timeout_ms(triage) / 1000 + 5
         slot = await store.take_slot(rt, triage["provider"], cap, lease_s, _HOLDER)
         if slot is None:
             raise NotYet(
@@ -181,6 +181,10 @@ class LLMStage:
                 await store.give_slot(rt, slot)
             except Exception as exc:  # the slot lapses at its lease
                 log.warning("llm triage: slot not given back: %s", type(exc).__name__)
+
+    def _timeout_ms(self, triage: dict[str, Any]) -> int:
+        """The endpoint's model call timeout, under the operator's ceiling."""
+        return int(min(triage["timeout_ms"], self.settings["max_timeout_ms"]))
 
     async def _ask(
         self,
@@ -217,7 +221,7 @@ class LLMStage:
                 # Deferred, the event can wait for the window to turn (never in memory).
                 raise NotYet(detail, _until_next(span))
             return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info, detail)
-        timeout_ms = min(triage["timeout_ms"], self.settings["max_timeout_ms"])
+        timeout_ms = self._timeout_ms(triage)
         prompt = build_prompt(
             event_view(ctx.envelope, rt.registries.projections),
             offered,

@@ -57,12 +57,10 @@ async def call_stage(
         if ctx.deferred:
             raise  # the triage worker leaves the event pending (see NotYet)
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised NotYet outside a deferred run")
-    except StoreUnavailable:
-        if ctx.deferred:
+    except Exception as exc:  # a third party's bug costs a fault, never the delivery
+        if ctx.deferred and isinstance(exc, StoreUnavailable):
             # The database is away, not the stage wrong: the event stays pending.
             raise NotYet("the database is unavailable", STORE_RETRY_S) from None
-        return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised StoreUnavailable")
-    except Exception as exc:  # a third party's bug costs a fault, never the delivery
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, f"raised {_describe(exc)}")
     if not isinstance(result, StageResult):
         return Fault.of_stage(

@@ -206,12 +206,7 @@ async def set_rules(
     def change(old: Config) -> Config:
         kept = old.get("params") if params is KEEP else params
         doc = {"rules": rules, "default_action": default_action, "params": kept}
-        for key, value in (("on_fault", on_fault), ("lanes", lanes)):
-            if value is KEEP and key in old:  # the fault policy and lanes kept, like params
-                doc[key] = old[key]
-            elif value is not KEEP and value is not None:
-                doc[key] = value
-        return doc
+        return _with_policy(doc, old, on_fault=on_fault, lanes=lanes)
 
     return await save_config(
         rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note
@@ -220,6 +215,20 @@ async def set_rules(
 
 #: The parts of a routing config beside its rules that a rules save keeps.
 POLICY_KEYS = ("on_fault", "lanes")
+
+
+def _with_policy(doc: Config, old: Config, **values: Any) -> Config:
+    """``doc`` with each of :data:`POLICY_KEYS` as asked: ``KEEP`` keeps ``old``'s (if
+    any), None leaves it out (its default), anything else is set."""
+    for key, value in values.items():
+        if value is KEEP:
+            if key in old:
+                doc[key] = old[key]
+        elif value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    return doc
 
 
 async def set_policy(
@@ -239,13 +248,7 @@ async def set_policy(
         raise InvalidArgument("give on_fault or lanes (or both)")
 
     def change(old: Config) -> Config:
-        doc = dict(old)
-        for key, value in (("on_fault", on_fault), ("lanes", lanes)):
-            if value is None:
-                doc.pop(key, None)
-            elif value is not KEEP:
-                doc[key] = value
-        return doc
+        return _with_policy(dict(old), old, on_fault=on_fault, lanes=lanes)
 
     return await save_config(
         rt, caller, webhook_id, change, expect_version=expect_version, note=note
