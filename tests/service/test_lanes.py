@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from switchboard_gitea import GiteaSource
 
-from switchboard.errors import NotFound, RuleValidationError
+from switchboard.errors import InvalidArgument, NotFound, RuleValidationError
 from switchboard.routing.workorder import WORK_ORDER_AUTHORITY, once_key
 from switchboard.runtime import Runtime
 from switchboard.service import identity, once, packs, rules, todos, webhooks
@@ -394,3 +394,34 @@ async def test_a_lanes_ttl_lets_a_claim_expire(module_runtime: Runtime, module_d
         assert info.value.code == code and says in str(info.value), str(info.value)
     cleared = await rules.set_policy(t.rt, None, t.webhook_id, lanes=None, on_fault="hold")
     assert "lanes" not in cleared and cleared["on_fault"] == "hold"
+
+
+async def test_release_and_policy_arguments_are_checked_in_their_own_names(
+    module_runtime: Runtime,
+) -> None:
+    t = await Lanes(module_runtime).build(lanes=())
+    caller = await t.rt.store.get_endpoint(await t.vend("arg", ["inbox"], ["inbox"]))
+    for lane, subject, field in (
+        ("", SUBJECT, "lane"),
+        ("l" * 65, SUBJECT, "lane"),
+        (["lane-m"], SUBJECT, "lane"),
+        ("lane-m", "", "subject"),
+        ("lane-m", "s" * 1001, "subject"),
+        ("lane-m", {"key": SUBJECT}, "subject"),
+    ):
+        with pytest.raises(InvalidArgument, match=rf"^{field}: a non-empty string of at most"):
+            await once.release_once_claim(t.rt, caller, lane, subject)
+    with pytest.raises(InvalidArgument, match="webhook_id: required"):
+        await once.release_once_claim(t.rt, None, "lane-m", SUBJECT)
+    with pytest.raises(InvalidArgument, match="give on_fault or lanes"):
+        await rules.set_policy(t.rt, None, t.webhook_id)
+    for lanes, says in (
+        ("lane-m", "lanes must be an object"),
+        ({"inbox": 5}, "lanes.inbox must be an object"),
+        ({"inbox": {"once_ttl_s": True}}, "lanes.inbox.once_ttl_s"),
+        ({"inbox": {"once_ttl_s": 31536001}}, "lanes.inbox.once_ttl_s"),
+    ):
+        with pytest.raises(RuleValidationError, match=says):
+            await rules.set_policy(t.rt, None, t.webhook_id, lanes=lanes)
+    with pytest.raises(RuleValidationError, match="on_fault"):
+        await rules.set_policy(t.rt, None, t.webhook_id, on_fault="later")
