@@ -28,6 +28,12 @@ CHECK_AFTER_IDLE_S = 0.1
 LEND_TRIES = 3
 #: The server ends a transaction left idle this long (its client gone without a word).
 IDLE_IN_TRANSACTION_MS = 60_000
+#: How long the pool goes on retrying a connection it failed to open, once it is open.
+#: psycopg_pool's default (5 min, with a backoff of 1, 2, 4 … s between attempts) left the
+#: pool empty for seconds after the database came back: a request then waited out a
+#: backoff it had not caused. A short one gives up at once instead, and the next request
+#: that finds no connection opens one itself (the pool grows on demand).
+RECONNECT_S = 0.2
 
 log = logging.getLogger("switchboard.store")
 
@@ -105,6 +111,17 @@ class DeadlineConnection(psycopg.AsyncConnection[Row]):
         abandon(self)
 
 
+class DeadConnection(StoreUnavailable):
+    """A lent connection died under a statement (not a deadline): the server restarted or
+    the link broke. A read that failed so may be asked again on a fresh connection."""
+
+
+def _rereadable(sql: str) -> bool:
+    """True for a plain read: asked twice, it changes nothing (no lock, no write)."""
+    head = sql.lstrip()[:6].upper()
+    return head == "SELECT" and "FOR UPDATE" not in sql.upper() and "PG_" not in sql.upper()
+
+
 def _abandoned(limit: float, exc: BaseException) -> str:
     return f"no answer within {limit:g} s: connection abandoned ({exc})"
 
@@ -168,6 +185,9 @@ class Database:
             await self.pool.open(wait=True, timeout=15.0)
         except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged
             raise StoreUnavailable("cannot connect to the database", detail=str(exc)) from exc
+        # Only now: the first connections may take the whole start-up to come (a server
+        # that is still starting), later ones are asked for when a request needs them.
+        self.pool.reconnect_timeout = RECONNECT_S
 
     async def close(self) -> None:
         await self.pool.close()
@@ -208,6 +228,7 @@ class Database:
                 raise StoreUnavailable(detail=_abandoned(limit, exc)) from exc
             if conn is not None and conn.broken:
                 await self._server_lost()
+                raise DeadConnection(detail=str(exc)) from exc
             raise StoreUnavailable(detail=str(exc)) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(detail=f"no connection within the timeout: {exc}") from exc
@@ -252,17 +273,38 @@ class Database:
                 yield conn
 
     async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Row | None:
-        async with self.conn() as conn:
-            cur = await conn.execute(sql, params)
-            return await cur.fetchone()
+        rows = await self._fetch(sql, params, one=True)
+        return rows[0] if rows else None
 
     async def fetchall(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, binary: bool = False
     ) -> list[Row]:
         """Every row; ``binary`` asks for binary results (bytea as is, not hex text)."""
-        async with self.conn() as conn:
-            cur = await conn.execute(sql, params, binary=binary)
-            return await cur.fetchall()
+        return await self._fetch(sql, params, binary=binary)
+
+    async def _fetch(
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any],
+        *,
+        one: bool = False,
+        binary: bool = False,
+    ) -> list[Row]:
+        """One statement's rows. A plain read whose connection died under it is asked once
+        more on a fresh connection (see :func:`_rereadable`); a write never is."""
+        for last in (not _rereadable(sql), True):
+            try:
+                async with self.conn() as conn:
+                    cur = await conn.execute(sql, params, binary=binary)
+                    if one:
+                        row = await cur.fetchone()
+                        return [] if row is None else [row]
+                    return await cur.fetchall()
+            except DeadConnection:
+                if last:
+                    raise
+                log.info("a read lost its connection: asked again on a fresh one")
+        raise AssertionError("unreachable")
 
     async def ping(self, timeout: float) -> bool:
         """True when the database answers within ``timeout`` seconds (False, never raises)."""

@@ -67,6 +67,20 @@ class PrivatePostgres:
         postmaster on the same socket."""
         self._pg_ctl(["-w", "-m", "fast", "restart"])
 
+    def outage(self, down_s: float) -> None:
+        """Stop the server (every session ends), keep it down ``down_s`` seconds, start it
+        again on the same socket with the options it ran with; returns once it accepts
+        connections."""
+        import shlex
+
+        argv = shlex.split((self.pgdata / "postmaster.opts").read_text())[1:]
+        options = [a for i, a in enumerate(argv) if a != "-D" and (i == 0 or argv[i - 1] != "-D")]
+        self._pg_ctl(["-w", "-m", "fast", "stop"])
+        time.sleep(down_s)
+        self._pg_ctl(
+            ["-w", "-l", str(self.pgdata / "outage.log"), "-o", shlex.join(options), "start"]
+        )
+
     def migrated_database(self, name: str) -> str:
         """A new database ``name`` with every migration applied; its DSN."""
         import asyncio
