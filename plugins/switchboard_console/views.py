@@ -21,6 +21,7 @@ from . import session, versions
 from .deliveries import Deliveries
 from .guard import Guard
 from .queues import Queues
+from .reroute import Reroute
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"console.css": "text/css; charset=utf-8"}
@@ -268,6 +269,7 @@ def add_routes(app: Any, rt: Runtime) -> None:
     c = Console(rt)
     d = Deliveries(c)
     q = Queues(c)
+    rr = Reroute(c)
 
     def route(fn: Handler, uri: str, **kw: Any) -> None:
         # every console route checks Host first and answers an outage as a page
@@ -296,6 +298,12 @@ def add_routes(app: Any, rt: Runtime) -> None:
         "/console/deliveries/<event_id:str>",
         methods=["GET"],
         name="console_delivery",
+    )
+    route(
+        c.page(rr.page),
+        "/console/webhooks/<webhook_id:str>/reroute",
+        methods=["GET", "POST"],
+        name="console_reroute",
     )
     route(c.page(q.index), "/console/queues", methods=["GET"], name="console_queues")
     route(
