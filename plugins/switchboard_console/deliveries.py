@@ -4,7 +4,7 @@ one delivery: every read through the service layer as the signed-in endpoint."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from sanic import HTTPResponse, Request
@@ -15,10 +15,8 @@ from switchboard.service import history, overview, refusals, webhooks
 from switchboard.service.events import encode_cursor
 
 from . import charts
+from .surface import Surface
 from .trace import decided_by, explain, reroutes, stage_text, verdict_text, waited
-
-if TYPE_CHECKING:
-    from .views import Console
 
 Row = dict[str, Any]
 PAGE = 25
@@ -39,7 +37,7 @@ def _cursor(ev: Row) -> str:
 
 
 class Deliveries:
-    def __init__(self, c: Console) -> None:
+    def __init__(self, c: Surface) -> None:
         self.c = c
         self.rt = c.rt
 

@@ -4,7 +4,7 @@ a retry for dead ones (``service.todos.retry``, as the agent's own retry)."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from sanic import HTTPResponse, Request
@@ -12,16 +12,14 @@ from sanic import HTTPResponse, Request
 from switchboard.errors import Conflict
 from switchboard.service import overview, todos
 
+from .surface import Surface
 from .trace import waited
-
-if TYPE_CHECKING:
-    from .views import Console
 
 Row = dict[str, Any]
 
 
 class Queues:
-    def __init__(self, c: Console) -> None:
+    def __init__(self, c: Surface) -> None:
         self.c = c
         self.rt = c.rt
 

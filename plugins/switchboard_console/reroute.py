@@ -3,15 +3,14 @@ first, then a confirm form that applies exactly that version over the same windo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sanic import HTTPResponse, Request
 
 from switchboard.errors import InvalidArgument
 from switchboard.service import reroute, versions
 
-if TYPE_CHECKING:
-    from .views import Console
+from .surface import Surface
 
 Row = dict[str, Any]
 LAST_DEFAULT, LAST_MAX = 1000, 10000
@@ -25,7 +24,7 @@ def _last(value: str | None) -> int:
 
 
 class Reroute:
-    def __init__(self, c: Console) -> None:
+    def __init__(self, c: Surface) -> None:
         self.c = c
         self.rt = c.rt
 
