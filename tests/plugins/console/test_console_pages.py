@@ -380,6 +380,23 @@ def test_a_confirm_under_rules_changed_since_the_plan_applies_nothing(seeded: An
         )
 
 
+def test_retry_is_the_owners_and_only_for_a_dead_todo(seeded: Any) -> None:
+    with contextlib.closing(_client(seeded)) as client:
+        csrf = _csrf(client.get("/console/queues").text)
+        # a claimed todo is not dead: a conflict naming its state, nothing changed
+        reply = client.post(f"/console/todos/{seeded['claimed']}/retry", data={"csrf": csrf})
+        assert reply.status_code == 409 and "is claimed" in reply.text
+        # an unknown todo (or not a todo id at all) is not found
+        for todo in (str(uuid.uuid4()), "not-a-uuid"):
+            reply = client.post(f"/console/todos/{todo}/retry", data={"csrf": csrf})
+            assert reply.status_code == 404, todo
+        # without the CSRF token, nothing runs
+        reply = client.post(f"/console/todos/{seeded['claimed']}/retry")
+        assert reply.status_code == 403
+    state = _sql(seeded, "SELECT state, owner FROM todos WHERE id = %s", seeded["claimed"])
+    assert state == [{"state": "claimed", "owner": "worker-1"}]
+
+
 def test_the_origin_a_trusted_proxy_forwards_passes_and_an_untrusted_peers_does_not(
     seeded: Any,
 ) -> None:
