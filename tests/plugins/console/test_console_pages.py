@@ -26,6 +26,7 @@ from switchboard.service import events as events_svc
 from switchboard.service import reroute as reroute_svc
 from switchboard.service import rules as rules_svc
 from switchboard.service import todos as todos_svc
+from switchboard.service import webhooks as webhooks_svc
 from switchboard.service.ingest import ingest
 from switchboard.sources import Headers
 
@@ -364,6 +365,44 @@ def test_release_held_shows_the_plan_and_applies_it_on_confirm(
     page.goto(f"/console/webhooks/{hid}/reroute?held=1")
     page.click("#plan-form button[type=submit]")
     assert page.locator("#nothing").count() == 1
+
+
+def test_reroute_shows_the_plan_and_applies_it_on_confirm(
+    page: Any, seeded: Any, shots: Path
+) -> None:
+    """A route added after the deliveries came: a re-route gives each a todo for the new
+    target, exactly the plan's, once."""
+    hid = seeded["hook"]["webhook_id"]
+    helper = seeded["world"].endpoint("olga", "helper", queues="inbox,review,triage")
+    env = seeded["server"].env
+    on_runtime(env, lambda rt: webhooks_svc.add_route(rt, None, hid, helper["endpoint_id"]))
+    # a route is no rules version; a save makes one, so the released deliveries (re-routed
+    # under version 3 already) are re-routed again too
+    on_runtime(env, lambda rt: rules_svc.set_policy(rt, None, hid, on_fault="hold", note="v4"))
+    plan = on_runtime(env, lambda rt: reroute_svc.reroute_events(rt, None, hid, plan=True))
+    assert plan["todos_planned"] > 0 and plan["by_endpoint"] == {
+        helper["endpoint_id"]: plan["todos_planned"]
+    }
+    _sign_in(page, seeded)
+    page.goto(f"/console/webhooks/{hid}")
+    page.click("#reroute-link")
+    page.click("#plan-form button[type=submit]")
+    summary = page.text_content("#plan-summary")
+    assert (
+        f"{plan['evaluated']} deliveries evaluated, {plan['changed']} would change,"
+        f" {plan['todos_planned']} new todos" in " ".join(summary.split())
+    )
+    assert page.locator("tr.planned-event").count() == len(plan["events"])
+    page.screenshot(path=str(shots / "console-reroute-plan.png"), full_page=True)
+    count = "SELECT count(*)::int AS n FROM todos WHERE endpoint_id = %s"
+    assert _sql(seeded, count, helper["endpoint_id"]) == [{"n": 0}]  # the plan saved nothing
+    page.click("#confirm")
+    done = page.text_content("#done-summary")
+    assert f"{plan['todos_planned']} todos created" in done
+    assert _sql(seeded, count, helper["endpoint_id"]) == [{"n": plan["todos_planned"]}]
+    page.goto(f"/console/webhooks/{hid}/reroute")
+    page.click("#plan-form button[type=submit]")
+    assert "0 new todos" in page.text_content("#plan-summary")
 
 
 # --- HTTP -----------------------------------------------------------------------------------
