@@ -9,7 +9,6 @@ from urllib.parse import quote
 
 from sanic import HTTPResponse, Request
 
-from switchboard.errors import Conflict
 from switchboard.service import overview, todos
 
 from .surface import Surface
@@ -42,10 +41,8 @@ class Queues:
         )
 
     async def retry(self, request: Request, who: Row, todo_id: str) -> HTTPResponse:
-        try:
-            await todos.retry(self.rt, who, todo_id)
-        except Conflict as exc:
-            return self.c.render(request, "error.html", 409, title="Cannot retry", message=str(exc))
+        """POST: the dead todo pending again (another state is the service's conflict)."""
+        await todos.retry(self.rt, who, todo_id)
         return self.c.go(request, "/console/queues?retried=" + quote(todo_id))
 
     async def index(self, request: Request, who: Row) -> HTTPResponse:

@@ -12,7 +12,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sanic import HTTPResponse, Request
 from sanic.response import html, raw, redirect
 
-from switchboard.errors import Forbidden, InvalidArgument, NotFound
+from switchboard.errors import (
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    StoreUnavailable,
+    SwitchboardError,
+    http_status,
+)
 from switchboard.runtime import Runtime
 from switchboard.service import history, rules
 from switchboard.service.identity import authenticate
@@ -141,6 +148,14 @@ class Console:
             except InvalidArgument as exc:
                 return self.render(
                     request, "error.html", 400, title="Bad request", message=str(exc)
+                )
+            except StoreUnavailable:
+                raise  # the guard's 503 page
+            except SwitchboardError as exc:
+                # a refusal of the service's own (conflict, forbidden, unavailable): its
+                # status and words, as the MCP tools answer them
+                return self.render(
+                    request, "error.html", http_status(exc), title="Refused", message=str(exc)
                 )
 
         return handler
