@@ -61,7 +61,8 @@ def svg(hours: list[dict[str, int]], *, width: int, height: int, label: str) -> 
         f"<title>{escape(label)}</title>",
         f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#f6f6f6"/>',
     ]
-    for value in sorted({0, top // 2, top} if top >= 2 else {0, top}):
+    # a middle tick only where it is a whole number of deliveries
+    for value in (0, top // 2, top) if top % 2 == 0 else (0, top):
         y = base - value / top * plot_h
         parts.append(
             f'<line class="grid" x1="{LEFT}" x2="{width}" y1="{y:.1f}" y2="{y:.1f}"'

@@ -77,7 +77,7 @@ class Deliveries:
         titles = await overview.todo_titles(self.rt, who, hook["id"], [r["event_id"] for r in rows])
         for r in rows:
             r["todos"] = titles.get(r["event_id"], [])
-            r["decided_by"] = decided_by(r.get("routing_trace"))
+            r["decided_by"] = decided_by(r.get("routing_trace"), r.get("disposition"))
             r["outcome"] = charts.outcome(r)
             r["waited"] = waited(_age_s(r, now)) if r.get("disposition") == "pending" else None
         more = None

@@ -157,10 +157,17 @@ def stage_text(doc: dict[str, Any]) -> str:
     return text + "."
 
 
-def decided_by(trace: dict[str, Any] | None) -> str:
-    """The deciding stage and rule in a few words (a deliveries list's column)."""
+def decided_by(trace: dict[str, Any] | None, disposition: str | None = None) -> str:
+    """The deciding stage and rule in a few words (a deliveries list's column); a held
+    delivery names the fault that held it (what matched is not where it went)."""
     if not trace:
         return "—"
+    faults = trace.get("faults") or []
+    if disposition == "held" and faults:
+        first = faults[0]
+        where = f"stage \u201c{first['stage']}\u201d" if first.get("stage") else _rule(first)
+        more = f" (+{len(faults) - 1} more)" if len(faults) > 1 else ""
+        return f"held: a fault in {where}{more}"
     stage = trace.get("stage")
     if stage == "rule":
         text = _rule(trace)

@@ -274,7 +274,9 @@ def test_deliveries_show_the_deciding_rule_todo_title_and_held_ones(page: Any, s
         assert page.locator("tr.delivery").count() == HELD
         held = page.locator("tr.delivery").first
         assert held.locator("td.disposition").text_content() == "held"
-        assert "after 1 fault" in held.locator("td.decided").text_content()
+        assert (
+            held.locator("td.decided").text_content() == "held: a fault in rule #1 \u201cboom\u201d"
+        )
         assert held.locator("td.todo").text_content() == "—"
     # the envelope the rules saw: the payload and the stored (sanitized) headers
     page.goto(f"/console/deliveries/{seeded['ids']['issue'][0]}")
