@@ -4,12 +4,13 @@ database outage answered as a page (503), never a traceback."""
 from __future__ import annotations
 
 import functools
+import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from switchboard import hostcheck
 from switchboard.config import Config
-from switchboard.errors import RETRY_AFTER_SECONDS, StoreUnavailable
+from switchboard.errors import RETRY_AFTER_SECONDS, ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
     # types only: the config schema hook imports this module, and a command other than
@@ -34,6 +35,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "items": {"type": "string"},
             "description": "extra Origin values (scheme://host[:port]) its forms may post from",
         },
+        "trusted_proxies": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "addresses or CIDRs of reverse proxies whose X-Forwarded-Host and"
+            " X-Forwarded-Proto name the console's public origin (default: none)",
+        },
     },
 }
 
@@ -46,6 +53,7 @@ class Guard:
         section = config.plugin("console")
         self.hosts = hostcheck.allowed_hosts(config, section, "plugins.console")
         self.origins = hostcheck.allowed_origins(config, section, "plugins.console")
+        self.proxies = trusted_proxies(section.get("trusted_proxies", []))
 
     def host_ok(self, request: Request) -> bool:
         hosts = request.headers.getall("host", [])
@@ -57,7 +65,27 @@ class Guard:
         origins = request.headers.getall("origin", [])
         if not origins:
             return True
-        return len(origins) == 1 and hostcheck.allowed(origins[0], self.origins, hostcheck.ORIGIN)
+        if len(origins) != 1:
+            return False
+        if hostcheck.allowed(origins[0], self.origins, hostcheck.ORIGIN):
+            return True
+        forwarded = self.forwarded_origin(request)
+        return forwarded is not None and _same_origin(origins[0], forwarded)
+
+    def forwarded_origin(self, request: Request) -> str | None:
+        """The public origin a trusted proxy names (``X-Forwarded-Proto://X-Forwarded-Host``);
+        None when the peer is not a trusted proxy or the headers are absent or ambiguous."""
+        if not self.proxies or not _peer_in(request.ip, self.proxies):
+            return None
+        hosts = request.headers.getall("x-forwarded-host", [])
+        protos = request.headers.getall("x-forwarded-proto", [])
+        if len(hosts) != 1 or len(protos) > 1:
+            return None
+        host = hosts[0].strip()
+        proto = protos[0].strip().lower() if protos else request.scheme
+        if proto not in ("http", "https") or not hostcheck.HOST.fullmatch(host):
+            return None
+        return f"{proto}://{host}"
 
     def wrap(self, fn: Handler, render: Render) -> Handler:
         @functools.wraps(fn)
@@ -86,3 +114,46 @@ class Guard:
                 return resp
 
         return handler
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def trusted_proxies(values: Any) -> list[Network]:
+    """``[plugins.console] trusted_proxies``: each an address or a CIDR with no host bits
+    set; anything else refused at start-up naming the entry."""
+    out: list[Network] = []
+    for i, value in enumerate(values):
+        where = f"plugins.console.trusted_proxies[{i}]"
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: must be an address or a CIDR, as a string")
+        try:
+            out.append(ipaddress.ip_network(value.strip(), strict=True))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {value!r} is not an address or a CIDR ({exc})") from None
+    return out
+
+
+def _peer_in(ip: str, networks: list[Network]) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return any(addr in net for net in networks)
+
+
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def _same_origin(a: str, b: str) -> bool:
+    """Two origins equal once a scheme's default port is dropped (case-insensitively)."""
+
+    def norm(value: str) -> str:
+        value = value.lower()
+        scheme = value.split("://", 1)[0]
+        port = _DEFAULT_PORTS.get(scheme)
+        return value[: -len(port) - 1] if port and value.endswith(f":{port}") else value
+
+    return hostcheck.ORIGIN.fullmatch(a) is not None and norm(a) == norm(b)

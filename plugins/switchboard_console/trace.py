@@ -155,3 +155,50 @@ def stage_text(doc: dict[str, Any]) -> str:
     if doc.get("replay") == "stored" and doc.get("said") in ("decided", "faulted", "passed"):
         text += " (as stored: not asked again)"
     return text + "."
+
+
+def decided_by(trace: dict[str, Any] | None, disposition: str | None = None) -> str:
+    """The deciding stage and rule in a few words (a deliveries list's column); a held
+    delivery names the fault that held it (what matched is not where it went)."""
+    if not trace:
+        return "—"
+    faults = trace.get("faults") or []
+    if disposition == "held" and faults:
+        first = faults[0]
+        where = f"stage \u201c{first['stage']}\u201d" if first.get("stage") else _rule(first)
+        more = f" (+{len(faults) - 1} more)" if len(faults) > 1 else ""
+        return f"held: a fault in {where}{more}"
+    stage = trace.get("stage")
+    if stage == "rule":
+        text = _rule(trace)
+    elif stage == "pending":
+        text = f"waiting for {trace.get('pending', '?')}"
+    else:
+        text = STAGES.get(str(stage), str(stage)) if stage != "default" else "default"
+    if trace.get("faults"):
+        n = len(trace["faults"])
+        text += f", after {n} fault{'s' if n != 1 else ''}"
+    return text
+
+
+def reroutes(trace: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The trace's ``reroutes`` entries, each with what it did as a phrase."""
+    out = []
+    for entry in (trace or {}).get("reroutes") or ():
+        if isinstance(entry, dict):
+            out.append({**entry, "text": _action(entry.get("action"))})
+    return out
+
+
+def waited(seconds: float | None) -> str:
+    """An age as a person reads it: 45 s, 12 min, 3 h 5 min, 2 d 4 h."""
+    if seconds is None:
+        return "—"
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"

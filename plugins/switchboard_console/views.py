@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sanic import HTTPResponse, Request
 from sanic.response import html, raw, redirect
 
-from switchboard.errors import Forbidden, InvalidArgument, NotFound, SwitchboardError
+from switchboard.errors import (
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    StoreUnavailable,
+    SwitchboardError,
+    http_status,
+)
 from switchboard.runtime import Runtime
-from switchboard.service import events as events_svc
-from switchboard.service import history, rules, webhooks
-from switchboard.service.events import encode_cursor
+from switchboard.service import history, rules
 from switchboard.service.identity import authenticate
 
-from . import charts, session
+from . import session, versions
+from .deliveries import Deliveries
 from .guard import Guard
-from .trace import explain, stage_text, verdict_text
+from .queues import Queues
+from .reroute import Reroute
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"console.css": "text/css; charset=utf-8"}
@@ -40,11 +45,6 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-PAGE = 25
-#: Stored events one deliveries page reads at most while filtering by kind / verified.
-SCAN_MAX = 1000
-#: Events a 24 h chart reads at most.
-CHART_MAX = 2000
 
 Row = dict[str, Any]
 Handler = Callable[..., Awaitable[HTTPResponse]]
@@ -149,6 +149,14 @@ class Console:
                 return self.render(
                     request, "error.html", 400, title="Bad request", message=str(exc)
                 )
+            except StoreUnavailable:
+                raise  # the guard's 503 page
+            except SwitchboardError as exc:
+                # a refusal of the service's own (conflict, forbidden, unavailable): its
+                # status and words, as the MCP tools answer them
+                return self.render(
+                    request, "error.html", http_status(exc), title="Refused", message=str(exc)
+                )
 
         return handler
 
@@ -211,135 +219,9 @@ class Console:
         resp.headers["Cache-Control"] = "public, max-age=3600"
         return resp
 
-    # --- webhooks -----------------------------------------------------------------------
-
-    async def _recent(self, who: Row, webhook_id: str, now: dt.datetime) -> list[Row]:
-        """The webhook's events of the last 24 h (at most :data:`CHART_MAX`)."""
-        since = now - dt.timedelta(hours=charts.HOURS)
-        out: list[Row] = []
-        cursor = None
-        while len(out) < CHART_MAX:
-            got = await events_svc.list_events(self.rt, who, webhook_id, limit=100, cursor=cursor)
-            for ev in got["events"]:
-                if dt.datetime.fromisoformat(ev["received_at"]) < since:
-                    return out
-                out.append(ev)
-            cursor = got["next_cursor"]
-            if not cursor:
-                break
-        return out
-
-    async def _summary(self, who: Row, hook: Row, now: dt.datetime) -> Row:
-        hours = charts.buckets(await self._recent(who, hook["webhook_id"], now), now)
-        routes = await webhooks.list_routes(self.rt, who, hook["webhook_id"])
-        return {**hook, "routes": routes["routes"], "hours": hours, "totals": charts.totals(hours)}
-
-    async def webhook_list(self, request: Request, who: Row) -> HTTPResponse:
-        now = dt.datetime.now(dt.UTC)
-        listed = await webhooks.list_webhooks(self.rt, who)
-        hooks = [await self._summary(who, h, now) for h in listed["webhooks"]]
-        for h in hooks:
-            h["chart"] = charts.svg(
-                h["hours"], width=240, height=48, label="deliveries per hour, last 24 h"
-            )
-        return self.render(request, "webhooks.html", who=who, hooks=hooks, outcomes=charts.OUTCOMES)
-
-    async def webhook(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
-        now = dt.datetime.now(dt.UTC)
-        hook = await webhooks.owned_webhook(self.rt, who, webhook_id)
-        summary = await self._summary(who, webhooks.webhook_view(self.rt, hook), now)
-        summary["chart"] = charts.svg(
-            summary["hours"], width=720, height=160, label="deliveries per hour, last 24 h"
-        )
-        args = request.args
-        filters = {
-            "disposition": args.get("disposition") or "",
-            "kind": args.get("kind") or "",
-            "verified": args.get("verified") or "",
-        }
-        if filters["verified"] not in ("", "yes", "no"):
-            raise InvalidArgument("verified: must be yes or no")
-        rows, next_cursor = await self._deliveries(who, hook["id"], filters, args.get("cursor"))
-        more = None
-        if next_cursor:
-            more = "?" + urlencode(
-                {**{k: v for k, v in filters.items() if v}, "cursor": next_cursor}
-            )
-        return self.render(
-            request,
-            "webhook.html",
-            who=who,
-            hook=summary,
-            rows=rows,
-            filters=filters,
-            more=more,
-            outcomes=charts.OUTCOMES,
-            dispositions=events_svc.DISPOSITIONS,
-            outcome=charts.outcome,
-        )
-
-    async def _deliveries(
-        self, who: Row, webhook_id: str, filters: dict[str, str], cursor: str | None
-    ) -> tuple[list[Row], str | None]:
-        """One page of the webhook's deliveries, newest first, filtered; and the next cursor."""
-        rows: list[Row] = []
-        scanned = 0
-        last: Row | None = None
-        while True:
-            got = await events_svc.list_events(
-                self.rt,
-                who,
-                webhook_id,
-                disposition=filters["disposition"] or None,
-                limit=100,
-                cursor=cursor,
-            )
-            for ev in got["events"]:
-                scanned += 1
-                if filters["kind"] and ev.get("kind") != filters["kind"]:
-                    last = ev
-                    continue
-                if filters["verified"] and bool(ev.get("verified")) != (
-                    filters["verified"] == "yes"
-                ):
-                    last = ev
-                    continue
-                if len(rows) == PAGE:
-                    return rows, _cursor(rows[-1])
-                rows.append(ev)
-                last = ev
-                if scanned >= SCAN_MAX:
-                    return rows, _cursor(last)
-            cursor = got["next_cursor"]
-            if not cursor:
-                return rows, None
-            if scanned >= SCAN_MAX and last is not None:
-                return rows, _cursor(last)
-
-    async def delivery(self, request: Request, who: Row, event_id: str) -> HTTPResponse:
-        event = await events_svc.show_event(self.rt, who, event_id)
-        try:
-            why = await history.explain_stored(self.rt, who, event_id)
-            verdicts = [{**v, "text": verdict_text(v)} for v in why["verdicts"]]
-            stages = [{**s, "text": stage_text(s)} for s in why.get("stages") or ()]
-            why_error = None
-        except (InvalidArgument, SwitchboardError) as exc:
-            if isinstance(exc, NotFound):
-                raise
-            verdicts, stages, why_error = [], [], str(exc)
-        return self.render(
-            request,
-            "delivery.html",
-            who=who,
-            event=event,
-            story=explain(event.get("routing_trace"), event.get("disposition")),
-            verdicts=verdicts,
-            stages=stages,
-            why_error=why_error,
-        )
-
     async def rules_page(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
         saved = await rules.list_rules(self.rt, who, webhook_id)
+        hist = await versions.history(self.rt, who, webhook_id, request.args)
         candidate = json.dumps(
             {k: saved.get(k) for k in ("rules", "default_action", "params")},
             indent=2,
@@ -361,6 +243,7 @@ class Console:
             status,
             who=who,
             saved=saved,
+            hist=hist,
             webhook_id=webhook_id,
             candidate=candidate,
             last=last,
@@ -397,14 +280,11 @@ def _field(request: Request, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _cursor(ev: Row) -> str:
-    return encode_cursor(
-        {"received_at": dt.datetime.fromisoformat(ev["received_at"]), "id": ev["event_id"]}
-    )
-
-
 def add_routes(app: Any, rt: Runtime) -> None:
     c = Console(rt)
+    d = Deliveries(c)
+    q = Queues(c)
+    rr = Reroute(c)
 
     def route(fn: Handler, uri: str, **kw: Any) -> None:
         # every console route checks Host first and answers an outage as a page
@@ -415,9 +295,9 @@ def add_routes(app: Any, rt: Runtime) -> None:
     route(c.signin, "/console/signin", methods=["POST"], name="console_signin")
     route(c.signout, "/console/signout", methods=["POST"], name="console_signout")
     route(c.static, "/console/static/<name:str>", methods=["GET"], name="console_static")
-    route(c.page(c.webhook_list), "/console/webhooks", methods=["GET"], name="console_webhooks")
+    route(c.page(d.webhook_list), "/console/webhooks", methods=["GET"], name="console_webhooks")
     route(
-        c.page(c.webhook),
+        c.page(d.webhook),
         "/console/webhooks/<webhook_id:str>",
         methods=["GET"],
         name="console_webhook",
@@ -429,10 +309,23 @@ def add_routes(app: Any, rt: Runtime) -> None:
         name="console_rules",
     )
     route(
-        c.page(c.delivery),
+        c.page(d.delivery),
         "/console/deliveries/<event_id:str>",
         methods=["GET"],
         name="console_delivery",
+    )
+    route(
+        c.page(rr.page),
+        "/console/webhooks/<webhook_id:str>/reroute",
+        methods=["GET", "POST"],
+        name="console_reroute",
+    )
+    route(c.page(q.index), "/console/queues", methods=["GET"], name="console_queues")
+    route(
+        c.page(q.retry),
+        "/console/todos/<todo_id:str>/retry",
+        methods=["POST"],
+        name="console_todo_retry",
     )
     # Last and least specific: whatever else is under /console.
     route(c.unknown, "/console/<rest:path>", methods=["GET"], name="console_unknown")

@@ -9,6 +9,7 @@ from .history import HistoryQueries
 from .identity import IdentityQueries
 from .once import OnceQueries
 from .outcome import DeliveryOutcome, OnceClaim
+from .overview import OverviewQueries
 from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
 from .reroute import RerouteQueries
@@ -28,6 +29,7 @@ class Store(
     VersionQueries,
     RerouteQueries,
     OnceQueries,
+    OverviewQueries,
 ):
     """Every query the service layer may run, over one pool."""
 

@@ -1,0 +1,77 @@
+"""Re-route stored deliveries (or release held ones) from the console: the service's plan
+first, then a confirm form that applies exactly that version over the same window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import HTTPResponse, Request
+
+from switchboard.errors import InvalidArgument
+from switchboard.service import reroute, versions
+
+from .surface import Surface
+
+Row = dict[str, Any]
+LAST_DEFAULT, LAST_MAX = 1000, 10000
+
+
+def _last(value: str | None) -> int:
+    text = (value or str(LAST_DEFAULT)).strip()
+    if not text.isdigit() or not 1 <= int(text) <= LAST_MAX:
+        raise InvalidArgument(f"last: must be a number from 1 to {LAST_MAX}")
+    return int(text)
+
+
+class Reroute:
+    def __init__(self, c: Surface) -> None:
+        self.c = c
+        self.rt = c.rt
+
+    async def _run(self, who: Row, webhook_id: str, held: bool, last: int, plan: bool) -> Row:
+        verb = reroute.release_held if held else reroute.reroute_events
+        return await verb(self.rt, who, webhook_id, last=last, plan=plan)
+
+    async def page(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
+        """GET: the form; POST ``step=plan``: the plan and a confirm form; POST
+        ``step=apply``: applied, if the rules are still the version that was planned."""
+        source = request.form if request.method == "POST" else request.args
+
+        def field(name: str) -> str | None:
+            value = source.get(name) if source is not None else None
+            return value if isinstance(value, str) else None
+
+        held = (field("held") or "") == "1"
+        last = _last(field("last"))
+        current = (await versions.list_versions(self.rt, who, webhook_id, limit=1))[
+            "current_version"
+        ]
+        ctx: Row = {
+            "who": who,
+            "webhook_id": webhook_id,
+            "held": held,
+            "last": last,
+            "current": current,
+            "plan": None,
+            "done": None,
+            "error": None,
+        }
+        status = 200
+        step = field("step") if request.method == "POST" else None
+        if step == "plan":
+            ctx["plan"] = await self._run(who, webhook_id, held, last, plan=True)
+        elif step == "apply":
+            planned = field("version") or ""
+            if planned != str(current):
+                # the rules changed since the plan was shown: plan again, apply nothing
+                ctx["error"] = (
+                    f"The rules are now version {current}, not the planned version"
+                    f" {planned or '?'}: nothing was applied. Here is the new plan."
+                )
+                ctx["plan"] = await self._run(who, webhook_id, held, last, plan=True)
+                status = 409
+            else:
+                ctx["done"] = await self._run(who, webhook_id, held, last, plan=False)
+        elif step is not None:
+            raise InvalidArgument("step: must be plan or apply")
+        return self.c.render(request, "reroute.html", status, **ctx)
