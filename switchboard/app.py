@@ -95,6 +95,8 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # From the stop signal on, no new request starts (see _gate) and every response
         # closes its connection; in-flight requests and their sinks finish.
         app.ctx.draining = True
+        # New connections are refused from here on, in every worker (not queued to be reset).
+        arrival.stop_accepting(app)
         from .service.ingest import drain_sinks
 
         triage = getattr(app.ctx, "triage", None)
