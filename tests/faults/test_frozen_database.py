@@ -24,7 +24,7 @@ from sbfaults import (
     stored_deliveries,
     timed,
 )
-from sbtest import CLI
+from sbtest import CLI, free_port
 from sbworld import World
 
 #: The deadline under test: the default (``server.database_timeout_ms``).
@@ -153,3 +153,43 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
     # An expected outage logs warnings: no traceback, no 500.
     log = srv.log.read_text()
     assert "Traceback" not in log and "internal error" not in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_the_separate_metrics_listener_answers_within_a_second_while_frozen(
+    server_factory: Any, private_pg: PrivatePostgres, private_dsn: str, fault_config: Any
+) -> None:
+    """``[metrics] addr``: the listener in serve's main process serves the last todo counts
+    with their age, as the app's own route does, never waiting on the frozen database."""
+    port = free_port()
+    config: Path = fault_config(f'[metrics]\naddr = "127.0.0.1:{port}"\n')
+    srv = server_factory(private_dsn, config=config)
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.endpoint("alice", "owner")
+    url = w.webhook("owner", "generic")["ingest_url"]
+    scrape_url = f"http://127.0.0.1:{port}/metrics"
+    with httpx.Client(timeout=30) as http:
+        assert deliver(http, url, "warm").status_code == 202
+        warm = http.get(scrape_url)
+        assert warm.status_code == 200 and _gauge(warm.text, "switchboard_todos_age_seconds") < 1
+        with private_pg.frozen():
+            # The first starts a read that hangs; the next find it still running.
+            scrapes = [timed(http.get, scrape_url) for _ in range(3)]
+        for seconds, resp in scrapes:
+            assert not isinstance(resp, Exception), resp
+            assert resp.status_code == 200 and seconds < PROBE_BOUND_S, seconds
+            assert 'switchboard_todos{queue="inbox",state="pending"} 1.0' in resp.text
+            assert _gauge(resp.text, "switchboard_todos_age_seconds") > 0
+        # Thawed: fresh values again.
+        thawed = time.monotonic()
+        while _gauge(http.get(scrape_url).text, "switchboard_todos_age_seconds") > 0.5:
+            assert time.monotonic() - thawed < 15, "stale counts 15 s after the thaw"
+            time.sleep(0.2)
+    print(f"\nfrozen, the separate metrics listener: 200 in {_spread(scrapes)}")
+
+
+def _gauge(text: str, name: str) -> float:
+    """The value of an unlabelled series in an exposition."""
+    line = next(line for line in text.splitlines() if line.startswith(name + " "))
+    return float(line.split()[-1])
