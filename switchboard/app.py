@@ -95,8 +95,6 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # From the stop signal on, no new request starts (see _gate) and every response
         # closes its connection; in-flight requests and their sinks finish.
         app.ctx.draining = True
-        # New connections are refused from here on, in every worker (not queued to be reset).
-        arrival.stop_accepting(app)
         from .service.ingest import drain_sinks
 
         triage = getattr(app.ctx, "triage", None)
@@ -104,6 +102,10 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
             # In-flight stage runs finish or give their leases back (another worker's).
             await triage.stop()
         await drain_sinks()
+        # Until here a new connection is still accepted, and answered 503 (_gate); from
+        # here on refused, in every worker at once (not queued to be reset). Last, as
+        # Sanic closes this worker's own listener right after: see stop_accepting.
+        arrival.stop_accepting(app)
 
     @app.after_server_stop
     async def _close(app: Sanic[Any, Any]) -> None:

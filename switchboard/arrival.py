@@ -166,9 +166,11 @@ def stop_accepting(app: Any) -> int:
     on completing handshakes into the socket's queue, and those connections are reset when
     the main process finally closes it. ``shutdown(SHUT_RD)`` on a listening socket stops
     it listening in the kernel (the socket, not one process's descriptor), so a new
-    connection is refused at once. Only under uvloop: a sibling on the stdlib loop still
-    watching the socket would spin on ``accept``'s ``EINVAL`` until its own stop; uvloop
-    closes its listener quietly.
+    connection is refused at once. A process whose listener still watches the socket wakes
+    for it at every turn of its loop until that listener closes (uvloop quietly; the stdlib
+    loop would log ``accept``'s ``EINVAL`` each time, so only under uvloop): called last in a
+    worker's drain, just before Sanic closes its listener, so that lasts only as long as a
+    sibling's drain runs behind this one's.
     """
     loop = asyncio.get_running_loop()
     if not type(loop).__module__.startswith("uvloop"):
