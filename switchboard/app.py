@@ -102,6 +102,10 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
             # In-flight stage runs finish or give their leases back (another worker's).
             await triage.stop()
         await drain_sinks()
+        # Until here a new connection is still accepted, and answered 503 (_gate); from
+        # here on refused, in every worker at once (not queued to be reset). Last, as
+        # Sanic closes this worker's own listener right after: see stop_accepting.
+        arrival.stop_accepting(app)
 
     @app.after_server_stop
     async def _close(app: Sanic[Any, Any]) -> None:

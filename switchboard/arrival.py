@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any, cast
 
 from sanic.exceptions import RequestTimeout
@@ -155,3 +156,34 @@ class BoundedProtocol(HttpProtocol):
         if self.transport is not None and http is not None and http.stage is not Stage.IDLE:
             _cut_at_stop[0] += 1
         super().abort()
+
+
+def stop_accepting(app: Any) -> int:
+    """Shut the listening socket down in every process at once; how many were shut.
+
+    With several workers, ``serve``'s main process owns the listening socket and keeps it
+    open until every worker has drained: each worker stops accepting, yet the kernel goes
+    on completing handshakes into the socket's queue, and those connections are reset when
+    the main process finally closes it. ``shutdown(SHUT_RD)`` on a listening socket stops
+    it listening in the kernel (the socket, not one process's descriptor), so a new
+    connection is refused at once. A process whose listener still watches the socket wakes
+    for it at every turn of its loop until that listener closes (uvloop quietly; the stdlib
+    loop would log ``accept``'s ``EINVAL`` each time, so only under uvloop): called last in a
+    worker's drain, just before Sanic closes its listener, so that lasts only as long as a
+    sibling's drain runs behind this one's.
+    """
+    loop = asyncio.get_running_loop()
+    if not type(loop).__module__.startswith("uvloop"):
+        return 0
+    shut = 0
+    for info in getattr(app.state, "server_info", None) or []:
+        sock = info.settings.get("sock")
+        if sock is None or sock.fileno() < 0:
+            # One process (serve --workers 1): its server closes the only listener itself.
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RD)
+            shut += 1
+        except OSError:  # already shut by a sibling: one shutdown is enough
+            pass
+    return shut

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -122,23 +123,61 @@ class _TodoCounts:
         self.last = (time.monotonic(), rows, pending)
 
 
+class _ListenerCounts:
+    """:class:`_TodoCounts` for the separate listener, whose scrapes run on threads.
+
+    One reader thread at a time reads the counts, each on a connection of its own; a scrape
+    starts one (unless one is running) and waits :data:`TODO_COUNTS_WAIT_S` for it, then
+    serves the last values read, so a frozen database never holds a scrape.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.last: tuple[float, list[Any], dict[str, int]] | None = None
+        self.reading: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def read(self) -> tuple[float, list[Any], dict[str, int]] | None:
+        with self.lock:
+            if self.reading is None or not self.reading.is_alive():
+                self.reading = threading.Thread(
+                    target=self._read, name="switchboard-metrics-counts", daemon=True
+                )
+                self.reading.start()
+            reading = self.reading
+        reading.join(TODO_COUNTS_WAIT_S)
+        return self.last
+
+    def _read(self) -> None:
+        try:
+            rows = todo_counts_sync(self.dsn)
+        except Exception as exc:  # the other series still answer while the database is away
+            log.warning("metrics: todo counts unavailable: %s", exc)
+            return
+        try:
+            pending = pending_counts_sync(self.dsn)
+        except Exception as exc:
+            log.warning("metrics: pending counts unavailable: %s", exc)
+            pending = {}
+        self.last = (time.monotonic(), rows, pending)
+
+
 class _Listener(Collector):
-    """What the separate listener collects: the process series, then the todo gauge."""
+    """What the separate listener collects: the process series, then the todo gauge (the
+    last values read, with their age, as on the app's own route)."""
 
     def __init__(self, dsn: str, max_queues: int) -> None:
-        self.dsn = dsn
+        self.counts = _ListenerCounts(dsn)
         self.max_queues = max_queues
 
     def collect(self) -> Iterator[Metric]:
         yield from metrics.process_collector().collect()
-        try:
-            yield metrics.todo_family(todo_counts_sync(self.dsn), self.max_queues)
-        except Exception as exc:
-            log.warning("metrics: todo counts unavailable: %s", exc)
-        try:
-            yield metrics.pending_family(pending_counts_sync(self.dsn))
-        except Exception as exc:
-            log.warning("metrics: pending counts unavailable: %s", exc)
+        last = self.counts.read()
+        if last is not None:
+            read_at, rows, pending = last
+            yield metrics.todo_family(rows, self.max_queues)
+            yield metrics.todo_age_family(time.monotonic() - read_at)
+            yield metrics.pending_family(pending)
 
 
 def start_listener(config: Config, dsn: str) -> str | None:

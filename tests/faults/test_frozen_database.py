@@ -1,5 +1,9 @@
 """A frozen PostgreSQL (SIGSTOP on all its processes: a network partition) costs every
-request at most ``server.database_timeout_ms``, and nothing once it thaws."""
+request at most ``server.database_timeout_ms`` (the default, 2 s) plus half a second,
+``/healthz`` and ``/metrics`` at most a second, and nothing once it thaws: no delivery lost,
+doubled or half-written. The freeze lasts as long as the frozen requests take (seconds,
+not the issue's 30 s): each request's deadline runs from its own start, so a longer freeze
+would only repeat the same answers."""
 
 from __future__ import annotations
 
@@ -11,15 +15,24 @@ from typing import Any
 
 import httpx
 import pytest
-from sbfaults import PrivatePostgres, deliver, mcp_call, mcp_message, stored_deliveries, timed
-from sbtest import CLI
+from sbfaults import (
+    PrivatePostgres,
+    deliver,
+    half_written,
+    mcp_call,
+    mcp_message,
+    stored_deliveries,
+    timed,
+)
+from sbtest import CLI, free_port
 from sbworld import World
 
-#: The deadline under test (the default is 2000: the same code, a shorter test).
-TIMEOUT_MS = 1000
-#: The promise (README: within the deadline, plus half a second for the rest of the request),
-#: and slack for a loaded two-core machine on top.
-BOUND_S = TIMEOUT_MS / 1000 + 0.5 + 0.5
+#: The deadline under test: the default (``server.database_timeout_ms``).
+TIMEOUT_MS = 2000
+#: The promise (issue 33, README): within the deadline plus half a second.
+BOUND_S = TIMEOUT_MS / 1000 + 0.5
+#: /healthz and /metrics, whatever the database does.
+PROBE_BOUND_S = 1.0
 #: Concurrent requests per surface while frozen.
 CONCURRENT = 8
 
@@ -104,8 +117,8 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
             assert resp.status_code == 503 and "database is not answering" in resp.text
             assert resp.headers["retry-after"].isdigit()
             assert seconds < BOUND_S, seconds
-        assert health_resp.status_code == 503 and health_time < 1.5, health_time
-        assert scrape_resp.status_code == 200 and scrape_time < 1.5, scrape_time
+        assert health_resp.status_code == 503 and health_time < PROBE_BOUND_S, health_time
+        assert scrape_resp.status_code == 200 and scrape_time < PROBE_BOUND_S, scrape_time
         age = [
             line
             for line in scrape_resp.text.splitlines()
@@ -133,6 +146,50 @@ def test_a_frozen_database_answers_503_within_the_deadline_and_loses_nothing(
         assert len(listed["todos"]) == len(ids), listed
     console.close()
     assert stored_deliveries(private_dsn) == {d: 1 for d in ids}
+    assert half_written(private_dsn) == {
+        "routed events without a todo": [],
+        "todos without their event": [],
+    }
     # An expected outage logs warnings: no traceback, no 500.
     log = srv.log.read_text()
     assert "Traceback" not in log and "internal error" not in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_the_separate_metrics_listener_answers_within_a_second_while_frozen(
+    server_factory: Any, private_pg: PrivatePostgres, private_dsn: str, fault_config: Any
+) -> None:
+    """``[metrics] addr``: the listener in serve's main process serves the last todo counts
+    with their age, as the app's own route does, never waiting on the frozen database."""
+    port = free_port()
+    config: Path = fault_config(f'[metrics]\naddr = "127.0.0.1:{port}"\n')
+    srv = server_factory(private_dsn, config=config)
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.endpoint("alice", "owner")
+    url = w.webhook("owner", "generic")["ingest_url"]
+    scrape_url = f"http://127.0.0.1:{port}/metrics"
+    with httpx.Client(timeout=30) as http:
+        assert deliver(http, url, "warm").status_code == 202
+        warm = http.get(scrape_url)
+        assert warm.status_code == 200 and _gauge(warm.text, "switchboard_todos_age_seconds") < 1
+        with private_pg.frozen():
+            # The first starts a read that hangs; the next find it still running.
+            scrapes = [timed(http.get, scrape_url) for _ in range(3)]
+        for seconds, resp in scrapes:
+            assert not isinstance(resp, Exception), resp
+            assert resp.status_code == 200 and seconds < PROBE_BOUND_S, seconds
+            assert 'switchboard_todos{queue="inbox",state="pending"} 1.0' in resp.text
+            assert _gauge(resp.text, "switchboard_todos_age_seconds") > 0
+        # Thawed: fresh values again.
+        thawed = time.monotonic()
+        while _gauge(http.get(scrape_url).text, "switchboard_todos_age_seconds") > 0.5:
+            assert time.monotonic() - thawed < 15, "stale counts 15 s after the thaw"
+            time.sleep(0.2)
+    print(f"\nfrozen, the separate metrics listener: 200 in {_spread(scrapes)}")
+
+
+def _gauge(text: str, name: str) -> float:
+    """The value of an unlabelled series in an exposition."""
+    line = next(line for line in text.splitlines() if line.startswith(name + " "))
+    return float(line.split()[-1])

@@ -1,5 +1,7 @@
 """SIGTERM under load: every request the server has read is answered, in-flight requests
-finish within ``server.shutdown_grace_s``, and only those past it are cut (and counted)."""
+finish within ``server.shutdown_grace_s``, only those past it are cut (and counted), and a
+new connection during the drain is refused or answered 503, never accepted and then reset,
+with one worker and with several (where serve's main process owns the listening socket)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from sbworld import World
 GRACE_S = 4
 IN_FLIGHT = 16
 IDLE = 4
+#: New connections opened while the drain runs.
+NEW = 4
 
 
 def _reply(sock: socket.socket, timeout: float = 10) -> bytes:
@@ -29,11 +33,42 @@ def _reply(sock: socket.socket, timeout: float = 10) -> bytes:
     return got
 
 
+def _new_connection(port: int, request: bytes) -> str:
+    """What a client opening a connection during the drain sees: ``refused`` at connect,
+    ``503`` (with ``Connection: close`` and ``Retry-After``), or anything else verbatim
+    (``reset``, an empty reply, another status): the last are failures."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except ConnectionRefusedError:
+        return "refused"
+    try:
+        sock.sendall(request)
+        reply = _reply(sock)
+    except ConnectionResetError:
+        return "reset after acceptance"
+    finally:
+        sock.close()
+    head = reply.split(b"\r\n\r\n", 1)[0].lower()
+    if (
+        reply.startswith(b"HTTP/1.1 503 ")
+        and b"\r\nconnection: close" in head
+        and b"\r\nretry-after: " in head
+    ):
+        return "503"
+    return f"accepted, then {reply[:80]!r}"
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_answers_what_it_read_and_cuts_only_past_the_grace(
-    server_factory: Any, dsn: str, fault_config: Any
+    server_factory: Any, dsn: str, fault_config: Any, workers: int
 ) -> None:
-    srv = server_factory(dsn, config=fault_config(f"[server]\nshutdown_grace_s = {GRACE_S}\n"))
+    srv = server_factory(
+        dsn,
+        "--workers",
+        str(workers),
+        config=fault_config(f"[server]\nshutdown_grace_s = {GRACE_S}\n"),
+    )
     w = World(CLI(srv.env))
     w.human("alice")
     w.endpoint("alice", "owner")
@@ -77,6 +112,10 @@ def test_sigterm_answers_what_it_read_and_cuts_only_past_the_grace(
         resp.read()
         assert resp.status == 503, resp.status
         assert resp.getheader("connection") == "close" and resp.getheader("retry-after")
+    # A new connection while the drain runs (the stuck request holds it open): refused at
+    # connect in every worker at once, or 503; never accepted into a queue nobody reads.
+    seen = {_new_connection(srv.port, head(f"new-{i}", 2) + b"{}") for i in range(NEW)}
+    assert seen <= {"refused", "503"}, seen
     # The requests in flight finish, and are answered.
     answered = {}
     for delivery, sock in flying.items():
@@ -97,9 +136,9 @@ def test_sigterm_answers_what_it_read_and_cuts_only_past_the_grace(
         -2000:
     ]
     print(
-        f"\nSIGTERM: {IN_FLIGHT} in flight all answered 202, {IDLE} new requests on open"
-        f" connections 503 + close, 1 past the grace cut and counted; exited {exited:.2f} s"
-        " after the signal"
+        f"\nSIGTERM, {workers} worker(s): {IN_FLIGHT} in flight all answered 202, {IDLE} new"
+        f" requests on open connections 503 + close, {NEW} new connections {sorted(seen)},"
+        f" 1 past the grace cut and counted; exited {exited:.2f} s after the signal"
     )
     acked = [*bodies, *(f"idle-{i}" for i in range(IDLE))]
     assert stored_deliveries(dsn) == {d: 1 for d in acked}

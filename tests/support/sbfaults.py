@@ -196,6 +196,32 @@ def stored_deliveries(dsn: str) -> dict[str, int]:
     return {str(r[0]).split(":", 1)[-1]: int(r[1]) for r in rows}
 
 
+def half_written(dsn: str) -> dict[str, list[str]]:
+    """What a transaction cut in half would leave: routed events without a todo, and todos
+    without their event (every todo in the fault tests comes from a delivery). Empty lists
+    when every delivery was stored whole."""
+    with psycopg.connect(dsn) as conn:
+        bare = conn.execute(
+            "SELECT e.external_id FROM events e WHERE e.disposition = 'routed'"
+            " AND NOT EXISTS (SELECT 1 FROM todos t WHERE t.event_id = e.id)"
+        ).fetchall()
+        orphans = conn.execute(
+            "SELECT t.id::text FROM todos t WHERE t.event_id IS NULL"
+            " OR NOT EXISTS (SELECT 1 FROM events e WHERE e.id = t.event_id)"
+        ).fetchall()
+    return {
+        "routed events without a todo": [str(r[0]) for r in bare],
+        "todos without their event": [str(r[0]) for r in orphans],
+    }
+
+
+def dispositions(dsn: str) -> dict[str, int]:
+    """How many stored events have each disposition (routed, pending, held, ...)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT disposition, count(*) FROM events GROUP BY 1").fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
 def crawl(
     port: int, data: bytes, *, every: float, limit: float, burst: int = 0
 ) -> tuple[float, bytes, bool]:

@@ -54,7 +54,7 @@ async def test_a_drain_only_endpoint_cannot_take_over_its_humans_webhooks(people
         attempts = {
             "rotate_webhook": {"webhook_id": wid},
             "set_webhook_rules": {"webhook_id": wid, "rules": []},
-            "add_webhook_route": {"webhook_id": wid, "endpoint_id": pool["endpoint_id"]},
+            "add_webhook_route": {"webhook_id": wid, "target_endpoint_id": pool["endpoint_id"]},
             "delete_webhook": {"webhook_id": wid},
             "rollback_webhook_rules": {"webhook_id": wid, "version": 1},
             "release_once_claim": {"lane": "inbox", "subject": "x"},
@@ -65,6 +65,11 @@ async def test_a_drain_only_endpoint_cannot_take_over_its_humans_webhooks(people
         # it still reads and drains
         assert wid in {w["webhook_id"] for w in (await me.call("list_webhooks"))["webhooks"]}
     async with agent(people.url, router["token"]) as boss:
+        # The router keeps every webhook-changing verb, the route included.
+        routed = await boss.call(
+            "add_webhook_route", webhook_id=wid, target_endpoint_id=pool["endpoint_id"]
+        )
+        assert pool["endpoint_id"] in str(routed), routed
         await boss.call("set_webhook_rules", webhook_id=wid, rules=[])
         await boss.call("rotate_webhook", webhook_id=wid)
         await boss.call("delete_webhook", webhook_id=wid)
