@@ -13,6 +13,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .contract.schemaerrors import first_schema_problem
 from .errors import ConfigError
 from .resources import load_schema
 
@@ -182,18 +183,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _validate(doc: Any, schema: dict[str, Any], prefix: str = "") -> None:
-    errors = sorted(Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        path = ".".join(str(p) for p in err.absolute_path)
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            path = ".".join(p for p in (path, extra[0] if extra else "") if p)
-            message = "unknown key"
-        else:
-            message = err.message
-        key = ".".join(p for p in (prefix, path) if p) or "(root)"
-        raise ConfigError(f"invalid config: {key}: {message}")
+    problem = first_schema_problem(Draft202012Validator(schema).iter_errors(doc))
+    if problem is not None:
+        raise ConfigError(f"invalid config: {problem.where(prefix)}: {problem.problem}")
 
 
 def load_config(

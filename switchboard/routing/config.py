@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from switchboard.contract.schemaerrors import SchemaProblem, first_schema_problem
 from switchboard.errors import RuleValidationError
 from switchboard.routing.decide import resolve
 from switchboard.routing.model import ON_FAULT, Grant, RoutingConfig, ValidatingStage
@@ -112,9 +113,9 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
             raise where.fail("invalid_rule", f"at most {MAX_ENDPOINTS} endpoints per action")
         if len(set(endpoints)) != len(endpoints):
             raise where.fail("invalid_rule", "endpoints must not repeat")
-    errors = sorted(validator("action").iter_errors(action), key=lambda e: len(e.absolute_path))
-    if errors:
-        raise where.fail("invalid_rule", f"invalid action: {_schema_message(action, errors[0])}")
+    problem = first_schema_problem(validator("action").iter_errors(action))
+    if problem is not None:
+        raise where.fail("invalid_rule", _action_message(problem))
     if grant is not None and "queue" in action:
         queue = action["queue"]
         if queue != grant.target_queue and queue not in grant.queues:
@@ -138,13 +139,10 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
     return dict(action)
 
 
-def _schema_message(action: dict[str, Any], error: Any) -> str:
-    if error.validator == "oneOf" and not error.absolute_path:
-        extra = sorted(set(action) - {"queue", "endpoints", "exclusive", "once", "work_order"})
-        if extra:
-            return f"unknown field {extra[0]!r}"
-    path = "/".join(str(p) for p in error.absolute_path)
-    return f"{path}: {error.message}" if path else str(error.message)
+def _action_message(problem: SchemaProblem) -> str:
+    if problem.unknown:
+        return f"invalid action: unknown field {str(problem.path[-1])!r}"
+    return f"{problem.where('action')} {problem.problem}"
 
 
 def _check_params(params: Any) -> dict[str, Any]:

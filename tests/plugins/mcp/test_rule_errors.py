@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbusererrors import COMPILE_ERRORS, WRAPPER_NAMES
+from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, WRAPPER_NAMES
 
 
-def _rules(expr: str) -> list[dict[str, Any]]:
+def _rules(expr: str, action: Any = None) -> list[dict[str, Any]]:
     return [
         {"id": "fine", "expr": "true", "action": {"queue": "inbox"}},
-        {"id": "mine", "name": "kind check", "expr": expr, "action": {"queue": "inbox"}},
+        {"id": "mine", "name": "kind check", "expr": expr, "action": action or {"queue": "inbox"}},
     ]
 
 
@@ -33,5 +33,10 @@ async def test_set_webhook_rules_tells_each_error_in_the_rules_terms(
                 "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules(expr)
             )
             assert err.text.startswith(f"invalid_expression: {PREFIX}{name} is not defined"), expr
+        for action, said in ACTION_ERRORS:
+            err = await a.fails(
+                "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules("true", action)
+            )
+            assert err.text == f"invalid_rule: rule 1 (id mine, name kind check): {said}", action
         listed = await a.call("list_webhook_rules", webhook_id=hook["webhook_id"])
         assert listed["rules"] == []

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from sbtest import CLI, make_env
-from sbusererrors import COMPILE_ERRORS, WRAPPER_NAMES
+from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, WRAPPER_NAMES
 from switchboard_rules.child.program import build_program, compile_program
 from switchboard_rules.child.usererror import in_rule_terms
 
@@ -20,13 +20,11 @@ def test_a_compile_error_is_told_at_the_rules_own_line_and_column(expr: str, tol
     assert in_rule_terms(str(raised.value), expr) == told
 
 
-def _check(tmp_path: Path, expr: str) -> dict[str, Any]:
-    rules = {
-        "rules": [
-            {"id": "fine", "expr": "true", "action": {"queue": "inbox"}},
-            {"id": "mine", "name": "kind check", "expr": expr, "action": {"queue": "inbox"}},
-        ]
-    }
+def _check(tmp_path: Path, expr: str, action: Any = None) -> dict[str, Any]:
+    mine = {"id": "mine", "name": "kind check", "expr": expr, "action": {"queue": "inbox"}}
+    if action is not None:
+        mine["action"] = action
+    rules = {"rules": [{"id": "fine", "expr": "true", "action": {"queue": "inbox"}}, mine]}
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(rules))
     grant = tmp_path / "grant.json"
@@ -65,3 +63,12 @@ def test_jqs_own_loc_keeps_its_own_refusal(tmp_path: Path) -> None:
     # $__loc__ is jq's, not the wrapper's: it stays refused as forbidden, as before
     error = _check(tmp_path, "$__loc__.line == 1")
     assert error["code"] == "forbidden_function" and "$__loc__" in error["message"]
+
+
+@pytest.mark.parametrize(("action", "told"), ACTION_ERRORS, ids=[t for _, t in ACTION_ERRORS])
+def test_rules_check_names_the_actions_failing_field(
+    tmp_path: Path, action: dict[str, Any], told: str
+) -> None:
+    error = _check(tmp_path, "true", action)
+    assert (error["code"], error["index"]) == ("invalid_rule", 1)
+    assert error["message"] == f"rule 1 (id mine, name kind check): {told}"
