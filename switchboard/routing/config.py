@@ -180,6 +180,16 @@ def _homogeneous_list(value: Any) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
 
 
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object"
+
+
 def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> dict[str, Any]:
     if not isinstance(rule, dict):
         raise _Where(index, None, None).fail("invalid_rule", "a rule must be an object")
@@ -203,9 +213,13 @@ def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> d
         raise where.fail("invalid_rule", "name must be a string")
     if name is not None and len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise where.fail("invalid_rule", f"name is over {MAX_NAME_BYTES} bytes")
-    expr = rule.get("expr")
-    if not isinstance(expr, str) or not expr.strip():
-        raise where.fail("invalid_expression", "expression is empty")
+    if "expr" not in rule:
+        raise where.fail("invalid_expression", "expr is missing")
+    expr = rule["expr"]
+    if not isinstance(expr, str):
+        raise where.fail("invalid_expression", f"expr must be a string (got {_kind(expr)})")
+    if not expr.strip():
+        raise where.fail("invalid_expression", "expr is empty")
     if len(expr.encode("utf-8")) > MAX_EXPR_BYTES:
         raise where.fail("invalid_expression", f"expression is over {MAX_EXPR_BYTES} bytes")
     if "action" not in rule:

@@ -38,3 +38,14 @@ ACTION_ERRORS = [
     ({"queue": "", "work_order": True}, "action.queue must not be empty"),
     ({"queue": "inbox", "endpoints": []}, "action.endpoints must not be empty"),
 ]
+
+_EXPR_ABSENT = object()
+
+#: (the rule's expr, or EXPR_ABSENT for none, what its author is told after the label)
+EXPR_ERRORS: list[tuple[object, str]] = [
+    (_EXPR_ABSENT, "expr is missing"),
+    (42, "expr must be a string (got a number)"),
+    (["true"], "expr must be a string (got a list)"),
+    ("   ", "expr is empty"),
+]
+EXPR_ABSENT = _EXPR_ABSENT

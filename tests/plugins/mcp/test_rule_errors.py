@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, WRAPPER_NAMES
+from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, EXPR_ABSENT, EXPR_ERRORS, WRAPPER_NAMES
 
 
-def _rules(expr: str, action: Any = None) -> list[dict[str, Any]]:
-    return [
-        {"id": "fine", "expr": "true", "action": {"queue": "inbox"}},
-        {"id": "mine", "name": "kind check", "expr": expr, "action": action or {"queue": "inbox"}},
-    ]
+def _rules(expr: object, action: Any = None) -> list[dict[str, Any]]:
+    mine = {
+        "id": "mine",
+        "name": "kind check",
+        "expr": expr,
+        "action": action or {"queue": "inbox"},
+    }
+    if expr is EXPR_ABSENT:
+        del mine["expr"]
+    return [{"id": "fine", "expr": "true", "action": {"queue": "inbox"}}, mine]
 
 
 PREFIX = "rule 1 (id mine, name kind check): expression does not compile: "
@@ -38,5 +43,10 @@ async def test_set_webhook_rules_tells_each_error_in_the_rules_terms(
                 "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules("true", action)
             )
             assert err.text == f"invalid_rule: rule 1 (id mine, name kind check): {said}", action
+        for expr, said in EXPR_ERRORS:
+            err = await a.fails(
+                "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules(expr)
+            )
+            assert err.text == f"invalid_expression: rule 1 (id mine, name kind check): {said}"
         listed = await a.call("list_webhook_rules", webhook_id=hook["webhook_id"])
         assert listed["rules"] == []

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from sbtest import CLI, make_env
-from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, WRAPPER_NAMES
+from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, EXPR_ABSENT, EXPR_ERRORS, WRAPPER_NAMES
 from switchboard_rules.child.program import build_program, compile_program
 from switchboard_rules.child.usererror import in_rule_terms
 
@@ -20,8 +20,10 @@ def test_a_compile_error_is_told_at_the_rules_own_line_and_column(expr: str, tol
     assert in_rule_terms(str(raised.value), expr) == told
 
 
-def _check(tmp_path: Path, expr: str, action: Any = None) -> dict[str, Any]:
+def _check(tmp_path: Path, expr: object, action: Any = None) -> dict[str, Any]:
     mine = {"id": "mine", "name": "kind check", "expr": expr, "action": {"queue": "inbox"}}
+    if expr is EXPR_ABSENT:
+        del mine["expr"]
     if action is not None:
         mine["action"] = action
     rules = {"rules": [{"id": "fine", "expr": "true", "action": {"queue": "inbox"}}, mine]}
@@ -71,4 +73,13 @@ def test_rules_check_names_the_actions_failing_field(
 ) -> None:
     error = _check(tmp_path, "true", action)
     assert (error["code"], error["index"]) == ("invalid_rule", 1)
+    assert error["message"] == f"rule 1 (id mine, name kind check): {told}"
+
+
+@pytest.mark.parametrize(("expr", "told"), EXPR_ERRORS, ids=[t for _, t in EXPR_ERRORS])
+def test_rules_check_tells_a_missing_expr_from_a_wrong_or_empty_one(
+    tmp_path: Path, expr: object, told: str
+) -> None:
+    error = _check(tmp_path, expr)
+    assert (error["code"], error["index"]) == ("invalid_expression", 1)
     assert error["message"] == f"rule 1 (id mine, name kind check): {told}"
