@@ -48,5 +48,12 @@ async def test_set_webhook_rules_tells_each_error_in_the_rules_terms(
                 "set_webhook_rules", webhook_id=hook["webhook_id"], rules=_rules(expr)
             )
             assert err.text == f"invalid_expression: rule 1 (id mine, name kind check): {said}"
+        # A typo'd queue: the code `rules check` gives it (test_user_errors), not forbidden
+        typo = await a.fails(
+            "set_webhook_rules",
+            webhook_id=hook["webhook_id"],
+            rules=_rules("true", {"queue": "inbx"}),
+        )
+        assert typo.code == "not_granted" and "queue 'inbx' is not granted" in typo.text
         listed = await a.call("list_webhook_rules", webhook_id=hook["webhook_id"])
         assert listed["rules"] == []

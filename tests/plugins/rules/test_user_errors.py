@@ -83,3 +83,10 @@ def test_rules_check_tells_a_missing_expr_from_a_wrong_or_empty_one(
     error = _check(tmp_path, expr)
     assert (error["code"], error["index"]) == ("invalid_expression", 1)
     assert error["message"] == f"rule 1 (id mine, name kind check): {told}"
+
+
+def test_rules_check_says_not_granted_for_a_typod_queue(tmp_path: Path) -> None:
+    # The same code MCP gives for it (test_rule_errors): one code per cause on every surface
+    error = _check(tmp_path, "true", {"queue": "inbx"})
+    assert (error["code"], error["index"]) == ("not_granted", 1)
+    assert "queue 'inbx' is not granted" in error["message"]
