@@ -36,8 +36,8 @@ def _check(tmp_path: Path, expr: object, action: Any = None) -> dict[str, Any]:
         .fast()
         .run("rules", "check", str(path), "--grant", str(grant), check=False)
     )
-    assert proc.returncode == 2, proc.stderr
-    error: dict[str, Any] = json.loads(proc.stdout)["error"]
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    error: dict[str, Any] = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
     return error
 
 
