@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
 
@@ -97,6 +98,8 @@ class Config:
     #: ``routing.stages`` was written in the file (then every name must be a stage, and
     #: ``[]`` means "no stages" on purpose), not taken from the defaults
     stages_written: bool = False
+    #: ``base_url`` was given (file or ``SWITCHBOARD_BASE_URL``), not the built-in default
+    base_url_written: bool = False
 
     def section(self, name: str) -> dict[str, Any]:
         value: dict[str, Any] = self.raw.get(name) or {}
@@ -222,6 +225,30 @@ def load_config(
         path=Path(path) if path else None,
         data_dir_from=data_dir_from,
         stages_written="stages" in (file_doc.get("routing") or {}),
+        base_url_written="base_url" in file_doc,
+    )
+
+
+def base_url_port(base_url: str) -> int:
+    """The port a client reaches ``base_url`` on (the scheme's default when none is written)."""
+    parts = urlsplit(base_url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def base_url_mismatch(config: Config, listen_port: int) -> str | None:
+    """What is wrong when ``base_url``'s port is not ``listen_port``, else None.
+
+    The URLs handed out (ingest, MCP) are built from ``base_url``: pointing at another port
+    they reach nothing, unless a proxy forwards that port here.
+    """
+    port = base_url_port(config.base_url)
+    if port == listen_port:
+        return None
+    given = "base_url" if config.base_url_written else "the default base_url"
+    return (
+        f"{given} {config.base_url} is on port {port}, but the server listens on port"
+        f" {listen_port}: the ingest and MCP URLs handed out point there (set base_url or"
+        " SWITCHBOARD_BASE_URL, unless a proxy forwards that port here)"
     )
 
 

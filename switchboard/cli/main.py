@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from .. import __version__, loghygiene, logsetup
-from ..config import load_config
+from ..config import base_url_mismatch, load_config
 from ..errors import ConfigError, InvalidArgument, SwitchboardError
 from ..runtime import Runtime
 
@@ -31,6 +31,16 @@ EXIT_RUNTIME, EXIT_USAGE = 1, 2
 def exit_code(exc: BaseException) -> int:
     """2 for a usage, config or input error (fix what was typed), else 1."""
     return EXIT_USAGE if isinstance(exc, ConfigError | InvalidArgument) else EXIT_RUNTIME
+
+
+def warn_default_base_url(rt: Runtime) -> None:
+    """One line on stderr when the URLs about to be printed come from the default
+    ``base_url`` but the configured listen address (``addr``) is on another port."""
+    if rt.config.base_url_written:
+        return  # written on purpose (a proxy's public URL, say): serve checks it at start
+    mismatch = base_url_mismatch(rt.config, rt.config.port)
+    if mismatch:
+        print(f"switchboard: warning: {mismatch}", file=sys.stderr)
 
 
 def version_line() -> str:
