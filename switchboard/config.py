@@ -10,9 +10,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
 
+from .contract.schemaerrors import first_schema_problem
 from .errors import ConfigError
 from .resources import load_schema
 
@@ -96,6 +98,8 @@ class Config:
     #: ``routing.stages`` was written in the file (then every name must be a stage, and
     #: ``[]`` means "no stages" on purpose), not taken from the defaults
     stages_written: bool = False
+    #: ``base_url`` was given (file or ``SWITCHBOARD_BASE_URL``), not the built-in default
+    base_url_written: bool = False
 
     def section(self, name: str) -> dict[str, Any]:
         value: dict[str, Any] = self.raw.get(name) or {}
@@ -182,18 +186,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _validate(doc: Any, schema: dict[str, Any], prefix: str = "") -> None:
-    errors = sorted(Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        path = ".".join(str(p) for p in err.absolute_path)
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            path = ".".join(p for p in (path, extra[0] if extra else "") if p)
-            message = "unknown key"
-        else:
-            message = err.message
-        key = ".".join(p for p in (prefix, path) if p) or "(root)"
-        raise ConfigError(f"invalid config: {key}: {message}")
+    problem = first_schema_problem(Draft202012Validator(schema).iter_errors(doc))
+    if problem is not None:
+        raise ConfigError(f"invalid config: {problem.where(prefix)}: {problem.problem}")
 
 
 def load_config(
@@ -230,6 +225,30 @@ def load_config(
         path=Path(path) if path else None,
         data_dir_from=data_dir_from,
         stages_written="stages" in (file_doc.get("routing") or {}),
+        base_url_written="base_url" in file_doc,
+    )
+
+
+def base_url_port(base_url: str) -> int:
+    """The port a client reaches ``base_url`` on (the scheme's default when none is written)."""
+    parts = urlsplit(base_url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def base_url_mismatch(config: Config, listen_port: int) -> str | None:
+    """What is wrong when ``base_url``'s port is not ``listen_port``, else None.
+
+    The URLs handed out (ingest, MCP) are built from ``base_url``: pointing at another port
+    they reach nothing, unless a proxy forwards that port here.
+    """
+    port = base_url_port(config.base_url)
+    if port == listen_port:
+        return None
+    given = "base_url" if config.base_url_written else "the default base_url"
+    return (
+        f"{given} {config.base_url} is on port {port}, but the server listens on port"
+        f" {listen_port}: the ingest and MCP URLs handed out point there (set base_url or"
+        " SWITCHBOARD_BASE_URL, unless a proxy forwards that port here)"
     )
 
 

@@ -49,10 +49,6 @@ _HTTP_STATUS: dict[type[SwitchboardError], int] = {
     StoreUnavailable: 503,
 }
 
-#: Rule-validation codes that surface under a different public code.
-_MCP_CODE_ALIASES = {"not_granted": "forbidden"}
-
-
 #: Seconds a client should wait before retrying a 503 (the ``Retry-After`` header).
 RETRY_AFTER_SECONDS = 2
 
@@ -99,6 +95,11 @@ def http_status(exc: BaseException) -> int:
 
 
 def mcp_code(exc: BaseException) -> str:
-    """The MCP error code for ``exc`` (``internal`` for anything unexpected)."""
-    code = getattr(exc, "code", "internal") if isinstance(exc, SwitchboardError) else "internal"
-    return _MCP_CODE_ALIASES.get(code, code)
+    """The MCP error code for ``exc`` (``internal`` for anything unexpected).
+
+    The code the CLI and the console show for the same cause: no surface renames one
+    (a typo'd queue is ``not_granted`` from ``rules check`` and over MCP alike).
+    """
+    if not isinstance(exc, SwitchboardError):
+        return "internal"
+    return str(getattr(exc, "code", "internal"))

@@ -28,6 +28,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .contract.schemaerrors import first_schema_problem
 from .routing.envelope import parse_payload
 from .sources import (
     REASON_MALFORMED,
@@ -161,11 +162,9 @@ class Scheme:
     @classmethod
     def from_json(cls, doc: Any) -> Scheme:
         """Validate ``doc``; :class:`SchemeError` names the first wrong field."""
-        errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: list(e.absolute_path))
-        if errors:
-            err = errors[0]
-            where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-            raise SchemeError(f"source_config: {where}: {err.message}")
+        problem = first_schema_problem(_VALIDATOR.iter_errors(doc))
+        if problem is not None:
+            raise SchemeError(f"source_config: {problem.where()}: {problem.problem}")
         uses = [
             loc
             for loc in (doc.get("timestamp"), *doc.get("delivery_id", ()), *doc.get("kind", ()))

@@ -98,6 +98,7 @@ from .contract import (
     RuntimeConfig,
     RuntimeDatabase,
     RuntimeStore,
+    SchemaProblem,
     ServiceError,
     Sink,
     SinkEvent,
@@ -117,7 +118,10 @@ from .contract import (
     ValidatingStage,
     VerdictStage,
     Verification,
+    first_schema_problem,
     replay_of,
+    schema_path,
+    schema_problem,
 )
 from .hmacsource import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, secret_key, signed_content
 from .hookspecs import PluginConfig
@@ -231,6 +235,10 @@ __all__ = [
     "RulePack",
     "RulePackRegistry",
     "RuleValidationError",
+    "SchemaProblem",
+    "first_schema_problem",
+    "schema_path",
+    "schema_problem",
     "Runtime",
     "RuntimeConfig",
     "RuntimeDatabase",

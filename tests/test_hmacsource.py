@@ -27,10 +27,10 @@ SECRET = b"s3cret-for-the-engine-tests"
     ({"signature_header": "X", "signed": "{id}.{body}"}, "{id} needs a delivery_id"),
     ({"signature_header": "X", "timestamp": {"entry": "t="}}, "signature_separator"),
     ({"signature_header": "X", "timestamp": {"header": "A", "pointer": "/b"}}, "timestamp"),
-    ({"signature_header": "X", "delivery_id": [{"pointer": "no-slash"}]}, "delivery_id/0"),
+    ({"signature_header": "X", "delivery_id": [{"pointer": "no-slash"}]}, "delivery_id[0].pointer"),
     ({"signature_header": "X", "tolerance_seconds": 0}, "tolerance_seconds"),
     ({"signature_header": "X", "mode": "md5"}, "mode"),
-    ({"signature_header": "X", "unknown": 1}, "(root)"),
+    ({"signature_header": "X", "unknown": 1}, "unknown: unknown key"),
 ])  # fmt: skip
 def test_a_bad_scheme_is_refused_naming_the_field(doc: dict[str, Any], names: str) -> None:
     with pytest.raises(SchemeError) as err:

@@ -302,7 +302,10 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     bad_params = tmp_path / "bad.json"
     bad_params.write_text(json.dumps({"rules": RULES, "params": {"hello": 1}}))
     proc = w.cli.run("rules", "check", str(bad_params), "--grant", str(grant_file), check=False)
-    assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "invalid_params"
+    assert (
+        proc.returncode == 2
+        and json.loads(proc.stderr.splitlines()[-1])["error"]["code"] == "invalid_params"
+    )
 
     # (d) `switchboard send --source acme` signs as Acme does and the server accepts it.
     body_file = tmp_path / "low.json"

@@ -8,7 +8,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from switchboard.plugin import InvalidArgument
+from switchboard.plugin import InvalidArgument, first_schema_problem
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"}
 #: Model calls at once to one provider, across every serve on the database (deferred mode).
@@ -189,13 +189,6 @@ def answer_schema(queues: list[str]) -> dict[str, Any]:
     return schema
 
 
-def _where(path: Any) -> str:
-    out = "llm_triage"
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
 def check_triage(
     doc: Any, settings: dict[str, Any], granted: list[str], providers: list[str]
 ) -> dict[str, Any]:
@@ -203,13 +196,9 @@ def check_triage(
 
     Raises :class:`InvalidArgument` naming the first offending key.
     """
-    errors = sorted(_TRIAGE.iter_errors(doc), key=lambda e: (len(e.absolute_path), e.message))
-    if errors:
-        err = errors[0]
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            raise InvalidArgument(f"{_where([*err.absolute_path, *extra[:1]])}: unknown key")
-        raise InvalidArgument(f"{_where(err.absolute_path)}: {err.message}")
+    problem = first_schema_problem(_TRIAGE.iter_errors(doc))
+    if problem is not None:
+        raise InvalidArgument(f"{problem.where('llm_triage')}: {problem.problem}")
     out: dict[str, Any] = {**copy.deepcopy(TRIAGE_DEFAULTS), **copy.deepcopy(doc)}
     if out["provider"] not in providers:
         offered = ", ".join(providers) or "none: the operator has configured no provider"

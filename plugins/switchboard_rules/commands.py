@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +98,9 @@ async def run(args: argparse.Namespace, rt: HostRuntime) -> int:
         envelope = _sample(args, rt)
         result = await dry_run(rt.stages, config, envelope, grant)
     except RuleValidationError as exc:
-        _emit({"error": {"code": exc.code, "message": exc.message, "index": exc.index}})
+        # One line on stderr (the message's own newlines escaped), exit 2: a bad input file
+        error = {"code": exc.code, "message": exc.message, "index": exc.index}
+        print(json.dumps({"error": error}), file=sys.stderr)
         return 2
     del result["config"]
     _emit(result)

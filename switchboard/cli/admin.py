@@ -10,7 +10,7 @@ from ..registry import CommandRegistry
 from ..runtime import Runtime
 from ..service import identity
 from .columns import Col
-from .main import emit
+from .main import emit, warn_default_base_url
 from .render import Column, add_output_flags, show, table
 
 
@@ -236,6 +236,7 @@ async def cmd_endpoint(args: argparse.Namespace, rt: Runtime) -> int:
             verbs=_flat(args.verbs) if args.verbs is not None else None,
             expires_in_seconds=args.expires_in,
         )
+        warn_default_base_url(rt)  # its mcp_url is pasted into an agent's config
     elif args.action == "list":
         plan = endpoint_columns(identity.known_verbs(rt))
         show(

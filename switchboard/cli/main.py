@@ -12,14 +12,35 @@ import sys
 from typing import Any
 
 from .. import __version__, loghygiene, logsetup
-from ..config import load_config
-from ..errors import ConfigError, SwitchboardError
+from ..config import base_url_mismatch, load_config
+from ..errors import ConfigError, InvalidArgument, SwitchboardError
 from ..runtime import Runtime
 
 
 def emit(doc: Any) -> None:
     """Write one JSON document to stdout (what scripts read)."""
     print(json.dumps(doc, indent=2, sort_keys=False, default=str))
+
+
+#: Exit codes (README, "Operating it"): 1 when the command could not be done (not found,
+#: refused, conflict, the store or server unavailable), 2 when what was asked is wrong
+#: (usage, config, a bad flag value or input file): fix the command, not the world.
+EXIT_RUNTIME, EXIT_USAGE = 1, 2
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for a usage, config or input error (fix what was typed), else 1."""
+    return EXIT_USAGE if isinstance(exc, ConfigError | InvalidArgument) else EXIT_RUNTIME
+
+
+def warn_default_base_url(rt: Runtime) -> None:
+    """One line on stderr when the URLs about to be printed come from the default
+    ``base_url`` but the configured listen address (``addr``) is on another port."""
+    if rt.config.base_url_written:
+        return  # written on purpose (a proxy's public URL, say): serve checks it at start
+    mismatch = base_url_mismatch(rt.config, rt.config.port)
+    if mismatch:
+        print(f"switchboard: warning: {mismatch}", file=sys.stderr)
 
 
 def version_line() -> str:
@@ -117,14 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_run_async(rt, cmd, args))
         result: int = cmd.run(args, rt)
         return result
-    except ConfigError as exc:
-        print(f"switchboard: error: {exc}", file=sys.stderr)
-        return 2
     except SwitchboardError as exc:
         code = getattr(exc, "code", None)
         prefix = f"{code}: " if code and code not in str(exc) else ""
         print(f"switchboard: error: {prefix}{exc}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
     except KeyboardInterrupt:
         return 130
     finally:

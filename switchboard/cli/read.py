@@ -98,9 +98,11 @@ def render_webhooks(out: Console, doc: dict[str, Any]) -> None:
 
 
 def _render_events(out: Console, doc: dict[str, Any]) -> None:
-    out.print(
-        table(f"events of webhook {doc['webhook_id']} (newest first)", EVENT_COLUMNS, doc["events"])
-    )
+    # A deleted webhook's events stay its owner's: the title says whose they were.
+    deleted = doc.get("webhook_deleted_at")
+    whose = f"deleted webhook {doc['webhook_id']}, deleted {deleted}" if deleted else None
+    title = f"events of {whose or 'webhook ' + doc['webhook_id']} (newest first)"
+    out.print(table(title, EVENT_COLUMNS, doc["events"]))
     if doc.get("next_cursor"):
         out.print(cell(f"more: --cursor {doc['next_cursor']}"))
 

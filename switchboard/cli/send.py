@@ -252,7 +252,7 @@ async def run(args: argparse.Namespace, runtime: Any = None) -> int:
             args.source, raw, secret, args.event, extra, args.stamp, sources=registry
         )
     except UsageError as exc:
-        _emit({"error": str(exc)})
+        _warn(f"error: {exc}")  # stderr, as every command's errors (README: exit codes)
         return EXIT_USAGE
     source = registry.get(args.source)
     if not secret and getattr(source, "trust_mode", None) == TRUST_SIGNED:
@@ -271,6 +271,10 @@ async def run(args: argparse.Namespace, runtime: Any = None) -> int:
             doc["refusal"] = {k: refusal.get(k) for k in ("reason", "detail", "delivery_id")}
             _warn(f"refused: {refusal['reason']}: {refusal.get('detail') or ''}".rstrip(": "))
     _emit(doc)
+    if status == 0:
+        _warn(f"error: {response}")  # the server was never reached
+    elif not 200 <= status < 300 and "refusal" not in doc:
+        _warn(f"error: the server answered {status}")
     return EXIT_OK if 200 <= status < 300 else EXIT_FAILED
 
 

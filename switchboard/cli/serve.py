@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
-from ..config import WORKERS_ENV, ServerSizes, server_sizes, usable_cpus
+from ..config import WORKERS_ENV, ServerSizes, base_url_mismatch, server_sizes, usable_cpus
 from ..plugins import list_plugins
 from ..runtime import Runtime
 
@@ -128,6 +128,9 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
         f"{describe_sizes(sizes)}",
         file=sys.stderr,
     )
+    mismatch = base_url_mismatch(rt.config, port)
+    if mismatch:
+        log.warning("%s", mismatch)
     # Each worker sizes its own pool by the count chosen here (a flag may override config).
     os.environ[WORKERS_ENV] = str(workers)
     base = f"http://{host}:{port}"

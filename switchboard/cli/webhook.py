@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..runtime import Runtime
 from ..service import refusals, reroute, rules, versions, webhooks
-from .main import emit
+from .main import emit, warn_default_base_url
 from .read import render_refusals, render_webhooks
 from .render import add_output_flags, show
 
@@ -164,6 +164,7 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
             signing_secret=_secret_file(args.secret_file),
             source_config=_source_config(args.source_config),
         )
+        warn_default_base_url(rt)  # its ingest_url is pasted into a producer
         doc = {
             k: doc[k]
             for k in (

@@ -105,6 +105,7 @@ from .runtime import (
     SinkRegistry,
     StageRegistry,
 )
+from .schemaerrors import SchemaProblem, first_schema_problem, schema_path, schema_problem
 from .sinks import (
     SinkEvent,
     SinkTodo,
@@ -196,6 +197,10 @@ __all__ = [
     "RulePack",
     "RulePackRegistry",
     "RuleValidationError",
+    "SchemaProblem",
+    "first_schema_problem",
+    "schema_path",
+    "schema_problem",
     "RuleVerdict",
     "REPLAY_RERUN",
     "REPLAY_STORED",

@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from switchboard.contract.schemaerrors import SchemaProblem, first_schema_problem
 from switchboard.errors import RuleValidationError
 from switchboard.routing.decide import resolve
 from switchboard.routing.model import ON_FAULT, Grant, RoutingConfig, ValidatingStage
@@ -112,9 +113,9 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
             raise where.fail("invalid_rule", f"at most {MAX_ENDPOINTS} endpoints per action")
         if len(set(endpoints)) != len(endpoints):
             raise where.fail("invalid_rule", "endpoints must not repeat")
-    errors = sorted(validator("action").iter_errors(action), key=lambda e: len(e.absolute_path))
-    if errors:
-        raise where.fail("invalid_rule", f"invalid action: {_schema_message(action, errors[0])}")
+    problem = first_schema_problem(validator("action").iter_errors(action))
+    if problem is not None:
+        raise where.fail("invalid_rule", _action_message(problem))
     if grant is not None and "queue" in action:
         queue = action["queue"]
         if queue != grant.target_queue and queue not in grant.queues:
@@ -138,13 +139,10 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
     return dict(action)
 
 
-def _schema_message(action: dict[str, Any], error: Any) -> str:
-    if error.validator == "oneOf" and not error.absolute_path:
-        extra = sorted(set(action) - {"queue", "endpoints", "exclusive", "once", "work_order"})
-        if extra:
-            return f"unknown field {extra[0]!r}"
-    path = "/".join(str(p) for p in error.absolute_path)
-    return f"{path}: {error.message}" if path else str(error.message)
+def _action_message(problem: SchemaProblem) -> str:
+    if problem.unknown:
+        return f"invalid action: unknown field {str(problem.path[-1])!r}"
+    return f"{problem.where('action')} {problem.problem}"
 
 
 def _check_params(params: Any) -> dict[str, Any]:
@@ -182,6 +180,16 @@ def _homogeneous_list(value: Any) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
 
 
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object"
+
+
 def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> dict[str, Any]:
     if not isinstance(rule, dict):
         raise _Where(index, None, None).fail("invalid_rule", "a rule must be an object")
@@ -205,9 +213,13 @@ def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> d
         raise where.fail("invalid_rule", "name must be a string")
     if name is not None and len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise where.fail("invalid_rule", f"name is over {MAX_NAME_BYTES} bytes")
-    expr = rule.get("expr")
-    if not isinstance(expr, str) or not expr.strip():
-        raise where.fail("invalid_expression", "expression is empty")
+    if "expr" not in rule:
+        raise where.fail("invalid_expression", "expr is missing")
+    expr = rule["expr"]
+    if not isinstance(expr, str):
+        raise where.fail("invalid_expression", f"expr must be a string (got {_kind(expr)})")
+    if not expr.strip():
+        raise where.fail("invalid_expression", "expr is empty")
     if len(expr.encode("utf-8")) > MAX_EXPR_BYTES:
         raise where.fail("invalid_expression", f"expression is over {MAX_EXPR_BYTES} bytes")
     if "action" not in rule:

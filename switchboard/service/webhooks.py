@@ -8,6 +8,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from psycopg.types.json import Jsonb
 
+from ..contract.schemaerrors import first_schema_problem
 from ..errors import CeilingExceeded, Forbidden, InvalidArgument, NotFound
 from ..routing.model import Grant, RoutingConfig
 from ..routing.reach import unreachable
@@ -98,12 +99,9 @@ def _source_config(source: Any, source_type: str, config: Any) -> dict[str, Any]
     size = len(json.dumps(config).encode())
     if size > MAX_SOURCE_CONFIG_BYTES:
         raise InvalidArgument(f"source_config: over {MAX_SOURCE_CONFIG_BYTES} bytes (got {size})")
-    errors = sorted(
-        Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path)
-    )
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-        raise InvalidArgument(f"source_config: {where}: {errors[0].message}")
+    problem = first_schema_problem(Draft202012Validator(schema).iter_errors(config))
+    if problem is not None:
+        raise InvalidArgument(f"source_config: {problem.where()}: {problem.problem}")
     check = getattr(source, "check_config", None)
     if check is not None:
         try:

@@ -522,7 +522,8 @@ def test_values_the_service_refuses_are_one_line(scene: Scene) -> None:
     ):
         proc = refused(scene.cli if args[0] == "todos" else scene.fast, *args)
         lines = proc.stderr.splitlines()
-        assert proc.returncode == 1 and len(lines) == 1 and needle in lines[0], proc.stderr
+        # a value the service refuses is the caller's to fix: exit 2, as a bad flag
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
 
 
 @pytest.mark.parametrize("width", [80, 132])
@@ -557,3 +558,30 @@ def test_every_list_is_readable_at_80_and_132_columns(scene: Scene, width: int) 
                 assert "…" not in got[:-1], (args, got)
         assert run(*args, "--json").stdout == run(*args).stdout  # a pipe gets the same JSON
     assert "dropped" in run("events", "list", "--webhook", hook, "--table").stdout
+
+
+def test_events_list_on_a_deleted_webhook_marks_it_deleted(scene: Scene) -> None:
+    # Last in this module: it adds (and deletes) a webhook of its own.
+    hook = scene.w.webhook("bobs", "generic", "inbox")
+    scene.secrets.append(token_of(hook))
+
+    async def post(rt: Runtime) -> None:
+        headers = {"Content-Type": "application/json", "X-Delivery-Id": "gone-1"}
+        reply = await ingest(
+            rt, token_of(hook), Headers(headers), b'{"a": 1}', headers["Content-Type"]
+        )
+        assert reply.status == 202, reply
+
+    on_runtime(scene.cli.env, post)
+    wid = hook["webhook_id"]
+    scene.fast.json("webhook", "delete", wid)
+    doc = scene.fast.json("events", "list", "--webhook", wid, "--json")
+    assert doc["webhook_id"] == wid and doc["webhook_deleted_at"]
+    assert len(doc["events"]) == 1
+    out = table(scene, "events", "list", "--webhook", wid)
+    title = out.strip().splitlines()[0]
+    assert f"events of deleted webhook {wid}, deleted {doc['webhook_deleted_at']}" in title
+    assert doc["events"][0]["event_id"][:8] in out
+    # A live webhook's title says nothing of the kind
+    live = table(scene, "events", "list", "--webhook", scene.hooks["bob"]["webhook_id"])
+    assert "deleted" not in live.strip().splitlines()[0]

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sbtest import CLI, SWITCHBOARD, make_env
+from sbtest import CLI, SWITCHBOARD, free_port, make_env
 from sbworld import World
 from switchboard_cairn.source import CairnSource, parse_rfc3339
 from switchboard_generic.source import GenericSource
@@ -306,7 +306,22 @@ def test_send_non_2xx_exits_1(
     body_file.write_bytes(b"{}")
     args = send("--url", f"{receiver}/no", "--source", "generic", str(body_file))
     assert asyncio.run(run(args, None)) == 1
-    assert json.loads(capsys.readouterr().out) == {"status": 401, "response": "nope"}
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {"status": 401, "response": "nope"}
+    assert out.err == "switchboard send: error: the server answered 401\n"
+
+
+def test_send_to_an_unreachable_server_exits_1_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body_file = tmp_path / "alert.json"
+    body_file.write_bytes(b"{}")
+    port = free_port()  # nothing listens there
+    args = send("--url", f"http://127.0.0.1:{port}/", "--source", "generic", str(body_file))
+    assert asyncio.run(run(args, None)) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)["status"] == 0
+    assert out.err.startswith("switchboard send: error: request failed: ")
 
 
 @pytest.mark.parametrize("problem", ["missing file", "unreadable secret", "bad header"])
@@ -323,7 +338,8 @@ def test_send_usage_errors_exit_2(
     else:
         argv[-1:-1] = ["--header", "no-colon"]
     assert asyncio.run(run(send(*argv), None)) == 2
-    assert "error" in json.loads(capsys.readouterr().out)
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("switchboard send: error: ")
 
 
 def test_the_real_command_line_offers_only_enabled_signing_sources(tmp_path: Path) -> None:

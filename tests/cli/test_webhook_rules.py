@@ -43,7 +43,7 @@ async def test_show_set_history_rollback(cli: CLI, runtime: Runtime, tmp_path: P
     stale = fast.run(
         "webhook", "rules", "set", hook, str(candidate), "--expect-version", "1", check=False
     )
-    assert stale.returncode != 0 and "version 2" in stale.stderr
+    assert stale.returncode == 1 and "version 2" in stale.stderr  # refused: a runtime error
     history = fast.json("webhook", "rules", "history", hook)
     assert [(v["version"], v["author"]) for v in history["versions"]] == [
         (2, "operator"),
@@ -57,7 +57,21 @@ async def test_show_set_history_rollback(cli: CLI, runtime: Runtime, tmp_path: P
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"rules": [], "rulez": 1}))
     refused = fast.run("webhook", "rules", "set", hook, str(bad), check=False)
-    assert refused.returncode != 0 and "rulez" in refused.stderr
+    assert refused.returncode == 2 and "rulez" in refused.stderr  # a bad input file
+    bad.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {"id": "r", "expr": "true", "action": {"queue": "review", "exclusive": "yes"}}
+                ]
+            }
+        )
+    )
+    refused = fast.run("webhook", "rules", "set", hook, str(bad), check=False)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.strip().endswith(
+        "rule 0 (id r): action.exclusive must be a boolean (got a string)"
+    )
     # The fault policy and lanes go in the same file, one version; left out, they are kept.
     policy = tmp_path / "policy.json"
     policy.write_text(

@@ -29,3 +29,23 @@ WRAPPER_NAMES = [
     ("$__s == 0", "$__s"),
     ("true, break $__l", "$__l"),
 ]
+
+#: (a bad action, what its rule's author is told after the rule's label): the deepest
+#: failing field of the action's oneOf and what it expected, never a Python dict.
+ACTION_ERRORS = [
+    ({"queue": "inbox", "exclusive": "yes"}, "action.exclusive must be a boolean (got a string)"),
+    ({"queue": "inbox", "once": 3}, "action.once must be a boolean (got an integer)"),
+    ({"queue": "", "work_order": True}, "action.queue must not be empty"),
+    ({"queue": "inbox", "endpoints": []}, "action.endpoints must not be empty"),
+]
+
+_EXPR_ABSENT = object()
+
+#: (the rule's expr, or EXPR_ABSENT for none, what its author is told after the label)
+EXPR_ERRORS: list[tuple[object, str]] = [
+    (_EXPR_ABSENT, "expr is missing"),
+    (42, "expr must be a string (got a number)"),
+    (["true"], "expr must be a string (got a list)"),
+    ("   ", "expr is empty"),
+]
+EXPR_ABSENT = _EXPR_ABSENT

@@ -53,7 +53,8 @@ async def test_an_endpoint_sets_reads_and_clears_its_own_triage(
             "set_llm_triage",
             llm_triage={**doc, "queues": [{"name": "payroll", "description": "pay"}]},
         )
-        assert far.code == "forbidden" and "'payroll' is not a queue" in far.text
+        # The same code as the CLI's and the service's for the same cause
+        assert far.code == "not_granted" and "'payroll' is not a queue" in far.text
         assert (await ag.call("get_llm_triage"))["llm_triage"] == saved["llm_triage"]
 
     async with agent(t.srv.base_url + "/mcp", b["token"]) as bg:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,3 +157,32 @@ def test_providers_come_from_the_operators_config(tmp_path: Any) -> None:
         with pytest.raises(Exception) as caught:
             Runtime(load_config(path, env={}))
         assert isinstance(caught.value, ConfigError) or "registered twice" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "told"),
+    [
+        (
+            '[[plugins.llm.providers]]\ntype = "openai"\nname = "p1"\n',
+            "invalid config: plugins.llm.providers[0].base_url: is required",
+        ),
+        (
+            '[[plugins.llm.providers]]\ntype = "static"\n'
+            '[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "http://x"\n'
+            'max_tokens = "many"\n',
+            "invalid config: plugins.llm.providers[1].max_tokens: must be an integer (got a string)",
+        ),
+        (
+            '[[plugins.llm.providers]]\ntype = "anthropic"\n',
+            "invalid config: plugins.llm.providers[0]: matches none of the allowed forms:"
+            ' type must be "static"; or type must be "openai"',
+        ),
+    ],
+)
+def test_a_bad_provider_names_its_field(tmp_path: Path, toml: str, told: str) -> None:
+    # The provider's oneOf is told by the branch its "type" picks, never as a Python dict.
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        Runtime(load_config(path, env={}))
+    assert str(caught.value) == told

@@ -58,18 +58,18 @@ async def test_a_saved_config_has_its_defaults_and_reads_back(tenant: Tenant) ->
 
 
 REFUSED: dict[str, tuple[Any, str]] = {
-    "not an object": ([], "llm_triage: [] is not of type 'object'"),
-    "missing model": ({"provider": "fake", "queues": QUEUES}, "llm_triage: 'model' is a required"),
+    "not an object": ([], "llm_triage: must be an object (got a list)"),
+    "missing model": ({"provider": "fake", "queues": QUEUES}, "llm_triage.model: is required"),
     "unknown key": (_doc(temperature=1), "llm_triage.temperature: unknown key"),
-    "no queues": (_doc(queues=[]), "llm_triage.queues: [] should be non-empty"),
+    "no queues": (_doc(queues=[]), "llm_triage.queues: must not be empty"),
     "queue without description": (
         _doc(queues=[{"name": "triage"}]),
-        "llm_triage.queues[0]: 'description' is a required",
+        "llm_triage.queues[0].description: is required",
     ),
-    "confidence over 1": (_doc(min_confidence=1.5), "llm_triage.min_confidence: 1.5 is greater"),
+    "confidence over 1": (_doc(min_confidence=1.5), "llm_triage.min_confidence: must be at most 1"),
     "string budget": (
         _doc(prompt_budget_per_minute="5"),
-        "llm_triage.prompt_budget_per_minute: '5' is not of type 'integer'",
+        "llm_triage.prompt_budget_per_minute: must be an integer (got a string)",
     ),
     "unknown provider": (
         _doc(provider="gpt"),

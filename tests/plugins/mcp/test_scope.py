@@ -149,7 +149,7 @@ async def test_routes_and_rules_refuse_strangers(people: Any, connect: Any) -> N
             expr="true",
             action={"queue": "inbox", "endpoints": [unrouted["endpoint_id"]]},
         )
-        assert err.code == "forbidden", err.text
+        assert err.code == "not_granted", err.text  # as `rules check` says it
         bad = await a.fails("add_webhook_rule", webhook_id=wid, expr=".[", action={"drop": True})
         assert bad.code == "invalid_expression", bad.text
         typo = await a.fails("move_webhook_rule", webhook_id=wid, rule_id="nope", position=0)
