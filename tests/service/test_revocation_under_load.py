@@ -27,8 +27,11 @@ from sbworld import World
 pytestmark = pytest.mark.slow  # ~35 s of streaming deliveries
 
 CONCURRENCY = 24
-#: How long deliveries stream before the revoking call and after it returned.
+#: How long deliveries stream before the revoking call and after it returned (at least),
+#: and how many each side must have sent (however long that takes, up to STREAM_MAX_S).
 BEFORE, AFTER = 0.6, 1.2
+ENOUGH = 50
+STREAM_MAX_S = 120.0
 
 _tenant = itertools.count()
 
@@ -74,6 +77,14 @@ class Run:
         return [s for s in self.sent if s.at < self.revoked_at]
 
 
+async def _until(done: Callable[[], bool], at_least: float) -> None:
+    """Wait ``at_least`` seconds, then on until ``done()`` (bounded by STREAM_MAX_S)."""
+    await asyncio.sleep(at_least)
+    async with asyncio.timeout(STREAM_MAX_S):
+        while not done():
+            await asyncio.sleep(0.05)
+
+
 async def _stream_while(url: str, revoke: Callable[[], Any]) -> Run:
     """POST unique deliveries at CONCURRENCY until AFTER seconds past ``revoke()``'s return."""
     sent: list[Sent] = []
@@ -93,14 +104,16 @@ async def _stream_while(url: str, revoke: Callable[[], Any]) -> Run:
     limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
     async with httpx.AsyncClient(limits=limits, timeout=30) as client:
         producers = [asyncio.create_task(producer(client)) for _ in range(CONCURRENCY)]
-        await asyncio.sleep(BEFORE)
+        # Counted, not timed: on a loaded machine 1.2 s may carry only a couple dozen
+        # deliveries, so each side streams for its time *and* until it has its 50.
+        await _until(lambda: len(sent) >= ENOUGH, BEFORE)
         answer = await asyncio.to_thread(revoke)
         revoked_at = time.monotonic()
-        await asyncio.sleep(AFTER)
+        await _until(lambda: sum(s.at > revoked_at for s in sent) >= ENOUGH, AFTER)
         stop.set()
         await asyncio.gather(*producers)
     run = Run(sent, revoked_at, answer)
-    assert len(run.before) >= 50 and len(run.after) >= 50, (len(run.before), len(run.after))
+    assert len(run.before) >= ENOUGH and len(run.after) >= ENOUGH, (len(run.before), len(run.after))
     return run
 
 
