@@ -312,6 +312,14 @@ async def diff_webhook_rules(
     rules: CandidateRules = None,
     default_action: DefaultAction = None,
     params: Params = None,
+    on_fault: Annotated[
+        Literal["default", "hold"] | None,
+        Field(description="Candidate fault policy (default: the saved one)"),
+    ] = None,
+    lanes: Annotated[
+        dict[str, dict[str, int]] | None,
+        Field(description="Candidate lanes (default: the saved ones; {}: none)"),
+    ] = None,
     last: Last = None,
     since: Annotated[
         str | None,
@@ -342,7 +350,9 @@ async def diff_webhook_rules(
     deciding stage and rule) 100 at a time (changes_cursor). Every enabled stage is
     replayed in order; a stage that is not re-asked (llm) has its stored verdicts taken, and
     not_reasked lists the events it decided. Answers candidate_hash (what set_webhook_rules
-    diffed= checks) and the window covered. Saves nothing. Bounded by [plugins.rules]
+    diffed= checks) and the window covered. The candidate is what set_webhook_rules (or,
+    with on_fault/lanes alone, set_webhook_policy) with the same arguments would save:
+    params, on_fault and lanes not given are the saved ones. Saves nothing. Bounded by [plugins.rules]
     history_max_events and history_deadline_s (stopped says which cut it, next_cursor goes
     on); sends progress notifications when the request carries a progressToken."""
     result: dict[str, Any] = await _history().diff_rules(
@@ -352,6 +362,8 @@ async def diff_webhook_rules(
         rules=rules,
         default_action=default_action,
         params=params,
+        on_fault=on_fault,
+        lanes=lanes,
         last=last,
         since=since,
         cursor=cursor,
