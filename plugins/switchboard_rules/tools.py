@@ -388,12 +388,32 @@ async def reroute_webhook_events(
     cursor: Annotated[
         str | None, Field(description="next_cursor of the previous call: go on from there")
     ] = None,
+    changes_cursor: Annotated[
+        str | None,
+        Field(
+            description="changes_cursor of a plan: its next page of changed events alone"
+            " (pass the same filters)"
+        ),
+    ] = None,
+    event_ids: Annotated[
+        list[str] | None,
+        Field(description="Only these stored events of the webhook (1 to 1000 ids)"),
+    ] = None,
+    disposition: Annotated[
+        Literal["routed", "dropped", "repeat", "held"] | None,
+        Field(description="Only the events stored with this disposition"),
+    ] = None,
 ) -> dict[str, Any]:
-    """Re-route stored deliveries through the webhook's current rules: each event gets a
-    todo on every target those rules name that has no todo from it yet (existing todos are
-    never touched, a drop deletes nothing); the event's trace gains a reroutes entry and
-    keeps its original decision. Re-running under the same version creates nothing. Bounded
-    like diff_webhook_rules (next_cursor goes on); plan: true first."""
+    """Re-route stored deliveries through the webhook's current rules, deciding exactly as
+    diff_webhook_rules does (every stage replayed in order; the llm's stored verdicts taken):
+    totals and candidate_hash are that diff's candidate side. Each event gets a todo on
+    every target those rules name that has no todo from it yet (existing todos are never
+    touched, a drop deletes nothing); a once rule takes its claim as live routing does (or
+    meets the repeat) and a work order rides on the todo; the event's trace gains a
+    reroutes entry and keeps its original decision. Pending deliveries are left to their
+    stage (pending). Re-running under the same version creates nothing. The changed events
+    come 100 at a time (changes_cursor). Bounded like diff_webhook_rules (next_cursor goes
+    on); plan: true first."""
     from switchboard.service import reroute
 
     result: dict[str, Any] = await reroute.reroute_events(
@@ -403,6 +423,9 @@ async def reroute_webhook_events(
         last=last,
         since=since,
         cursor=cursor,
+        changes_cursor=changes_cursor,
+        event_ids=event_ids,
+        disposition=disposition,
         plan=plan,
         progress=ctx.report_progress,
     )
@@ -424,10 +447,18 @@ async def release_held_events(
     cursor: Annotated[
         str | None, Field(description="next_cursor of the previous call: go on from there")
     ] = None,
+    changes_cursor: Annotated[
+        str | None,
+        Field(description="changes_cursor of a plan: its next page of changed events alone"),
+    ] = None,
+    event_ids: Annotated[
+        list[str] | None, Field(description="Only these held events (1 to 1000 ids)")
+    ] = None,
 ) -> dict[str, Any]:
     """Release the webhook's held deliveries (on_fault: "hold") through its current rules:
-    each goes where they say now, once (routed with its todos, or dropped); one the rules
-    still fault on stays held (still_held). reroute_webhook_events over held events."""
+    each goes where they say now, once (routed with its todos, dropped, or a repeat of a
+    once claim another event holds); one the rules still fault on stays held (still_held).
+    reroute_webhook_events over held events: last N is the newest N held ones."""
     from switchboard.service import reroute
 
     result: dict[str, Any] = await reroute.release_held(
@@ -437,6 +468,8 @@ async def release_held_events(
         last=last,
         since=since,
         cursor=cursor,
+        changes_cursor=changes_cursor,
+        event_ids=event_ids,
         plan=plan,
         progress=ctx.report_progress,
     )

@@ -7,7 +7,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..routing.workorder import ONCE_REPEAT
 from .db import Database, Row
+from .outcome import ONCE_CLAIM, OnceClaim
 
 
 class RerouteQueries:
@@ -33,28 +35,48 @@ class RerouteQueries:
         entry: dict[str, Any],
         version: int,
         disposition: str | None,
-    ) -> list[Row]:
+        once: OnceClaim | None = None,
+        repeat_disposition: str | None = None,
+    ) -> tuple[list[Row], str | None]:
         """In one transaction: the event's new todos (never where one from it exists, in any
         state), and the ``reroutes`` entry of ``version`` on its trace (once per version);
-        ``disposition``, when given, is the event's from now on (a released or re-routed drop)."""
+        ``disposition``, when given, is the event's from now on (a released or re-routed drop).
+
+        ``once``: the claim is taken first, as a live delivery takes it; when another event
+        holds it the event gains no todo (its entry says ``once: "repeat"`` and who holds
+        it) and ``repeat_disposition`` is its disposition. Answers the todos created and the
+        holder's event id when it was a repeat.
+        """
         created: list[Row] = []
         async with self.db.tx() as conn:
             cur = await conn.execute(
-                "UPDATE events SET routing_trace = jsonb_set(routing_trace, '{reroutes}',"
-                " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) || %s::jsonb),"
-                " disposition = coalesce(%s, disposition)"
-                " WHERE id = %s AND NOT coalesce(routing_trace -> 'reroutes', '[]'::jsonb)"
-                " @> %s::jsonb RETURNING id",
-                (Jsonb([entry]), disposition, event_id, Jsonb([{"version": version}])),
+                "SELECT 1 AS hit FROM events WHERE id = %s AND NOT"
+                " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) @> %s::jsonb FOR UPDATE",
+                (event_id, Jsonb([{"version": version}])),
             )
             if await cur.fetchone() is None:
-                return []  # re-routed under this version before: nothing again
+                return [], None  # re-routed under this version before: nothing again
+            holder: str | None = None
+            if once is not None:
+                cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
+                held = await cur.fetchone()
+                assert held is not None
+                if str(held["event_id"]) != event_id:
+                    holder = str(held["event_id"])
+                    entry = {**entry, "once": ONCE_REPEAT, "held_by": holder}
+                    todos, disposition = (), repeat_disposition
+            await conn.execute(
+                "UPDATE events SET routing_trace = jsonb_set(routing_trace, '{reroutes}',"
+                " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) || %s::jsonb),"
+                " disposition = coalesce(%s, disposition) WHERE id = %s",
+                (Jsonb([entry]), disposition, event_id),
+            )
             for todo in todos:
                 cur = await conn.execute(
                     "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
-                    " event_id, routing_trace)"
+                    " event_id, routing_trace, work_order)"
                     " SELECT %(endpoint)s, %(queue)s, %(key)s, %(title)s, %(payload)s,"
-                    " %(event)s, %(trace)s WHERE NOT EXISTS (SELECT 1 FROM todos"
+                    " %(event)s, %(trace)s, %(order)s WHERE NOT EXISTS (SELECT 1 FROM todos"
                     " WHERE event_id = %(event)s AND endpoint_id = %(endpoint)s)"
                     " ON CONFLICT (endpoint_id, idempotency_key)"
                     " WHERE state IN ('pending', 'claimed') DO NOTHING"
@@ -67,12 +89,15 @@ class RerouteQueries:
                         "payload": Jsonb(todo["payload"]),
                         "event": event_id,
                         "trace": Jsonb(todo["routing_trace"]),
+                        "order": None
+                        if todo.get("work_order") is None
+                        else Jsonb(todo["work_order"]),
                     },
                 )
                 row = await cur.fetchone()
                 if row is not None:
                     created.append(row)
-        return created
+        return created, holder
 
 
 __all__ = ["RerouteQueries"]

@@ -466,3 +466,17 @@ async def test_versions_and_guarded_saves_over_mcp(seeded: Any) -> None:
         assert back["version"] == now + 2 and back["config_hash"] == saved["config_hash"]
         missing = await me.fails("get_rule_version", webhook_id=hook, version=now + 9)
         assert missing.code == "version_not_found"
+        # a re-route's filters and a policy save's diff, over the real client
+        plan = await me.call("reroute_webhook_events", webhook_id=hook, disposition="held")
+        assert plan["evaluated"] == 0 and plan["events"] == [] and "candidate_hash" in plan
+        bad = await me.fails("reroute_webhook_events", webhook_id=hook, event_ids=["nope"])
+        assert "event_ids" in bad.text
+        policy = await me.call("diff_webhook_rules", webhook_id=hook, on_fault="hold", last=5)
+        held = await me.call(
+            "set_webhook_policy",
+            webhook_id=hook,
+            on_fault="hold",
+            diffed=policy["candidate_hash"],
+        )
+        assert held["config_hash"] == policy["candidate_hash"]
+        await me.call("rollback_webhook_rules", webhook_id=hook, version=now + 2)

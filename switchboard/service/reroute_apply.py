@@ -1,0 +1,146 @@
+"""One re-routed event, as live routing would take it: its once claim, work order, todos,
+trace entry, and the sinks (the doorbell) for the todos it gains."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..pgtext import clean_json
+from ..routing.model import (
+    DISPOSITION_DROPPED,
+    DISPOSITION_HELD,
+    DISPOSITION_REPEAT,
+    DISPOSITION_ROUTED,
+    Decision,
+)
+from ..routing.replay import stored_envelope
+from ..routing.workorder import ONCE_CLAIMED, ONCE_REPEAT, work_order
+from ..runtime import Runtime
+from ..store import OnceClaim, Row
+from .common import jsonable
+from .ingest import ring_sinks, subject_and_claim, todo_payload, todo_title
+
+
+class Taken:
+    """What a decision takes when it routes a stored event: its subject, its once claim
+    (None: not a once decision, or nothing to key) and the trace live routing would store."""
+
+    def __init__(
+        self, rt: Runtime, webhook: Row, event: Row, decision: Decision, envelope: Any
+    ) -> None:
+        self.envelope: dict[str, Any] = (
+            envelope
+            if envelope is not None
+            else stored_envelope(rt.registries.projections, event, str(webhook["id"]))
+        )
+        self.trace: dict[str, Any] = clean_json(decision.trace)
+        self.subject: dict[str, Any] | None = None
+        self.claim: OnceClaim | None = None
+        if not decision.drop and (decision.once or decision.work_order):
+            self.subject, self.claim = subject_and_claim(
+                rt, webhook, decision, self.envelope, self.trace
+            )
+
+    async def once_state(
+        self, rt: Runtime, event_id: str, planned: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """A plan's view of the claim: ``claimed`` (free, or this event's) or ``repeat``
+        (another event holds it, or takes it earlier in this plan: ``planned``, per once
+        key), as a dry run shows it."""
+        if self.claim is None:
+            return None
+        held = await rt.store.once_claim(self.claim.webhook_id, self.claim.key)
+        holder = None if held is None else str(held["event_id"])
+        holder = planned.setdefault(self.claim.key, holder or event_id)
+        repeat = holder is not None and holder != event_id
+        return {
+            "state": ONCE_REPEAT if repeat else ONCE_CLAIMED,
+            "once_key": self.claim.key,
+            "held_by": holder,
+        }
+
+
+async def apply_one(
+    rt: Runtime,
+    webhook: Row,
+    event: Row,
+    had: Row,
+    decision: Decision,
+    taken: Taken,
+    new: list[str],
+    version: int,
+    by: str,
+) -> tuple[list[Row], str | None]:
+    """Apply ``decision`` to a stored event: the todos on ``new`` (none when another event
+    holds its once claim), the ``reroutes`` entry, the disposition of a held event, the
+    sinks. Answers the todos created and, for a repeat, the claim's holder."""
+    hook = str(webhook["id"])
+    trace = taken.trace
+    entry = {
+        "version": version,
+        "by": by,
+        "at": dt.datetime.now(dt.UTC).isoformat(),
+        "action": trace.get("action"),
+        "stage": trace.get("stage"),
+        "rule_id": trace.get("rule_id"),
+        "endpoints": list(decision.endpoints),
+    }
+    if "once" in trace:
+        entry["once"] = trace["once"]
+    envelope = taken.envelope
+    payload = todo_payload(envelope, {"webhook_id": hook, "external_id": had["external_id"]})
+    order = (
+        clean_json(work_order(decision, envelope, taken.subject)) if decision.work_order else None
+    )
+    rows = [
+        {
+            "endpoint_id": endpoint,
+            "queue": decision.queue,
+            "idempotency_key": had["external_id"],
+            "title": todo_title(envelope, rt.registries.projections),
+            "payload": clean_json(jsonable(payload)),
+            "routing_trace": {**trace, "reroute": {"version": version, "by": by}},
+            "work_order": order,
+        }
+        for endpoint in new
+    ]
+    was_held = had["disposition"] == DISPOSITION_HELD
+    if was_held:
+        disposition: str | None = DISPOSITION_DROPPED if decision.drop else DISPOSITION_ROUTED
+    else:
+        disposition = DISPOSITION_ROUTED if new else None
+    created, holder = await rt.store.apply_reroute(
+        str(event["id"]),
+        todos=rows,
+        entry=entry,
+        version=version,
+        disposition=disposition,
+        once=taken.claim if new else None,
+        # a held delivery whose claim another event holds ends as live would store it
+        repeat_disposition=DISPOSITION_REPEAT if was_held else None,
+    )
+    sink_event = {
+        "id": str(event["id"]),
+        "webhook_id": hook,
+        "source": event["source"],
+        "kind": event.get("kind"),
+        "external_id": had["external_id"],
+        "headers": event.get("headers") or {},
+        "raw_headers": b"",
+        "body": bytes(event["body"]),
+        "content_type": event.get("content_type"),
+        "size": len(bytes(event["body"])),
+        "verified": event["verified"],
+        "trust_mode": event["trust_mode"],
+        "verify_detail": None,
+        "routing_trace": had["routing_trace"],
+        "disposition": DISPOSITION_ROUTED,
+        # what the stages saw, as a live delivery hands it to the sinks
+        "envelope": envelope,
+    }
+    ring_sinks(rt, sink_event, created)
+    return created, holder
+
+
+__all__ = ["Taken", "apply_one"]
