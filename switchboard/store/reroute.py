@@ -5,15 +5,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from ..routing.workorder import ONCE_REPEAT
 from .db import Database, Row
 from .outcome import ONCE_CLAIM, OnceClaim
 
+#: What a scrape reads (``switchboard_held_events``): by ``idx_events_held`` (migration
+#: 0090), bounded like the todo counts.
+HELD_COUNT = "SELECT count(*) AS n FROM events WHERE disposition = 'held'"
+HELD_COUNT_TIMEOUT_MS = 2000
+
+
+def held_count_sync(dsn: str, timeout_s: float = 2.0) -> int:
+    """:meth:`RerouteQueries.held_count` on a connection of its own (the listener)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s))) as conn:
+        conn.execute(f"SET statement_timeout = {HELD_COUNT_TIMEOUT_MS}")
+        row = conn.execute(HELD_COUNT).fetchone()
+        return int(row[0]) if row else 0
+
 
 class RerouteQueries:
     db: Database
+
+    async def held_count(self) -> int:
+        """Deliveries stored ``held`` (``on_fault = "hold"``), every webhook's."""
+        async with self.db.conn() as conn:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL statement_timeout = {HELD_COUNT_TIMEOUT_MS}")
+                cur = await conn.execute(HELD_COUNT)
+                row = await cur.fetchone()
+                return int(row["n"]) if row else 0
 
     async def reroute_state(self, event_ids: Sequence[str]) -> dict[str, Row]:
         """Per event: its stored trace, disposition, dedup key and the endpoints that have a
@@ -100,4 +123,4 @@ class RerouteQueries:
         return created, holder
 
 
-__all__ = ["RerouteQueries"]
+__all__ = ["HELD_COUNT", "RerouteQueries", "held_count_sync"]
