@@ -35,7 +35,7 @@ from ..store.db import is_uuid
 from .common import jsonable
 from .history import DEFAULT_LAST, _Replay, _Totals, _webhook, decision_view
 from .replay import Clock, Only, Progress, count_window, evaluated, window_of
-from .reroute_apply import Taken, apply_one
+from .reroute_apply import Taken, prepared, ring
 from .versions import author_of, config_hash
 
 
@@ -151,14 +151,15 @@ async def reroute_events(
     queues: Counter[str] = Counter()
     totals = _Totals()
     listed: list[dict[str, Any]] = []
-    where: tuple[Row, int] | None = None  # the last event listed, and its position
+    state_at: list[tuple[Row, int] | None] = [None]  # the last event listed, and where
     more = False  # a listing call found a change past its page
     batch: list[tuple[Row, Decision, Any, int]] = []
     planned: dict[str, str] = {}  # a plan's once claims: key -> the event that takes it
 
     async def settle() -> None:
-        nonlocal changed, more, where
-        state = await rt.store.reroute_state([str(r["id"]) for r, _, _, _ in batch])
+        nonlocal changed, more
+        state = await rt.store.reroute_state([str(r["id"]) for r, _, _, _ in batch], version)
+        chosen: list[tuple[dict[str, Any], Decision, list[str], Row]] = []
         for event, decision, envelope, position in batch:
             had = state.get(str(event["id"]))
             if had is None or (held_only and had["disposition"] != DISPOSITION_HELD):
@@ -166,23 +167,23 @@ async def reroute_events(
             if had["disposition"] == DISPOSITION_PENDING:
                 counts["pending"] += 1  # its deferred stage routes it, and writes its trace
                 continue
+            if had["rerouted"]:
+                continue  # re-routed under this version already: nothing again
             if config.holds(decision.trace):
                 counts["still_held"] += had["disposition"] == DISPOSITION_HELD
                 continue
-            was_held = had["disposition"] == DISPOSITION_HELD
             have = set(had["endpoints"])
             new = [] if decision.drop else [e for e in decision.endpoints if e not in have]
             moved = (
-                was_held
+                had["disposition"] == DISPOSITION_HELD
                 or (decision.drop != (had["disposition"] == "dropped"))
                 or (not decision.drop and decision.queue != _stored_queue(had))
             )
             if not (new or moved):
                 continue
-            if listing and len(listed) >= page:
+            if listing and len(listed) + len(chosen) >= page:
                 more = True
-                return
-            changed += 1
+                break
             item: dict[str, Any] = {
                 "event_id": str(event["id"]),
                 "received_at": jsonable(event["received_at"]),
@@ -193,6 +194,8 @@ async def reroute_events(
                 },
                 "decision": decision_view(decision),
                 "create": new,
+                "_at": position,
+                "_event": event,
             }
             claimed = (
                 Taken(rt, resolved, event, decision, envelope)
@@ -212,20 +215,35 @@ async def reroute_events(
                         counts["repeat"] += 1
             else:
                 assert claimed is not None
-                made, holder = await apply_one(
+                item["_write"] = prepared(
                     rt, resolved, event, had, decision, claimed, new, version, by
                 )
+            chosen.append((item, decision, new, event))
+        if not plan and chosen:
+            applied = await rt.store.apply_reroutes(
+                [i["_write"][0] for i, _, _, _ in chosen], version
+            )
+        else:
+            applied = [(None, None)] * len(chosen)
+        for (item, decision, new, _event), (made, holder) in zip(chosen, applied, strict=True):
+            if not plan:
+                if made is None:
+                    continue  # another call re-routed it under this version meanwhile
+                ring(rt, item["_write"][1], made)
                 if holder is not None:
                     item["once"] = {"state": ONCE_REPEAT, "held_by": holder}
                     counts["repeat"] += 1
                 item["created"] = [t["id"] for t in made]
                 new = [t["endpoint_id"] for t in made]
+            changed += 1
             todos.update(new)
             if new and decision.queue is not None:
                 queues[decision.queue] += len(new)
+            at, row = item.pop("_at"), item.pop("_event")
+            item.pop("_write", None)
             if len(listed) < page:
                 listed.append(item)
-                where = (event, position)
+                state_at[0] = (row, at)
 
     stream = evaluated(
         rt,
@@ -286,6 +304,7 @@ async def reroute_events(
         )
         out[key] = sum(todos.values())
     out["events"] = listed
+    where = state_at[0]
     if plan and where is not None and (more or (not listing and changed > len(listed))):
         out["changes_cursor"] = window.cursor(*where)
     elif listing and stopped is not None and last_row is not None:

@@ -18,7 +18,6 @@ from ..routing.replay import stored_envelope
 from ..routing.workorder import ONCE_CLAIMED, ONCE_REPEAT, work_order
 from ..runtime import Runtime
 from ..store import OnceClaim, Row
-from .common import jsonable
 from .ingest import ring_sinks, subject_and_claim, todo_payload, todo_title
 
 
@@ -61,7 +60,7 @@ class Taken:
         }
 
 
-async def apply_one(
+def prepared(
     rt: Runtime,
     webhook: Row,
     event: Row,
@@ -71,10 +70,10 @@ async def apply_one(
     new: list[str],
     version: int,
     by: str,
-) -> tuple[list[Row], str | None]:
-    """Apply ``decision`` to a stored event: the todos on ``new`` (none when another event
-    holds its once claim), the ``reroutes`` entry, the disposition of a held event, the
-    sinks. Answers the todos created and, for a repeat, the claim's holder."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What applying ``decision`` to a stored event writes (``store.apply_reroutes``' item:
+    the todos on ``new``, the once claim, the ``reroutes`` entry, the disposition of a held
+    event), and the event the sinks get for the todos it gains (:func:`ring`)."""
     hook = str(webhook["id"])
     trace = taken.trace
     entry = {
@@ -89,37 +88,43 @@ async def apply_one(
     if "once" in trace:
         entry["once"] = trace["once"]
     envelope = taken.envelope
-    payload = todo_payload(envelope, {"webhook_id": hook, "external_id": had["external_id"]})
-    order = (
-        clean_json(work_order(decision, envelope, taken.subject)) if decision.work_order else None
-    )
-    rows = [
-        {
-            "endpoint_id": endpoint,
-            "queue": decision.queue,
-            "idempotency_key": had["external_id"],
-            "title": todo_title(envelope, rt.registries.projections),
-            "payload": clean_json(jsonable(payload)),
-            "routing_trace": {**trace, "reroute": {"version": version, "by": by}},
-            "work_order": order,
-        }
-        for endpoint in new
-    ]
+    rows: list[dict[str, Any]] = []
+    if new:
+        # as a live delivery's todo: the envelope is built clean (build_envelope)
+        payload = todo_payload(envelope, {"webhook_id": hook, "external_id": had["external_id"]})
+        order = (
+            clean_json(work_order(decision, envelope, taken.subject))
+            if decision.work_order
+            else None
+        )
+        title = todo_title(envelope, rt.registries.projections)
+        todo_trace = {**trace, "reroute": {"version": version, "by": by}}
+        rows = [
+            {
+                "endpoint_id": endpoint,
+                "queue": decision.queue,
+                "idempotency_key": had["external_id"],
+                "title": title,
+                "payload": payload,
+                "routing_trace": todo_trace,
+                "work_order": order,
+            }
+            for endpoint in new
+        ]
     was_held = had["disposition"] == DISPOSITION_HELD
     if was_held:
         disposition: str | None = DISPOSITION_DROPPED if decision.drop else DISPOSITION_ROUTED
     else:
         disposition = DISPOSITION_ROUTED if new else None
-    created, holder = await rt.store.apply_reroute(
-        str(event["id"]),
-        todos=rows,
-        entry=entry,
-        version=version,
-        disposition=disposition,
-        once=taken.claim if new else None,
+    item = {
+        "event_id": str(event["id"]),
+        "todos": rows,
+        "entry": entry,
+        "disposition": disposition,
+        "once": taken.claim if new else None,
         # a held delivery whose claim another event holds ends as live would store it
-        repeat_disposition=DISPOSITION_REPEAT if was_held else None,
-    )
+        "repeat_disposition": DISPOSITION_REPEAT if was_held else None,
+    }
     sink_event = {
         "id": str(event["id"]),
         "webhook_id": hook,
@@ -139,8 +144,12 @@ async def apply_one(
         # what the stages saw, as a live delivery hands it to the sinks
         "envelope": envelope,
     }
+    return item, sink_event
+
+
+def ring(rt: Runtime, sink_event: dict[str, Any], created: list[Row]) -> None:
+    """The sinks (the doorbell) for the todos a committed re-route created, if any."""
     ring_sinks(rt, sink_event, created)
-    return created, holder
 
 
-__all__ = ["Taken", "apply_one"]
+__all__ = ["Taken", "prepared", "ring"]
