@@ -15,6 +15,7 @@ does (or meets the ``repeat``), a work order rides on the todos. A ``pending`` d
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from typing import Any
@@ -219,6 +220,8 @@ async def reroute_events(
                     rt, resolved, event, had, decision, claimed, new, version, by
                 )
             chosen.append((item, decision, new, event))
+            # live deliveries share this event loop: let them in between events
+            await asyncio.sleep(0)
         if not plan and chosen:
             applied = await rt.store.apply_reroutes(
                 [i["_write"][0] for i, _, _, _ in chosen], version
