@@ -22,6 +22,7 @@ from sbworld import World, fixture_body, on_runtime
 from switchboard.cli.send import build_request
 from switchboard.service import rules as rules_svc
 from switchboard.service.ingest import ingest
+from switchboard.service.versions import config_hash
 from switchboard.sources import Headers
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -377,6 +378,15 @@ def test_cli_verbs(seeded: Any, tmp_path: Path) -> None:
     more = capped.json("rules", "diff", hook, str(candidate), "--cursor", doc["next_cursor"])
     assert more["evaluated"] == 50
     assert not {c["event_id"] for c in doc["changes"]} & {c["event_id"] for c in more["changes"]}
+    # a policy-only candidate keeps the saved rules: its hash is the policy save's
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"on_fault": "hold"}))
+    held = fast.json("rules", "diff", hook, str(policy), "--last", "20")
+    assert held["evaluated"] == 20 and held["changed"] == 0
+    saved = fast.json("webhook", "rules", "show", hook)
+    keys = ("rules", "default_action", "params", "lanes")
+    wanted = {**{k: saved[k] for k in keys if k in saved}, "on_fault": "hold"}
+    assert held["candidate_hash"] == config_hash(wanted) != saved["config_hash"]
     lint_table = fast.run("rules", "lint", hook, "--table")
     assert "shadowed" in lint_table.stdout and "unused_param" in lint_table.stdout
     missing = fast.run("rules", "explain", str(uuid.uuid4()), check=False)
