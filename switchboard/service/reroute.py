@@ -255,7 +255,8 @@ async def reroute_events(
         (config,),
         window,
         limit=cap,
-        keep_envelopes=rp.keep_envelopes,
+        # an apply writes each changed event's todos from its envelope: built once
+        keep_envelopes=rp.keep_envelopes or not plan,
         only=only,
     )
     async with contextlib.aclosing(stream) as events:
