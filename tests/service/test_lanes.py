@@ -476,3 +476,29 @@ async def test_a_reroute_into_a_once_lane_claims_like_live_routing(runtime: Runt
     assert again["todos_created"] == 0
     live = await t.deliver(issue(57, "size:s", "p1"), kind="issue_label")
     assert live.body["repeat"] is True
+
+
+async def test_a_held_delivery_released_into_a_claimed_lane_is_a_repeat(runtime: Runtime) -> None:
+    from switchboard.service.reroute import release_held
+
+    t = await Lanes(runtime).build(("lane-s",))
+    faulty = [{"id": "lane", "expr": 'error("not yet")', "action": {"queue": "lane-s"}}]
+    await rules.save_config(
+        t.rt, None, t.webhook_id, lambda c: {**c, "rules": faulty, "on_fault": "hold"}
+    )
+    held = await t.deliver(issue(57, "size:s"), kind="issue_label")
+    assert held.body["held"] is True
+    await rules.set_rules(t.rt, None, t.webhook_id, ONCE_LANE)
+    live = await t.deliver(issue(57, "size:s", "bug"), kind="issue_label")
+    assert [q for _e, q, _c in where(live)] == ["lane-s"]  # the live one claims the subject
+
+    plan = await release_held(t.rt, None, t.webhook_id, plan=True)
+    [item] = plan["events"]
+    assert item["once"]["state"] == "repeat" and item["create"] == []
+    done = await release_held(t.rt, None, t.webhook_id, plan=False)
+    assert done["todos_created"] == 0 and done["repeat"] == 1
+    event = await t.rt.store.get_event(item["event_id"])
+    assert event is not None and event["disposition"] == "repeat"  # as live would store it
+    assert event["routing_trace"]["reroutes"][0]["once"] == "repeat"
+    again = await release_held(t.rt, None, t.webhook_id, plan=True)
+    assert again["evaluated"] == 0  # no longer held
