@@ -1,6 +1,8 @@
 """History dry runs: events/s of a decision diff (and a lint) beside one live routing's cost.
 
-Run: python bench/history.py [--events N] [--repeat R]
+Run: python bench/history.py [--events N] [--repeat R] [--mode diff|reroute|ingest]
+``--mode reroute`` and ``--mode ingest`` (bench/history_reroute.py): a re-route that
+writes a todo per stored event, and live ingest beside it vs alone (the slowdown ratio).
 Stores N (default 5000) ~5 KB deliveries on a webhook with 32 rules (none matching: every
 event evaluates all of them), in process on an embedded PostgreSQL, then times, in the same
 run: one delivery routed through the rules stage as a live delivery is (sequentially, the
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+import history_reroute  # noqa: E402
 from harness import RULES, database, tree_cpu  # noqa: E402
 
 
@@ -55,7 +58,7 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def main(events: int, repeat: int) -> None:
+async def main(events: int, repeat: int, mode: str = "diff", concurrency: int = 8) -> None:
     from switchboard.config import load_config
     from switchboard.routing.replay import stored_envelope
     from switchboard.routing.route import config_of, grant_for, route
@@ -86,7 +89,7 @@ async def main(events: int, repeat: int) -> None:
                 queues=["inbox"],
                 webhook_queues=["inbox"],
                 source_types=["generic"],
-                webhook_max=1,
+                webhook_max=2,
             )
             owner = await rt.store.get_endpoint(made["endpoint_id"])
             hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
@@ -107,6 +110,12 @@ async def main(events: int, repeat: int) -> None:
                 f" {time.monotonic() - began:.1f} s"
             )
             await rules.set_rules(rt, None, wid, RULES)
+            if mode == "reroute":
+                await history_reroute.reroute_mode(rt, wid, events)
+                return
+            if mode == "ingest":
+                await history_reroute.ingest_mode(rt, owner, wid, events, body, concurrency)
+                return
 
             # one live routing, the sandbox warm: the cost a delivery pays today
             resolved = await rt.store.resolve_webhook_by_id(wid)
@@ -199,5 +208,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--mode",
+        choices=("diff", "reroute", "ingest"),
+        default="diff",
+        help="diff: the dry runs (default); reroute: an apply that writes; ingest: live"
+        " ingest beside a re-route vs alone",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="live deliveries at once (--mode ingest)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.events, args.repeat))
+    asyncio.run(main(args.events, args.repeat, args.mode, args.concurrency))

@@ -179,6 +179,17 @@ def pending_family(counts: Mapping[str, int], stages: Iterable[str] = ()) -> Gau
     return family
 
 
+def held_family(count: int) -> GaugeMetricFamily:
+    """``switchboard_held_events``: deliveries held (``on_fault = "hold"``) until a release."""
+    family = GaugeMetricFamily(
+        "switchboard_held_events",
+        "Deliveries stored held (their routing faulted under on_fault = hold) waiting for"
+        " release_held_events (read from the database at scrape)",
+    )
+    family.add_metric([], count)
+    return family
+
+
 class _Families(Collector):
     """A collector over families already built (the todo gauge, read before the scrape)."""
 

@@ -23,6 +23,7 @@ from . import metrics
 from .config import Config
 from .runtime import Runtime
 from .store.pending import pending_counts_sync
+from .store.reroute import held_count_sync
 from .store.todos import todo_counts_sync
 
 log = logging.getLogger("switchboard.metrics")
@@ -82,10 +83,12 @@ def add_metrics_route(app: Sanic[Any, Any], rt: Runtime) -> None:
         extra: list[Metric] = []
         last = await counts.read()
         if last is not None:
-            read_at, rows, pending = last
+            read_at, rows, pending, held = last
             extra.append(metrics.todo_family(rows, max_queues))
             extra.append(metrics.todo_age_family(time.monotonic() - read_at))
             extra.append(metrics.pending_family(pending, deferred))
+            if held is not None:
+                extra.append(metrics.held_family(held))
         return HTTPResponse(metrics.exposition(extra), content_type=CONTENT_TYPE_LATEST)
 
 
@@ -100,10 +103,10 @@ class _TodoCounts:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.last: tuple[float, list[Any], dict[str, int]] | None = None
+        self.last: tuple[float, list[Any], dict[str, int], int | None] | None = None
         self.reading: asyncio.Task[None] | None = None
 
-    async def read(self) -> tuple[float, list[Any], dict[str, int]] | None:
+    async def read(self) -> tuple[float, list[Any], dict[str, int], int | None] | None:
         if self.reading is None or self.reading.done():
             self.reading = asyncio.get_running_loop().create_task(self._read())
         await asyncio.wait({self.reading}, timeout=TODO_COUNTS_WAIT_S)
@@ -120,7 +123,12 @@ class _TodoCounts:
         except Exception as exc:
             log.warning("metrics: pending counts unavailable: %s", getattr(exc, "detail", exc))
             pending = {}
-        self.last = (time.monotonic(), rows, pending)
+        held: int | None = None
+        try:
+            held = await self.rt.store.held_count()
+        except Exception as exc:
+            log.warning("metrics: held count unavailable: %s", getattr(exc, "detail", exc))
+        self.last = (time.monotonic(), rows, pending, held)
 
 
 class _ListenerCounts:
@@ -133,11 +141,11 @@ class _ListenerCounts:
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self.last: tuple[float, list[Any], dict[str, int]] | None = None
+        self.last: tuple[float, list[Any], dict[str, int], int | None] | None = None
         self.reading: threading.Thread | None = None
         self.lock = threading.Lock()
 
-    def read(self) -> tuple[float, list[Any], dict[str, int]] | None:
+    def read(self) -> tuple[float, list[Any], dict[str, int], int | None] | None:
         with self.lock:
             if self.reading is None or not self.reading.is_alive():
                 self.reading = threading.Thread(
@@ -159,7 +167,12 @@ class _ListenerCounts:
         except Exception as exc:
             log.warning("metrics: pending counts unavailable: %s", exc)
             pending = {}
-        self.last = (time.monotonic(), rows, pending)
+        held: int | None = None
+        try:
+            held = held_count_sync(self.dsn)
+        except Exception as exc:
+            log.warning("metrics: held count unavailable: %s", exc)
+        self.last = (time.monotonic(), rows, pending, held)
 
 
 class _Listener(Collector):
@@ -174,10 +187,12 @@ class _Listener(Collector):
         yield from metrics.process_collector().collect()
         last = self.counts.read()
         if last is not None:
-            read_at, rows, pending = last
+            read_at, rows, pending, held = last
             yield metrics.todo_family(rows, self.max_queues)
             yield metrics.todo_age_family(time.monotonic() - read_at)
             yield metrics.pending_family(pending)
+            if held is not None:
+                yield metrics.held_family(held)
 
 
 def start_listener(config: Config, dsn: str) -> str | None:

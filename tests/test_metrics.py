@@ -278,6 +278,44 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
     assert gauge[("inbox", "pending")] >= 3
 
 
+def test_the_held_gauge_counts_held_deliveries(server: Server, module_dsn: str) -> None:
+    w = _world(server)
+    hook = w.webhook("owner", "generic", "inbox")
+    hid = hook["webhook_id"]
+    boom = [{"id": "boom", "expr": 'error("boom")', "action": {"queue": "inbox"}}]
+
+    async def hold(rt: Any) -> None:
+        await rules_svc.save_config(
+            rt, None, hid, lambda c: {**c, "rules": boom, "on_fault": "hold"}
+        )
+
+    on_runtime(server.env, hold)
+    for n in range(2):
+        assert _post_generic(hook, {"n": n}).status_code == 202
+    url = server.base_url + "/metrics"
+    gauge = series("switchboard_held_events")
+
+    def held_in_db() -> float:
+        with psycopg.connect(module_dsn) as conn:
+            row = conn.execute("SELECT count(*) FROM events WHERE disposition = 'held'").fetchone()
+        return float(row[0]) if row else 0.0
+
+    before = held_in_db()
+    assert before >= 2
+    _until(lambda: scrape(url).get(gauge) == held_in_db())
+
+    async def release(rt: Any) -> None:
+        from switchboard.service.reroute import release_held
+
+        await rules_svc.save_config(rt, None, hid, lambda c: {**c, "rules": []})
+        done = await release_held(rt, None, hid, plan=False)
+        assert done["todos_created"] == 2
+
+    on_runtime(server.env, release)
+    assert held_in_db() == before - 2
+    _until(lambda: scrape(url).get(gauge) == held_in_db())
+
+
 def test_metrics_disabled_is_404(server_factory: Any, dsn: str, tmp_path: Path) -> None:
     config = tmp_path / "off.toml"
     config.write_text("[metrics]\nenabled = false\n")

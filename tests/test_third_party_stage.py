@@ -236,6 +236,9 @@ async def test_explain_and_diff_replay_the_stage_before_the_rules_as_live_routin
         assert saved["queues"] == {"urgent": 1, "inbox": len(EXPECTED) - 2}
         assert saved["faults"] == {"stage_error": 4, "stage_timeout": 1}
         assert saved["rules"] == {} and "not_reasked" not in same  # nothing stored-only
+        # a re-route decides through the same replay: the stage's urgent event stays put
+        plan = await me.call("reroute_webhook_events", webhook_id=wid)
+        assert plan["totals"] == saved and plan["changed"] == 0 and plan["events"] == []
 
         diff = await me.call("diff_webhook_rules", webhook_id=wid, rules=EVERYTHING)
     assert diff["evaluated"] == len(EXPECTED) and diff["changed"] == 1

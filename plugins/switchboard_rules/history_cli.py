@@ -46,7 +46,8 @@ def configure(sub: Any) -> None:
     diff.add_argument(
         "candidate",
         metavar="CANDIDATE.json",
-        help="the candidate routing config: {rules, default_action?, params?}",
+        help="the candidate routing config: {rules?, default_action?, params?, on_fault?,"
+        " lanes?} (a key left out is the saved one, as `webhook rules set` keeps it)",
     )
     window = diff.add_mutually_exclusive_group()
     window.add_argument(
@@ -138,6 +139,8 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
         "rules": candidate.get("rules"),
         "default_action": candidate.get("default_action"),
         "params": candidate.get("params"),
+        "on_fault": candidate.get("on_fault"),
+        "lanes": candidate.get("lanes"),
     }
     async with _progress(table, "diff") as report:
         # One call evaluates the whole window (totals and the changed count); the changed
@@ -183,10 +186,14 @@ def _read(path: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"CANDIDATE: {path} is not JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise InvalidArgument("CANDIDATE: must be an object {rules, default_action?, params?}")
-    refuse_unknown_keys(doc, ("rules", "default_action", "params"), "CANDIDATE")
-    if "rules" not in doc:
-        doc["rules"] = []
+        raise InvalidArgument(
+            "CANDIDATE: must be an object {rules, default_action?, params?, on_fault?, lanes?}"
+        )
+    refuse_unknown_keys(
+        doc, ("rules", "default_action", "params", "on_fault", "lanes"), "CANDIDATE"
+    )
+    if "rules" not in doc and "on_fault" not in doc and "lanes" not in doc:
+        doc["rules"] = []  # a policy-only candidate keeps the saved rules
     return doc
 
 

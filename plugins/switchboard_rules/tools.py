@@ -312,6 +312,14 @@ async def diff_webhook_rules(
     rules: CandidateRules = None,
     default_action: DefaultAction = None,
     params: Params = None,
+    on_fault: Annotated[
+        Literal["default", "hold"] | None,
+        Field(description="Candidate fault policy (default: the saved one)"),
+    ] = None,
+    lanes: Annotated[
+        dict[str, dict[str, int]] | None,
+        Field(description="Candidate lanes (default: the saved ones; {}: none)"),
+    ] = None,
     last: Last = None,
     since: Annotated[
         str | None,
@@ -342,7 +350,9 @@ async def diff_webhook_rules(
     deciding stage and rule) 100 at a time (changes_cursor). Every enabled stage is
     replayed in order; a stage that is not re-asked (llm) has its stored verdicts taken, and
     not_reasked lists the events it decided. Answers candidate_hash (what set_webhook_rules
-    diffed= checks) and the window covered. Saves nothing. Bounded by [plugins.rules]
+    diffed= checks) and the window covered. The candidate is what set_webhook_rules (or,
+    with on_fault/lanes alone, set_webhook_policy) with the same arguments would save:
+    params, on_fault and lanes not given are the saved ones. Saves nothing. Bounded by [plugins.rules]
     history_max_events and history_deadline_s (stopped says which cut it, next_cursor goes
     on); sends progress notifications when the request carries a progressToken."""
     result: dict[str, Any] = await _history().diff_rules(
@@ -352,6 +362,8 @@ async def diff_webhook_rules(
         rules=rules,
         default_action=default_action,
         params=params,
+        on_fault=on_fault,
+        lanes=lanes,
         last=last,
         since=since,
         cursor=cursor,
@@ -376,12 +388,32 @@ async def reroute_webhook_events(
     cursor: Annotated[
         str | None, Field(description="next_cursor of the previous call: go on from there")
     ] = None,
+    changes_cursor: Annotated[
+        str | None,
+        Field(
+            description="changes_cursor of a plan: its next page of changed events alone"
+            " (pass the same filters)"
+        ),
+    ] = None,
+    event_ids: Annotated[
+        list[str] | None,
+        Field(description="Only these stored events of the webhook (1 to 1000 ids)"),
+    ] = None,
+    disposition: Annotated[
+        Literal["routed", "dropped", "repeat", "held"] | None,
+        Field(description="Only the events stored with this disposition"),
+    ] = None,
 ) -> dict[str, Any]:
-    """Re-route stored deliveries through the webhook's current rules: each event gets a
-    todo on every target those rules name that has no todo from it yet (existing todos are
-    never touched, a drop deletes nothing); the event's trace gains a reroutes entry and
-    keeps its original decision. Re-running under the same version creates nothing. Bounded
-    like diff_webhook_rules (next_cursor goes on); plan: true first."""
+    """Re-route stored deliveries through the webhook's current rules, deciding exactly as
+    diff_webhook_rules does (every stage replayed in order; the llm's stored verdicts taken):
+    totals and candidate_hash are that diff's candidate side. Each event gets a todo on
+    every target those rules name that has no todo from it yet (existing todos are never
+    touched, a drop deletes nothing); a once rule takes its claim as live routing does (or
+    meets the repeat) and a work order rides on the todo; the event's trace gains a
+    reroutes entry and keeps its original decision. Pending deliveries are left to their
+    stage (pending). Re-running under the same version creates nothing. The changed events
+    come 100 at a time (changes_cursor). Bounded like diff_webhook_rules (next_cursor goes
+    on); plan: true first."""
     from switchboard.service import reroute
 
     result: dict[str, Any] = await reroute.reroute_events(
@@ -391,6 +423,9 @@ async def reroute_webhook_events(
         last=last,
         since=since,
         cursor=cursor,
+        changes_cursor=changes_cursor,
+        event_ids=event_ids,
+        disposition=disposition,
         plan=plan,
         progress=ctx.report_progress,
     )
@@ -412,10 +447,18 @@ async def release_held_events(
     cursor: Annotated[
         str | None, Field(description="next_cursor of the previous call: go on from there")
     ] = None,
+    changes_cursor: Annotated[
+        str | None,
+        Field(description="changes_cursor of a plan: its next page of changed events alone"),
+    ] = None,
+    event_ids: Annotated[
+        list[str] | None, Field(description="Only these held events (1 to 1000 ids)")
+    ] = None,
 ) -> dict[str, Any]:
     """Release the webhook's held deliveries (on_fault: "hold") through its current rules:
-    each goes where they say now, once (routed with its todos, or dropped); one the rules
-    still fault on stays held (still_held). reroute_webhook_events over held events."""
+    each goes where they say now, once (routed with its todos, dropped, or a repeat of a
+    once claim another event holds); one the rules still fault on stays held (still_held).
+    reroute_webhook_events over held events: last N is the newest N held ones."""
     from switchboard.service import reroute
 
     result: dict[str, Any] = await reroute.release_held(
@@ -425,6 +468,8 @@ async def release_held_events(
         last=last,
         since=since,
         cursor=cursor,
+        changes_cursor=changes_cursor,
+        event_ids=event_ids,
         plan=plan,
         progress=ctx.report_progress,
     )

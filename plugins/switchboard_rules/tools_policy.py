@@ -53,10 +53,18 @@ async def set_webhook_policy(
     expect_version: Annotated[
         int | None, Field(description="Refuse (conflict) unless the current version is this")
     ] = None,
+    diffed: Annotated[
+        str | None,
+        Field(
+            description="The candidate_hash diff_webhook_rules answered for this change"
+            " (on_fault/lanes, no rules): refused (diff_mismatch) if it is not this save's"
+        ),
+    ] = None,
     note: Annotated[str | None, Field(description="Why, kept with the new version")] = None,
 ) -> dict[str, Any]:
     """Set the webhook's fault policy and/or lanes, keeping its rules: a new version like any
-    save (list_rule_versions shows it, rollback_webhook_rules undoes it)."""
+    save (list_rule_versions shows it, rollback_webhook_rules undoes it). Gated like any save
+    under [routing] require_diff: diff_webhook_rules with the same on_fault/lanes first."""
     from switchboard.service import rules
 
     result: dict[str, Any] = await rules.set_policy(
@@ -66,6 +74,7 @@ async def set_webhook_policy(
         on_fault=rules.KEEP if on_fault is None else on_fault,
         lanes=rules.KEEP if lanes is None else (lanes or None),
         expect_version=expect_version,
+        diffed=diffed,
         note=note,
     )
     return result

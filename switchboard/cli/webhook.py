@@ -84,6 +84,23 @@ def configure(p: argparse.ArgumentParser, runtime: Runtime | None = None) -> Non
     window.add_argument("--last", type=int, metavar="N", help="the newest N events (default 1000)")
     window.add_argument("--since", metavar="WHEN", help="events since a duration or timestamp")
     window.add_argument("--cursor", metavar="CURSOR", help="next_cursor of the previous run")
+    window.add_argument(
+        "--changes-cursor",
+        metavar="CURSOR",
+        help="changes_cursor of a plan: its next page of changed events (--plan)",
+    )
+    reroute.add_argument(
+        "--event-id",
+        dest="event_ids",
+        action="append",
+        metavar="ID",
+        help="only this stored event (repeat for more)",
+    )
+    reroute.add_argument(
+        "--disposition",
+        metavar="D",
+        help="only the events stored with this disposition (routed, dropped, repeat, held)",
+    )
 
 
 def _configure_rules(sub: Any) -> None:
@@ -202,6 +219,9 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
             last=args.last,
             since=args.since,
             cursor=args.cursor,
+            changes_cursor=args.changes_cursor,
+            event_ids=args.event_ids,
+            disposition=args.disposition,
             plan=not args.apply,
         )
     elif args.route_action == "add":

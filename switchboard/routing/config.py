@@ -7,10 +7,11 @@ compiles every expression in its sandbox). Dry runs validate the same way.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import itertools
 import json
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -52,9 +53,23 @@ __all__ = [
 ]
 
 
-def mint_rule_id() -> str:
-    """A fresh rule id: ``rule_`` and 24 hex characters."""
-    return "rule_" + secrets.token_hex(12)
+def mint_rule_id(rule: Mapping[str, Any], taken: set[str]) -> str:
+    """An id for a rule given without one: ``rule_`` and 24 hex characters, derived from the
+    rule's content and the ids already taken, so that validating the same config twice (a
+    diff, then the save it gates) mints the same ids and the candidate's hash is the save's.
+    Two identical rules get different ids (the first free one of a counted sequence)."""
+    content = json.dumps(
+        [rule.get("name"), rule.get("expr"), rule.get("action")],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=repr,  # an invalid action is refused later, naming its field
+    )
+    for n in itertools.count():
+        digest = hashlib.sha256(f"{n}:{content}".encode()).hexdigest()[:24]
+        if "rule_" + digest not in taken:
+            return "rule_" + digest
+    raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
 
 
 class _Where:
@@ -190,7 +205,9 @@ def _kind(value: Any) -> str:
     return "a list" if isinstance(value, list) else "an object"
 
 
-def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> dict[str, Any]:
+def _check_rule(
+    rule: Any, index: int, grant: Grant | None, seen: set[str], given: set[str]
+) -> dict[str, Any]:
     if not isinstance(rule, dict):
         raise _Where(index, None, None).fail("invalid_rule", "a rule must be an object")
     rid = rule.get("id")
@@ -202,7 +219,7 @@ def _check_rule(rule: Any, index: int, grant: Grant | None, seen: set[str]) -> d
     if unknown:
         raise where.fail("invalid_rule", f"unknown field {unknown[0]!r}")
     if rid is None:
-        rid = mint_rule_id()
+        rid = mint_rule_id(rule, seen | given)
         where.rule_id = rid
     elif not isinstance(rid, str) or not _ID_RE.match(rid):
         raise where.fail("invalid_rule", "id must be 1-64 characters of A-Z, a-z, 0-9, _ or -")
@@ -251,7 +268,9 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
     if len(rules) > MAX_RULES:
         raise RuleValidationError("too_many_rules", f"at most {MAX_RULES} rules (got {len(rules)})")
     seen: set[str] = set()
-    normalized = [_check_rule(rule, i, grant, seen) for i, rule in enumerate(rules)]
+    # a minted id never takes an id given further down the list
+    given = {r["id"] for r in rules if isinstance(r, dict) and isinstance(r.get("id"), str)}
+    normalized = [_check_rule(rule, i, grant, seen, given) for i, rule in enumerate(rules)]
     default = config.get("default_action")
     if default is not None:
         default = _check_action(default, _Where(None, None, None), grant)

@@ -98,20 +98,30 @@ async def _webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> tuple[Ro
 
 
 def _candidate_doc(
-    saved: RoutingConfig, rules: Any, default_action: Any, params: Any
+    saved: RoutingConfig,
+    rules: Any,
+    default_action: Any,
+    params: Any,
+    *,
+    on_fault: Any = None,
+    lanes: Any = None,
 ) -> dict[str, Any]:
-    """The candidate as ``test_webhook_rules`` builds it: given rules replace the whole config,
-    else the saved rules with the given default action and params."""
-    if rules is not None:
-        doc = {"rules": rules, "default_action": default_action, "params": params}
-        if saved.on_fault != "default":  # kept by a save too: the hash is the save's
-            doc["on_fault"] = saved.on_fault
-        return doc
+    """The candidate as a save with the same arguments stores it (so that its hash is the
+    save's, for ``[routing] require_diff``): given rules replace the rules and the default
+    action, else the saved rules with the given default action; params, ``on_fault`` and
+    ``lanes`` not given are the saved ones (as ``set_webhook_rules`` keeps them)."""
     doc = saved.to_json()
-    if default_action is not None:
+    if rules is not None:
+        doc["rules"] = rules
+        doc["default_action"] = default_action
+    elif default_action is not None:
         doc["default_action"] = default_action
     if params is not None:
         doc["params"] = params
+    if on_fault is not None:
+        doc["on_fault"] = on_fault
+    if lanes is not None:
+        doc["lanes"] = lanes  # {}: no lane keeps a TTL
     return doc
 
 
@@ -196,6 +206,8 @@ async def diff_rules(
     rules: Any = None,
     default_action: Any = None,
     params: Any = None,
+    on_fault: Any = None,
+    lanes: Any = None,
     last: Any = None,
     since: Any = None,
     cursor: Any = None,
@@ -213,13 +225,18 @@ async def diff_rules(
     list of changed events is paged: ``changes`` holds the first ``page``, and
     ``changes_cursor`` lists the next ones (that call answers ``changes`` alone, no totals).
     ``candidate_hash`` is what ``set_webhook_rules {diffed}`` and ``[routing] require_diff``
-    check; each whole-window diff is remembered for that.
+    check; each whole-window diff is remembered for that. The candidate is what a save with
+    the same arguments would store: params, ``on_fault`` and ``lanes`` not given are the
+    saved ones, and ``on_fault``/``lanes`` alone diff a ``set_webhook_policy`` save.
     """
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
     rp = _Replay(rt, resolved, grant)
     saved = config_of(row)
     candidate = await validate_config(
-        _candidate_doc(saved, rules, default_action, params), grant, rt.stages, resolved
+        _candidate_doc(saved, rules, default_action, params, on_fault=on_fault, lanes=lanes),
+        grant,
+        rt.stages,
+        resolved,
     )
     if cursor is not None and changes_cursor is not None:
         raise InvalidArgument("give at most one of cursor or changes_cursor")

@@ -124,12 +124,19 @@ def window_of(last: Any, since: Any, cursor: Any, *, default_last: int) -> Windo
     return Window(n)
 
 
-async def count_window(rt: Runtime, webhook_id: str, window: Window, cap: int) -> int:
+async def count_window(
+    rt: Runtime, webhook_id: str, window: Window, cap: int, only: Only | None = None
+) -> int:
     """How many events the window holds, at most ``cap`` (for progress totals)."""
     want = cap if window.remaining is None else min(cap, window.remaining)
     return await rt.store.history_count(
-        webhook_id, limit=want, before=window.after, since=window.since
+        webhook_id, limit=want, before=window.after, since=window.since, **(only or {})
     )
+
+
+#: Which of the window's events a call keeps: ``disposition`` and/or ``event_ids``
+#: (the keyword arguments of ``history_page``; a re-route's filters).
+Only = dict[str, Any]
 
 
 @dataclass
@@ -151,10 +158,12 @@ async def evaluated(
     *,
     limit: int,
     keep_envelopes: bool = False,
+    only: Only | None = None,
 ) -> AsyncGenerator[Evaluated, None]:
     """The window's events (at most ``limit``), newest first, each with its verdicts.
 
     ``keep_envelopes``: each event keeps its envelope (for the stages history re-runs).
+    ``only``: the events of the window that pass these filters (:data:`Only`).
 
     Close it (``contextlib.aclosing``) to stop early: batches still in the sandbox are
     cancelled, which kills their evaluators.
@@ -166,7 +175,9 @@ async def evaluated(
     projections = rt.registries.projections
 
     async def page(after: tuple[dt.datetime, str] | None, size: int) -> list[Row]:
-        return await rt.store.history_page(webhook_id, limit=size, before=after, since=window.since)
+        return await rt.store.history_page(
+            webhook_id, limit=size, before=after, since=window.since, **(only or {})
+        )
 
     # A stage that can take its envelopes in its own form (``prepare``: the rules stage's
     # wire encoding) gets each one so as soon as it is built: the envelope (a parsed payload

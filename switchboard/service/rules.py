@@ -239,11 +239,14 @@ async def set_policy(
     on_fault: Any = KEEP,
     lanes: Any = KEEP,
     expect_version: Any = None,
+    diffed: Any = None,
     note: Any = None,
 ) -> dict[str, Any]:
     """Set the webhook's fault policy (``on_fault``) and/or its ``lanes`` (a lane's
     ``once_ttl_s``), keeping its rules; an argument omitted (``KEEP``) keeps what is saved,
-    None resets it to the default. A new version, gated like any save."""
+    None resets it to the default. A new version, gated like any save: a hold changes where
+    faulted deliveries go, so ``diff_webhook_rules {on_fault, lanes}`` (no rules) diffs it
+    and answers the ``candidate_hash`` that ``diffed`` names."""
     if on_fault is KEEP and lanes is KEEP:
         raise InvalidArgument("give on_fault or lanes (or both)")
 
@@ -251,7 +254,7 @@ async def set_policy(
         return _with_policy(dict(old), old, on_fault=on_fault, lanes=lanes)
 
     return await save_config(
-        rt, caller, webhook_id, change, expect_version=expect_version, note=note
+        rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note
     )
 
 

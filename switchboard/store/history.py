@@ -24,13 +24,17 @@ class HistoryQueries:
         limit: int,
         before: tuple[dt.datetime, str] | None = None,
         since: dt.datetime | None = None,
+        disposition: str | None = None,
+        event_ids: list[str] | None = None,
     ) -> list[Row]:
         """Up to ``limit`` of the webhook's events, newest first (``idx_events_webhook``).
 
         ``before`` is a (received_at, id) keyset position (exclusive); ``since`` the oldest
-        ``received_at`` wanted. A page at a time, so memory stays flat whatever the window.
+        ``received_at`` wanted; ``disposition`` and ``event_ids`` keep only those events
+        (held ones by ``idx_events_held``). A page at a time, so memory stays flat whatever
+        the window.
         """
-        where, params = _window(webhook_id, limit, before, since)
+        where, params = _window(webhook_id, limit, before, since, disposition, event_ids)
         return await self.db.fetchall(
             f"SELECT {_COLUMNS} FROM events WHERE "
             + where
@@ -46,9 +50,11 @@ class HistoryQueries:
         limit: int,
         before: tuple[dt.datetime, str] | None = None,
         since: dt.datetime | None = None,
+        disposition: str | None = None,
+        event_ids: list[str] | None = None,
     ) -> int:
         """How many events :meth:`history_page` would walk through, counting at most ``limit``."""
-        where, params = _window(webhook_id, limit, before, since)
+        where, params = _window(webhook_id, limit, before, since, disposition, event_ids)
         row = await self.db.fetchone(
             "SELECT count(*) AS n FROM (SELECT 1 FROM events WHERE "
             + where
@@ -63,6 +69,8 @@ def _window(
     limit: int,
     before: tuple[dt.datetime, str] | None,
     since: dt.datetime | None,
+    disposition: str | None = None,
+    event_ids: list[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (and its parameters) of a page of a webhook's events, newest first."""
     where = ["webhook_id = %(w)s"]
@@ -73,4 +81,10 @@ def _window(
     if since is not None:
         where.append("received_at >= %(since)s")
         params["since"] = since
+    if disposition is not None:
+        where.append("disposition = %(disposition)s")
+        params["disposition"] = disposition
+    if event_ids is not None:
+        where.append("id = ANY(%(ids)s::uuid[])")
+        params["ids"] = event_ids
     return " AND ".join(where), params

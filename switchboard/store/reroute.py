@@ -5,74 +5,153 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
+from ..routing.workorder import ONCE_REPEAT
 from .db import Database, Row
+from .outcome import ONCE_CLAIM, OnceClaim
+
+#: What a scrape reads (``switchboard_held_events``): by ``idx_events_held`` (migration
+#: 0090), bounded like the todo counts.
+HELD_COUNT = "SELECT count(*) AS n FROM events WHERE disposition = 'held'"
+HELD_COUNT_TIMEOUT_MS = 2000
+
+
+def held_count_sync(dsn: str, timeout_s: float = 2.0) -> int:
+    """:meth:`RerouteQueries.held_count` on a connection of its own (the listener)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s))) as conn:
+        conn.execute(f"SET statement_timeout = {HELD_COUNT_TIMEOUT_MS}")
+        row = conn.execute(HELD_COUNT).fetchone()
+        return int(row[0]) if row else 0
 
 
 class RerouteQueries:
     db: Database
 
-    async def reroute_state(self, event_ids: Sequence[str]) -> dict[str, Row]:
-        """Per event: its stored trace, disposition, dedup key and the endpoints that have a
-        todo from it (in any state: a re-route never makes a second one)."""
+    async def held_count(self) -> int:
+        """Deliveries stored ``held`` (``on_fault = "hold"``), every webhook's."""
+        async with self.db.conn() as conn:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL statement_timeout = {HELD_COUNT_TIMEOUT_MS}")
+                cur = await conn.execute(HELD_COUNT)
+                row = await cur.fetchone()
+                return int(row["n"]) if row else 0
+
+    async def reroute_state(
+        self, event_ids: Sequence[str], version: int | None = None
+    ) -> dict[str, Row]:
+        """Per event: its stored trace, disposition, dedup key, the endpoints that have a
+        todo from it (in any state: a re-route never makes a second one) and ``rerouted``:
+        whether it was re-routed under ``version`` already."""
         rows = await self.db.fetchall(
             "SELECT e.id::text AS id, e.routing_trace, e.disposition, e.external_id,"
             " coalesce((SELECT array_agg(t.endpoint_id::text) FROM todos t"
-            "           WHERE t.event_id = e.id), '{}') AS endpoints"
+            "           WHERE t.event_id = e.id), '{}') AS endpoints,"
+            " coalesce(e.routing_trace -> 'reroutes', '[]'::jsonb) @> %s::jsonb AS rerouted"
             " FROM events e WHERE e.id = ANY(%s::uuid[])",
-            (list(event_ids),),
+            (Jsonb([{"version": -1 if version is None else version}]), list(event_ids)),
         )
         return {str(r["id"]): r for r in rows}
 
-    async def apply_reroute(
-        self,
-        event_id: str,
-        *,
-        todos: Sequence[dict[str, Any]],
-        entry: dict[str, Any],
-        version: int,
-        disposition: str | None,
-    ) -> list[Row]:
-        """In one transaction: the event's new todos (never where one from it exists, in any
-        state), and the ``reroutes`` entry of ``version`` on its trace (once per version);
-        ``disposition``, when given, is the event's from now on (a released or re-routed drop)."""
-        created: list[Row] = []
+    async def apply_reroutes(self, items: Sequence[Reroute], version: int) -> list[Applied]:
+        """The items in one transaction, by a few set-wise statements for the whole batch:
+        each event's new todos (never where one from it exists, in any state), and the
+        ``reroutes`` entry of ``version`` on its trace (once per version); its
+        ``disposition``, when given, is the event's from now on (a released or re-routed
+        drop).
+
+        An item's ``once`` claim is taken first, as a live delivery takes it; when another
+        event holds it the event gains no todo (its entry says ``once: "repeat"`` and who
+        holds it) and ``repeat_disposition`` is its disposition. Answers, per item, the
+        todos created (None: re-routed under this version before) and, for a repeat, the
+        holder's event id.
+        """
+        if not items:
+            return []
         async with self.db.tx() as conn:
             cur = await conn.execute(
-                "UPDATE events SET routing_trace = jsonb_set(routing_trace, '{reroutes}',"
-                " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) || %s::jsonb),"
-                " disposition = coalesce(%s, disposition)"
-                " WHERE id = %s AND NOT coalesce(routing_trace -> 'reroutes', '[]'::jsonb)"
-                " @> %s::jsonb RETURNING id",
-                (Jsonb([entry]), disposition, event_id, Jsonb([{"version": version}])),
+                "SELECT id::text AS id FROM events WHERE id = ANY(%s::uuid[]) AND NOT"
+                " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) @> %s::jsonb"
+                " ORDER BY id FOR UPDATE",
+                ([i["event_id"] for i in items], Jsonb([{"version": version}])),
             )
-            if await cur.fetchone() is None:
-                return []  # re-routed under this version before: nothing again
-            for todo in todos:
-                cur = await conn.execute(
-                    "INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload,"
-                    " event_id, routing_trace)"
-                    " SELECT %(endpoint)s, %(queue)s, %(key)s, %(title)s, %(payload)s,"
-                    " %(event)s, %(trace)s WHERE NOT EXISTS (SELECT 1 FROM todos"
-                    " WHERE event_id = %(event)s AND endpoint_id = %(endpoint)s)"
-                    " ON CONFLICT (endpoint_id, idempotency_key)"
-                    " WHERE state IN ('pending', 'claimed') DO NOTHING"
-                    " RETURNING id::text, endpoint_id::text, queue",
-                    {
-                        "endpoint": todo["endpoint_id"],
-                        "queue": todo["queue"],
-                        "key": todo["idempotency_key"],
-                        "title": todo["title"],
-                        "payload": Jsonb(todo["payload"]),
-                        "event": event_id,
-                        "trace": Jsonb(todo["routing_trace"]),
-                    },
-                )
-                row = await cur.fetchone()
-                if row is not None:
-                    created.append(row)
-        return created
+            fresh = {r["id"] for r in await cur.fetchall()}
+            holders: dict[str, str] = {}
+            writes: list[Reroute] = []
+            for item in items:
+                if item["event_id"] not in fresh:
+                    continue  # re-routed under this version before: nothing again
+                once: OnceClaim | None = item.get("once")
+                if once is not None:
+                    cur = await conn.execute(ONCE_CLAIM, once.params(item["event_id"]))
+                    held = await cur.fetchone()
+                    assert held is not None
+                    if str(held["event_id"]) != item["event_id"]:
+                        holder = holders[item["event_id"]] = str(held["event_id"])
+                        item = {
+                            **item,
+                            "entry": {**item["entry"], "once": ONCE_REPEAT, "held_by": holder},
+                            "todos": [],
+                            "disposition": item.get("repeat_disposition"),
+                        }
+                writes.append(item)
+            created: dict[str, list[Row]] = {i["event_id"]: [] for i in writes}
+            if writes:
+                await conn.execute(_TRACES, (Jsonb([_trace_row(i) for i in writes]),))
+                todos = [_todo_row(i["event_id"], t) for i in writes for t in i["todos"]]
+                if todos:
+                    cur = await conn.execute(_TODOS, (Jsonb(todos),))
+                    for row in await cur.fetchall():
+                        created[row["event_id"]].append(row)
+        return [
+            (created[i["event_id"]], holders.get(i["event_id"]))
+            if i["event_id"] in created
+            else (None, None)
+            for i in items
+        ]
 
 
-__all__ = ["RerouteQueries"]
+#: One ``store.apply_reroutes`` item: ``event_id``, ``todos``, ``entry``, ``disposition``,
+#: ``once`` (an OnceClaim or None) and ``repeat_disposition``.
+Reroute = dict[str, Any]
+#: Per event: the todos created (None: re-routed under this version before) and, for a
+#: once claim another event holds, that event's id.
+Applied = tuple[list[Row] | None, str | None]
+
+_TRACES = """
+    UPDATE events e SET
+        routing_trace = jsonb_set(e.routing_trace, '{reroutes}',
+            coalesce(e.routing_trace -> 'reroutes', '[]'::jsonb) || jsonb_build_array(u.entry)),
+        disposition = coalesce(u.disposition, e.disposition)
+    FROM jsonb_to_recordset(%s::jsonb) AS u(id uuid, entry jsonb, disposition text)
+    WHERE e.id = u.id
+"""
+
+# A todo per (event, endpoint) at most, whatever its state; never beside a live one with
+# the same key (the partial unique index), as a live delivery's.
+_TODOS = """
+    INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
+                       routing_trace, work_order)
+    SELECT t.endpoint_id, t.queue, t.idempotency_key, t.title, t.payload, t.event_id,
+           t.routing_trace, t.work_order
+    FROM jsonb_to_recordset(%s::jsonb) AS t(endpoint_id uuid, queue text,
+         idempotency_key text, title text, payload jsonb, event_id uuid,
+         routing_trace jsonb, work_order jsonb)
+    WHERE NOT EXISTS (SELECT 1 FROM todos o
+                      WHERE o.event_id = t.event_id AND o.endpoint_id = t.endpoint_id)
+    ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
+    DO NOTHING
+    RETURNING id::text, endpoint_id::text, queue, event_id::text
+"""
+
+
+def _trace_row(item: Reroute) -> dict[str, Any]:
+    return {"id": item["event_id"], "entry": item["entry"], "disposition": item["disposition"]}
+
+
+def _todo_row(event_id: str, todo: dict[str, Any]) -> dict[str, Any]:
+    return {**todo, "event_id": event_id}
+
+
+__all__ = ["HELD_COUNT", "Applied", "RerouteQueries", "Reroute", "held_count_sync"]

@@ -107,6 +107,13 @@ async def test_reroute_plan_then_apply(cli: CLI, runtime: Runtime) -> None:
     fast = cli.fast()
     plan = fast.json("webhook", "reroute", hook, "--plan")
     assert plan["plan"] is True and plan["todos_planned"] == 3
+    first = plan["events"][0]["event_id"]
+    one = fast.json("webhook", "reroute", hook, "--plan", "--event-id", first)
+    assert one["evaluated"] == 1 and [e["event_id"] for e in one["events"]] == [first]
+    routed = fast.json("webhook", "reroute", hook, "--plan", "--disposition", "routed")
+    assert routed["evaluated"] == 0
+    bad = fast.run("webhook", "reroute", hook, "--plan", "--disposition", "lost", check=False)
+    assert bad.returncode != 0 and "disposition" in bad.stderr
     done = cli.json("webhook", "reroute", hook, "--apply", "--last", "10")
     assert done["todos_created"] == 3 and done["changed"] == 3
     assert fast.json("webhook", "reroute", hook, "--apply")["todos_created"] == 0

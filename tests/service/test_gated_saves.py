@@ -107,3 +107,68 @@ async def test_one_diff_call_counts_the_whole_window(runtime: Runtime) -> None:
         await history.diff_rules(
             runtime, owner, hook, rules=MOVING, cursor=doc["changes_cursor"], changes_cursor="x"
         )
+
+
+ID_LESS = [
+    {"expr": ".payload.n % 3 == 0", "action": {"queue": "review"}},
+    {"expr": ".payload.n % 3 == 0", "action": {"queue": "review"}},  # twins: two ids
+]
+
+
+async def test_a_gated_save_of_rules_without_ids_passes_after_their_diff(
+    runtime: Runtime,
+) -> None:
+    owner, hook = await _webhook(runtime, 60)
+    diff = await history.diff_rules(runtime, owner, hook, rules=ID_LESS, last=100)
+    assert diff["changed"] == 20
+    # the ids minted for the diff are the save's: the hashes agree, with or without diffed=
+    saved = await rules.set_rules(runtime, owner, hook, ID_LESS, diffed=diff["candidate_hash"])
+    assert saved["config_hash"] == diff["candidate_hash"]
+    ids = [r["id"] for r in saved["rules"]]
+    assert len(set(ids)) == 2 and all(i.startswith("rule_") and len(i) == 29 for i in ids)
+    # add_webhook_rule without an id: its diff (the saved rules and the new one) gates it
+    extra = {"expr": ".payload.n == 7", "action": {"drop": True}}
+    with pytest.raises(Conflict):
+        await rules.add_rule(runtime, owner, hook, **extra, position=0)
+    candidate = [extra, *saved["rules"]]
+    added = await history.diff_rules(runtime, owner, hook, rules=candidate, last=100)
+    after = await rules.add_rule(runtime, owner, hook, **extra, position=0)
+    assert after["config_hash"] == added["candidate_hash"] and after["version"] == 2
+    assert [r["id"] for r in after["rules"]][1:] == ids
+
+
+async def test_a_gated_save_with_lanes_passes_after_its_diff(runtime: Runtime) -> None:
+    owner, hook = await _webhook(runtime, 60)
+    lanes = {"review": {"once_ttl_s": 600}}
+    with_lanes = await history.diff_rules(runtime, owner, hook, rules=MOVING, lanes=lanes, last=100)
+    saved = await rules.set_rules(
+        runtime, owner, hook, MOVING, lanes=lanes, diffed=with_lanes["candidate_hash"]
+    )
+    assert saved["lanes"] == lanes and saved["config_hash"] == with_lanes["candidate_hash"]
+    # a later rules-only diff carries the saved lanes, as the rules-only save keeps them
+    fewer = MOVING + [{"id": "sevens", "expr": ".payload.n == 7", "action": {"drop": True}}]
+    diff = await history.diff_rules(runtime, owner, hook, rules=fewer, last=100)
+    again = await rules.set_rules(runtime, owner, hook, fewer, diffed=diff["candidate_hash"])
+    assert again["lanes"] == lanes and again["config_hash"] == diff["candidate_hash"]
+
+
+async def test_a_policy_save_is_gated_and_diffable(runtime: Runtime) -> None:
+    owner, hook = await _webhook(runtime, 60)
+    with pytest.raises(Conflict) as refused:
+        await rules.set_policy(runtime, owner, hook, on_fault="hold")
+    assert refused.value.code == "diff_required" and "diff_webhook_rules" in str(refused.value)
+    diff = await history.diff_rules(runtime, owner, hook, on_fault="hold", last=100)
+    assert diff["evaluated"] == 60 and diff["changed"] == 0  # nothing faults here
+    with pytest.raises(InvalidArgument) as mismatch:
+        await rules.set_policy(runtime, owner, hook, on_fault="hold", diffed="sha256:other")
+    assert mismatch.value.code == "diff_mismatch"
+    saved = await rules.set_policy(
+        runtime, owner, hook, on_fault="hold", diffed=diff["candidate_hash"]
+    )
+    assert saved["on_fault"] == "hold" and saved["config_hash"] == diff["candidate_hash"]
+    # lanes alone, the same way
+    lanes = {"inbox": {"once_ttl_s": 60}}
+    lane_diff = await history.diff_rules(runtime, owner, hook, lanes=lanes, last=100)
+    lane_save = await rules.set_policy(runtime, owner, hook, lanes=lanes)
+    assert lane_save["config_hash"] == lane_diff["candidate_hash"]
+    assert lane_save["on_fault"] == "hold"

@@ -425,3 +425,80 @@ async def test_release_and_policy_arguments_are_checked_in_their_own_names(
             await rules.set_policy(t.rt, None, t.webhook_id, lanes=lanes)
     with pytest.raises(RuleValidationError, match="on_fault"):
         await rules.set_policy(t.rt, None, t.webhook_id, on_fault="later")
+
+
+ONCE_LANE = [
+    {
+        "id": "lane",
+        "expr": "true",
+        "action": {"queue": "lane-s", "exclusive": True, "once": True, "work_order": True},
+    }
+]
+
+
+async def test_a_reroute_into_a_once_lane_claims_like_live_routing(runtime: Runtime) -> None:
+    from switchboard.service.reroute import reroute_events
+
+    t = await Lanes(runtime).build(("lane-s",))
+    await rules.set_rules(t.rt, None, t.webhook_id, [{"expr": "true", "action": {"drop": True}}])
+    first = await t.deliver(issue(57, "size:s"), kind="issue_label")
+    second = await t.deliver(issue(57, "size:s", "bug"), kind="issue_label")
+    assert first.body["dropped"] and second.body["dropped"]
+    await rules.set_rules(t.rt, None, t.webhook_id, ONCE_LANE)
+    key = once_key(SUBJECT, "lane-s")
+
+    # the plan says what live routing would: one claims the subject, the other repeats
+    plan = await reroute_events(t.rt, None, t.webhook_id, plan=True)
+    states = sorted(e["once"]["state"] for e in plan["events"])
+    assert plan["changed"] == 2 and states == ["claimed", "repeat"]
+    assert plan["todos_planned"] == 1 and plan["repeat"] == 1
+    assert all(e["once"]["once_key"] == key for e in plan["events"])
+
+    done = await reroute_events(t.rt, None, t.webhook_id, plan=False)
+    assert done["todos_created"] == 1 and done["repeat"] == 1
+    [claimer] = [e for e in done["events"] if e["created"]]
+    [repeat] = [e for e in done["events"] if not e["created"]]
+    assert repeat["once"]["held_by"] == claimer["event_id"]
+    todo = await t.claim("lane-s")
+    assert todo["todo_id"] == claimer["created"][0]
+    assert todo["work_order"]["lane"] == "lane-s"
+    assert todo["work_order"]["subject"]["key"] == SUBJECT
+    assert todo["work_order"]["authority"] == WORK_ORDER_AUTHORITY
+    event = await t.rt.store.get_event(repeat["event_id"])
+    assert event is not None and event["disposition"] == "dropped"  # kept: it was stored so
+    [entry] = event["routing_trace"]["reroutes"]
+    assert entry["once"] == "repeat" and entry["held_by"] == claimer["event_id"]
+    claim = await t.rt.store.once_claim(t.webhook_id, key)
+    assert claim is not None and str(claim["event_id"]) == claimer["event_id"]
+
+    # nothing again; and a live delivery about the subject meets the claim as a repeat
+    again = await reroute_events(t.rt, None, t.webhook_id, plan=False)
+    assert again["todos_created"] == 0
+    live = await t.deliver(issue(57, "size:s", "p1"), kind="issue_label")
+    assert live.body["repeat"] is True
+
+
+async def test_a_held_delivery_released_into_a_claimed_lane_is_a_repeat(runtime: Runtime) -> None:
+    from switchboard.service.reroute import release_held
+
+    t = await Lanes(runtime).build(("lane-s",))
+    faulty = [{"id": "lane", "expr": 'error("not yet")', "action": {"queue": "lane-s"}}]
+    await rules.save_config(
+        t.rt, None, t.webhook_id, lambda c: {**c, "rules": faulty, "on_fault": "hold"}
+    )
+    held = await t.deliver(issue(57, "size:s"), kind="issue_label")
+    assert held.body["held"] is True
+    await rules.set_rules(t.rt, None, t.webhook_id, ONCE_LANE)
+    live = await t.deliver(issue(57, "size:s", "bug"), kind="issue_label")
+    assert [q for _e, q, _c in where(live)] == ["lane-s"]  # the live one claims the subject
+
+    plan = await release_held(t.rt, None, t.webhook_id, plan=True)
+    [item] = plan["events"]
+    assert item["once"]["state"] == "repeat" and item["create"] == []
+    done = await release_held(t.rt, None, t.webhook_id, plan=False)
+    assert done["todos_created"] == 0 and done["repeat"] == 1
+    event = await t.rt.store.get_event(item["event_id"])
+    assert event is not None and event["disposition"] == "repeat"  # as live would store it
+    assert event["routing_trace"]["reroutes"][0]["once"] == "repeat"
+    again = await release_held(t.rt, None, t.webhook_id, plan=True)
+    assert again["evaluated"] == 0  # no longer held

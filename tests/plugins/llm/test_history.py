@@ -79,3 +79,29 @@ async def test_a_diff_takes_the_llm_verdicts_from_the_traces_and_asks_no_model(
             assert said == [("rules", "passed", "rerun"), ("llm", "decided", "stored")]
             assert doc["decision"]["decided_by"] == "llm"
             assert doc["decision"]["replay"] == "stored"
+
+
+async def test_a_reroute_keeps_what_the_llm_decided(tenant: Tenant, fake_ai: FakeAI) -> None:
+    from switchboard.service.history import diff_rules
+    from switchboard.service.reroute import reroute_events
+
+    t = tenant
+    wid = t.hook["webhook_id"]
+    await rules_svc.set_rules(t.rt, None, wid, NOISE)
+    model = fake_ai.on(t.model("good"), GOOD)
+    await t.triage(model)
+    t.deliver(ISSUE, "r-good")  # the model decides: triage
+    t.deliver({**ISSUE, "kind": "noise"}, "r-noise")  # a rule drops it: never asked
+    ids = {d: _event_id(t, d) for d in ("r-good", "r-noise")}
+    asked = len(fake_ai._requests)
+    diff = await diff_rules(t.rt, None, wid, rules=[])
+    await rules_svc.set_rules(t.rt, None, wid, [])
+
+    plan = await reroute_events(t.rt, None, wid, plan=True)
+    # the llm's stored verdict is replayed, as in the diff: only the noise event moves
+    assert plan["totals"] == diff["totals"]["candidate"]
+    assert [e["event_id"] for e in plan["events"]] == [ids["r-noise"]]
+    done = await reroute_events(t.rt, None, wid, plan=False)
+    assert done["todos_created"] == 1 and len(fake_ai._requests) == asked
+    good_trace, good_todos = t.stored("r-good")
+    assert [q for q, _ in good_todos] == ["triage"] and "reroutes" not in good_trace

@@ -22,6 +22,7 @@ from sbworld import World, fixture_body, on_runtime
 from switchboard.cli.send import build_request
 from switchboard.service import rules as rules_svc
 from switchboard.service.ingest import ingest
+from switchboard.service.versions import config_hash
 from switchboard.sources import Headers
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -377,6 +378,15 @@ def test_cli_verbs(seeded: Any, tmp_path: Path) -> None:
     more = capped.json("rules", "diff", hook, str(candidate), "--cursor", doc["next_cursor"])
     assert more["evaluated"] == 50
     assert not {c["event_id"] for c in doc["changes"]} & {c["event_id"] for c in more["changes"]}
+    # a policy-only candidate keeps the saved rules: its hash is the policy save's
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"on_fault": "hold"}))
+    held = fast.json("rules", "diff", hook, str(policy), "--last", "20")
+    assert held["evaluated"] == 20 and held["changed"] == 0
+    saved = fast.json("webhook", "rules", "show", hook)
+    keys = ("rules", "default_action", "params", "lanes")
+    wanted = {**{k: saved[k] for k in keys if k in saved}, "on_fault": "hold"}
+    assert held["candidate_hash"] == config_hash(wanted) != saved["config_hash"]
     lint_table = fast.run("rules", "lint", hook, "--table")
     assert "shadowed" in lint_table.stdout and "unused_param" in lint_table.stdout
     missing = fast.run("rules", "explain", str(uuid.uuid4()), check=False)
@@ -466,3 +476,17 @@ async def test_versions_and_guarded_saves_over_mcp(seeded: Any) -> None:
         assert back["version"] == now + 2 and back["config_hash"] == saved["config_hash"]
         missing = await me.fails("get_rule_version", webhook_id=hook, version=now + 9)
         assert missing.code == "version_not_found"
+        # a re-route's filters and a policy save's diff, over the real client
+        plan = await me.call("reroute_webhook_events", webhook_id=hook, disposition="held")
+        assert plan["evaluated"] == 0 and plan["events"] == [] and "candidate_hash" in plan
+        bad = await me.fails("reroute_webhook_events", webhook_id=hook, event_ids=["nope"])
+        assert "event_ids" in bad.text
+        policy = await me.call("diff_webhook_rules", webhook_id=hook, on_fault="hold", last=5)
+        held = await me.call(
+            "set_webhook_policy",
+            webhook_id=hook,
+            on_fault="hold",
+            diffed=policy["candidate_hash"],
+        )
+        assert held["config_hash"] == policy["candidate_hash"]
+        await me.call("rollback_webhook_rules", webhook_id=hook, version=now + 2)
