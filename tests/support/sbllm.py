@@ -132,6 +132,14 @@ def event_of(t: Tenant, delivery: str) -> dict[str, Any]:
     }
 
 
+def fresh_minute(need: float = 25.0) -> None:
+    """Wait, if need be, until the current UTC minute has ``need`` seconds left: a test
+    counting one minute's budget must not see the window turn under it."""
+    left = 60 - time.time() % 60
+    if left < need:
+        time.sleep(left + 0.2)
+
+
 def decided(t: Tenant, deliveries: list[str], timeout: float = 30.0) -> list[dict[str, Any]]:
     """The events of ``deliveries`` once none is pending (fails after ``timeout``)."""
     deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import Tenant, burst, decided, event_of, llm_toml
+from sbllm import Tenant, burst, decided, event_of, fresh_minute, llm_toml
 
 from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
@@ -241,6 +241,46 @@ async def test_on_budget_wait_leaves_the_event_pending_until_the_window_turns(
     assert row == (0, None, True)
     assert event_of(t, "w2")["disposition"] == "pending"
     assert len(fake_ai.requests(model)) == 1
+
+
+@pytest.mark.parametrize("on_budget", ["default", "wait"])
+async def test_a_token_budget_holds_against_calls_running_at_once(
+    tenant: Tenant, fake_ai: FakeAI, on_budget: str
+) -> None:
+    """1,000 tokens a minute against 300 a call: 3 calls that minute, although the
+    worker runs MAX_IN_FLIGHT at once (each holds its estimate until its usage is in)."""
+    t = tenant
+    usage = {"prompt_tokens": 200, "completion_tokens": 100, "total_tokens": 300}
+    model = fake_ai.on(t.model(f"tok-{on_budget}"), GOOD, usage=usage, delay=0.3)
+    await t.triage(
+        model, token_budget_per_minute=1000, prompt_budget_per_minute=60, on_budget=on_budget
+    )
+    fresh_minute(need=30)
+    n = 8
+    await burst(t, n, f"tb-{on_budget}-")
+    deliveries = [f"tb-{on_budget}-{i}" for i in range(n)]
+    if on_budget == "default":
+        events = decided(t, deliveries)
+        causes = sorted(e["trace"].get("cause") or e["trace"]["stage"] for e in events)
+        assert causes == ["llm"] * 3 + ["llm_budget_exhausted"] * (n - 3)
+        spent = [e for e in events if e["trace"].get("cause") == "llm_budget_exhausted"]
+        assert all(
+            e["trace"]["llm"]["detail"] == "the minute's budget of 1000 tokens is spent"
+            for e in spent
+        )
+    else:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            events = [event_of(t, d) for d in deliveries]
+            if sum(e["disposition"] != "pending" for e in events) >= 3:
+                break
+            time.sleep(0.1)
+        time.sleep(2.0)  # time for a fourth call, were one let through
+        events = [event_of(t, d) for d in deliveries]
+        assert sorted(e["disposition"] for e in events).count("pending") == n - 3
+        assert all(e["trace"]["stage"] == "llm" for e in events if e["disposition"] != "pending")
+    assert len(fake_ai.requests(model)) == 3  # the fake counts the calls that minute
+    assert fake_ai.peak(model) <= MAX_IN_FLIGHT
 
 
 async def test_a_providers_slots_are_shared_and_lapse(llm_runtime: Runtime) -> None:
