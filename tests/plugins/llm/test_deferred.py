@@ -159,9 +159,15 @@ async def test_metrics_show_the_queue_the_wait_and_the_tokens(
 ) -> None:
     import httpx
 
+    def waited_sum() -> float:
+        text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
+        rows = [x for x in text.splitlines() if x.startswith("switchboard_deferred_seconds_sum")]
+        return sum(float(x.split()[-1]) for x in rows if 'stage="llm"' in x)
+
     t = tenant
     model = fake_ai.on(t.model("metered"), GOOD, delay=1.5)
     await t.triage(model, timeout_ms=4000)
+    before = waited_sum()
     t.deliver(ISSUE, "m1")
     text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
     [line] = [
@@ -172,7 +178,10 @@ async def test_metrics_show_the_queue_the_wait_and_the_tokens(
 
     view = await service.get_triage(t.rt, t.owner)  # `switchboard llm get`: the queue depth
     assert view["mode"] == "deferred" and view["pending"] == 1
-    decided(t, ["m1"])
+    [event] = decided(t, ["m1"])
+    # Receipt to decision: the model's 1.5 s are in the wait, in the trace and the histogram.
+    assert event["trace"]["deferred"]["waited_ms"] >= 1500
+    assert waited_sum() - before >= 1.5
     # The fake's usage, counted in the day's window (the minute's may have turned since the
     # call, and the count may land just after the decision: polled, not timed).
     deadline = time.monotonic() + 5
