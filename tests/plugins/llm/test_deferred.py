@@ -9,16 +9,19 @@ once. A redelivery while pending is answered from the store and asks nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import Tenant, burst, decided, event_of, fresh_minute, llm_toml
+from sbllm import QUEUES, Tenant, burst, decided, event_of, fresh_minute, llm_toml
 
 from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
+from switchboard.service import identity, webhooks
 from switchboard.service import rules as rules_svc
 
 GOOD = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
@@ -290,6 +293,69 @@ async def test_a_token_budget_holds_against_calls_running_at_once(
         assert all(e["trace"]["stage"] == "llm" for e in events if e["disposition"] != "pending")
     assert len(fake_ai.requests(model)) == 3  # the fake counts the calls that minute
     assert fake_ai.peak(model) <= MAX_IN_FLIGHT
+
+
+@contextlib.asynccontextmanager
+async def _provider_busy(rt: Runtime) -> AsyncIterator[None]:
+    """Every call slot of provider ``fake`` taken (as other servers' calls would): a
+    pending event stays pending, claimed again every half second, until they are given back."""
+    from switchboard_llm import store
+    from switchboard_llm.settings import DEFAULT_PROVIDER_IN_FLIGHT
+
+    tokens = [
+        await store.take_slot(rt, "fake", DEFAULT_PROVIDER_IN_FLIGHT, 60, "test")
+        for _ in range(DEFAULT_PROVIDER_IN_FLIGHT)
+    ]
+    assert None not in tokens
+    try:
+        yield
+    finally:
+        for token in tokens:
+            assert token is not None
+            await store.give_slot(rt, token)
+
+
+async def test_a_grant_revoked_while_pending_is_not_offered(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    pool = t.w.endpoint("alice", "pool", queues="lane-m")
+    model = fake_ai.on(t.model("revoked"), {"queue": "lane-m", "confidence": 0.9, "reason": "r"})
+    await t.triage(model, queues=[*QUEUES, {"name": "lane-m", "description": "medium work"}])
+    async with _provider_busy(t.rt):
+        assert t.deliver(ISSUE, "rv1")["disposition"] == "pending"
+        await asyncio.sleep(1.0)  # claimed and put back at least once
+        assert event_of(t, "rv1")["disposition"] == "pending" and not fake_ai.requests(model)
+        await identity.revoke_endpoint(t.rt, pool["endpoint_id"])
+        # A claim that read the grant before the revocation finds no slot and puts the
+        # event back; each claim after it reads the grant as revoked.
+        await asyncio.sleep(1.0)
+    [event] = decided(t, ["rv1"])
+    # The grant as it is at the decision: lane-m is neither offered nor taken.
+    [request] = fake_ai.requests(model)
+    assert request.prompt_doc["queues"] == QUEUES
+    assert event["trace"]["cause"] == "llm_unknown_queue"
+    assert [q for q, _ in event["todos"]] == ["inbox"]
+
+
+async def test_a_webhook_deleted_while_pending_is_dropped_without_a_call(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("orphan"), GOOD)
+    await t.triage(model)
+    async with _provider_busy(t.rt):
+        assert t.deliver(ISSUE, "del1")["disposition"] == "pending"
+        await webhooks.delete_webhook(t.rt, None, t.hook["webhook_id"])
+        # Decided with every call slot still taken: an orphan needs no model.
+        [event] = await asyncio.to_thread(decided, t, ["del1"])
+    assert event["disposition"] == "dropped", event
+    assert event["todos"] == [] and event["queued"] == 0
+    trace = event["trace"]
+    validate_trace(trace)
+    assert trace["stage"] == "default" and trace["action"] == {"drop": True}
+    assert trace["faults"][0]["detail"] == "the webhook was deleted while pending"
+    assert fake_ai.requests(model) == []
 
 
 async def test_a_providers_slots_are_shared_and_lapse(llm_runtime: Runtime) -> None:
