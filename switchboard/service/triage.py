@@ -273,6 +273,8 @@ class TriageWorker:
         _observe(name, row, waited, trace, decision.disposition, len(created))
         event = {k: row[k] for k in _EVENT_KEYS}
         event.update(id=row["event_id"], routing_trace=trace, disposition=decision.disposition)
+        if envelope:  # what the stages saw, as a live delivery's sinks get it
+            event["envelope"] = envelope
         ring_sinks(rt, event, created)
 
     async def _gave_up(self, ctx: RoutingContext, attempts: int) -> Decision:
