@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 from fakeai import FakeAI
 from sbllm import QUEUES, Tenant, burst, decided, event_of, fresh_minute, llm_toml
+from sbtest import CLI
 
 from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
@@ -356,6 +358,32 @@ async def test_a_webhook_deleted_while_pending_is_dropped_without_a_call(
     assert trace["stage"] == "default" and trace["action"] == {"drop": True}
     assert trace["faults"][0]["detail"] == "the webhook was deleted while pending"
     assert fake_ai.requests(model) == []
+
+
+async def test_events_list_shows_how_long_a_pending_event_has_waited(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("listed"), GOOD)
+    await t.triage(model)
+    cli, wid = CLI(t.srv.env).fast(), t.hook["webhook_id"]
+    async with _provider_busy(t.rt):
+        t.deliver(ISSUE, "ls1")
+        await asyncio.sleep(1.2)
+        doc = await asyncio.to_thread(cli.json, "events", "list", "--webhook", wid)
+        [event] = doc["events"]
+        assert event["disposition"] == "pending" and 1.2 <= event["waiting_s"] < 30
+        table = await asyncio.to_thread(
+            CLI(dict(t.srv.env, COLUMNS="160"), in_process=True).run,
+            "events", "list", "--webhook", wid, "--table",
+        )  # fmt: skip
+        assert "WAITING" in table.stdout
+        [row] = [x for x in table.stdout.splitlines() if "pending" in x]
+        assert re.search(r"\b\d+s\b", row), row
+    decided(t, ["ls1"])
+    # Decided: no wait to show any more (the field is only a pending event's).
+    [event] = CLI(t.srv.env).fast().json("events", "list", "--webhook", wid)["events"]
+    assert event["disposition"] == "routed" and "waiting_s" not in event
 
 
 async def test_a_providers_slots_are_shared_and_lapse(llm_runtime: Runtime) -> None:
