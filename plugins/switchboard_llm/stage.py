@@ -11,6 +11,7 @@ in the trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -222,6 +223,12 @@ class LLMStage:
                 provider.complete(triage["model"], SYSTEM, prompt, schema, timeout_ms / 1000),
                 timeout_ms / 1000,
             )
+        except asyncio.CancelledError:
+            # Stopped mid-call (a SIGTERM past the grace): the tokens it held go back, its
+            # prompt's estimate is counted (it was sent), and the event is asked again.
+            with contextlib.suppress(Exception):
+                await store.settle(rt, endpoint_id, held, math.ceil(len(SYSTEM + prompt) / 4))
+            raise
         except TimeoutError:
             info["latency_ms"] = _since(started)
             await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None)

@@ -151,7 +151,7 @@ async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
     async with _tenant(first, 4) as t:
         # Longer than the stop's grace: the calls cannot finish, so their leases go back.
         model = fake_ai.on(t.model("term"), GOOD, delay=3.5)
-        await t.triage(model, timeout_ms=4000)
+        await t.triage(model, timeout_ms=4000, token_budget_per_day=100_000)
         await burst(t, 2, "s")
         deadline = time.monotonic() + 10
         while len(fake_ai.requests(model)) < 2 and time.monotonic() < deadline:
@@ -167,6 +167,14 @@ async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
         events = decided(t, ["s0", "s1"], timeout=30)
     assert all(len(e["todos"]) == 1 and e["trace"]["deferred"]["attempts"] == 1 for e in events)
     assert len(fake_ai.requests(model)) == 4  # each asked again once, never decided twice
+    with psycopg.connect(dsn) as conn:
+        held = conn.execute(
+            "SELECT reserved, settled FROM llm_triage_budget WHERE endpoint_id = %s"
+            " AND span = 'day'",
+            (t.owner,),
+        ).fetchall()
+    # The stopped calls gave the tokens they held back (and counted their prompts).
+    assert held == [(0, 4)]
 
 
 async def test_two_servers_on_one_database_decide_each_event_once(
