@@ -11,6 +11,7 @@ in the trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -53,6 +54,10 @@ _BUSY_RETRY_S = 0.5
 #: Who holds a provider slot (for an operator reading ``llm_in_flight``).
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 _DETAIL_MAX = 300
+#: How often an inline call looks again at tokens that calls in flight hold.
+_HELD_POLL_S = 0.1
+#: How long at most an inline call waits for them (the producer is waiting too).
+_HELD_WAIT_MAX_S = 2.0
 
 
 class InvalidAnswer(ValueError):
@@ -198,29 +203,6 @@ class LLMStage:
         rt = ctx.runtime
         assert rt is not None  # route() asked only with a runtime
         endpoint_id = str(ctx.webhook["endpoint_id"])
-        per_minute = min(
-            triage["prompt_budget_per_minute"], self.settings["max_prompt_budget_per_minute"]
-        )
-        per_day = min(triage["prompt_budget_per_day"], self.settings["max_prompt_budget_per_day"])
-        spent = await store.reserve_call(
-            rt,
-            endpoint_id,
-            per_minute,
-            per_day,
-            tokens_per_minute=triage.get("token_budget_per_minute"),
-            tokens_per_day=triage.get("token_budget_per_day"),
-        )
-        if spent is not None:
-            span, what = spent
-            if what == store.TOKENS:
-                limit = triage[f"token_budget_per_{span}"]
-            else:
-                limit = per_minute if span == store.MINUTE else per_day
-            detail = f"the {span}'s budget of {limit} {what} is spent"
-            if ctx.deferred and triage.get("on_budget") == "wait":
-                # Deferred, the event can wait for the window to turn (never in memory).
-                raise NotYet(detail, _until_next(span))
-            return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info, detail)
         timeout_ms = self._timeout_ms(triage)
         prompt = build_prompt(
             event_view(ctx.envelope, rt.registries.projections),
@@ -230,6 +212,10 @@ class LLMStage:
             and bool(self.settings["allow_include_payload"]),
             max_payload_bytes=int(self.settings["max_payload_bytes"]),
         )
+        got = await self._reserve(ctx, triage, SYSTEM + prompt, provider, timeout_ms)
+        if not isinstance(got, store.Reservation):
+            return self._fallback(ctx, CAUSE_LLM_BUDGET_EXHAUSTED, info, got)
+        held = got
         schema = answer_schema([q["name"] for q in offered])
         started = time.monotonic()
         try:
@@ -237,13 +223,19 @@ class LLMStage:
                 provider.complete(triage["model"], SYSTEM, prompt, schema, timeout_ms / 1000),
                 timeout_ms / 1000,
             )
+        except asyncio.CancelledError:
+            # Stopped mid-call (a SIGTERM past the grace): the tokens it held go back, its
+            # prompt's estimate is counted (it was sent), and the event is asked again.
+            with contextlib.suppress(Exception):
+                await store.settle(rt, endpoint_id, held, math.ceil(len(SYSTEM + prompt) / 4))
+            raise
         except TimeoutError:
             info["latency_ms"] = _since(started)
-            await self._account(rt, endpoint_id, info, SYSTEM + prompt, None)
+            await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None)
             return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info, f"no answer within {timeout_ms} ms")
         except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
             info["latency_ms"] = _since(started)
-            await self._account(rt, endpoint_id, info, SYSTEM + prompt, None)
+            await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None)
             log.warning(
                 "llm triage for endpoint %s: provider %r failed: %s",
                 endpoint_id,
@@ -252,7 +244,7 @@ class LLMStage:
             )
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, _describe(exc))
         info["latency_ms"] = _since(started)
-        await self._account(rt, endpoint_id, info, SYSTEM + prompt, text)
+        await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, text)
         if not isinstance(text, str):
             return self._fallback(ctx, CAUSE_LLM_ERROR, info, "the provider returned no text")
         try:
@@ -283,9 +275,72 @@ class LLMStage:
             Decision(drop=False, queue=queue, endpoints=tuple(ctx.grant.endpoint_ids), trace=trace)
         )
 
+    async def _reserve(
+        self,
+        ctx: RoutingContext,
+        triage: dict[str, Any],
+        sent: str,
+        provider: Any,
+        timeout_ms: int,
+    ) -> store.Reservation | str:
+        """One prompt and the call's estimated tokens from the endpoint's budgets, or why
+        not (the detail of a spent budget). Raises :class:`NotYet` when a deferred event
+        should wait: for tokens calls in flight hold now, or (``on_budget = "wait"``) for
+        the spent window to turn."""
+        rt = ctx.runtime
+        assert rt is not None
+        endpoint_id = str(ctx.webhook["endpoint_id"])
+        per_minute = min(
+            triage["prompt_budget_per_minute"], self.settings["max_prompt_budget_per_minute"]
+        )
+        per_day = min(triage["prompt_budget_per_day"], self.settings["max_prompt_budget_per_day"])
+        tokens = triage.get("token_budget_per_minute"), triage.get("token_budget_per_day")
+        deadline = time.monotonic() + min(timeout_ms / 1000, _HELD_WAIT_MAX_S)
+        while True:
+            guess = 0
+            if tokens != (None, None):
+                guess = await store.estimate(
+                    rt, endpoint_id, math.ceil(len(sent) / 4), getattr(provider, "max_tokens", None)
+                )
+            got = await store.reserve_call(
+                rt,
+                endpoint_id,
+                per_minute,
+                per_day,
+                tokens_per_minute=tokens[0],
+                tokens_per_day=tokens[1],
+                estimate=guess,
+            )
+            if isinstance(got, store.Reservation):
+                return got
+            span, what = got
+            if what != store.HELD:
+                break
+            # Calls in flight hold the tokens that are left: whether they leave room for
+            # this one is known when they settle (moments, not a window).
+            if ctx.deferred:
+                raise NotYet(f"the {span}'s tokens are held by calls in flight", _BUSY_RETRY_S)
+            if time.monotonic() + _HELD_POLL_S > deadline:
+                return f"the {span}'s tokens are held by calls in flight"
+            await asyncio.sleep(_HELD_POLL_S)
+        if what == store.TOKENS:
+            limit = triage[f"token_budget_per_{span}"]
+        else:
+            limit = per_minute if span == store.MINUTE else per_day
+        detail = f"the {span}'s budget of {limit} {what} is spent"
+        if ctx.deferred and triage.get("on_budget") == "wait":
+            # Deferred, the event can wait for the window to turn (never in memory).
+            raise NotYet(detail, _until_next(span))
+        return detail
+
     @staticmethod
     async def _account(
-        rt: Any, endpoint_id: str, info: dict[str, Any], sent: str, text: Any
+        rt: Any,
+        endpoint_id: str,
+        held: store.Reservation,
+        info: dict[str, Any],
+        sent: str,
+        text: Any,
     ) -> None:
         """The call's tokens: the provider's usage, else an estimate (marked), counted
         against the endpoint's token budget and in ``switchboard_llm_tokens_total``."""
@@ -307,8 +362,8 @@ class LLMStage:
         LLM_TOKENS.labels("prompt").inc(usage["prompt_tokens"])
         LLM_TOKENS.labels("completion").inc(usage["completion_tokens"])
         try:
-            await store.spend_tokens(
-                rt, endpoint_id, usage["prompt_tokens"] + usage["completion_tokens"]
+            await store.settle(
+                rt, endpoint_id, held, usage["prompt_tokens"] + usage["completion_tokens"]
             )
         except Exception as exc:  # the budget's bookkeeping never costs the decision
             log.warning("llm triage: tokens not counted: %s", type(exc).__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from switchboard.plugin import Runtime
@@ -21,23 +22,39 @@ _WINDOW = {
     DAY: "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
 }
 
-# One prompt more in the window, unless the window already holds ``limit`` prompts, or
-# (with a token budget) its tokens plus its average call's would pass ``tokens``. The
-# conflict path locks the row and re-checks against its latest version, so two workers
-# reserving at once queue on the row and never both take the last prompt.
+# One prompt more in the window, holding the call's estimated tokens, unless the window
+# already holds ``limit`` prompts, or (with a token budget) its spent tokens plus those held
+# by calls in flight plus this call's estimate would pass ``tokens``. The conflict path
+# locks the row and re-checks against its latest version, so two workers reserving at once
+# queue on the row and never both take the last prompt or the last tokens.
 _RESERVE = """
-    INSERT INTO llm_triage_budget AS b (endpoint_id, span, window_start, used)
-    VALUES (%(endpoint)s, %(span)s, {window}, 1)
+    INSERT INTO llm_triage_budget AS b (endpoint_id, span, window_start, used, reserved)
+    VALUES (%(endpoint)s, %(span)s, {window}, 1, %(estimate)s)
     ON CONFLICT (endpoint_id, span, window_start)
-    DO UPDATE SET used = b.used + 1
+    DO UPDATE SET used = b.used + 1, reserved = b.reserved + %(estimate)s
     WHERE b.used < %(limit)s AND (%(tokens)s::bigint IS NULL OR b.used = 0
-                                  OR b.tokens + b.tokens / b.used <= %(tokens)s::bigint)
-    RETURNING b.used
+                                  OR b.tokens + b.reserved + %(estimate)s <= %(tokens)s::bigint)
+    RETURNING b.used, b.window_start
 """
 
-#: What a refused reservation ran out of: the window's prompts, or its tokens.
+#: What a refused reservation ran out of: the window's prompts, or its tokens; or
+#: (``HELD``) tokens that calls in flight hold now and may give back when they settle.
 PROMPTS = "prompts"
 TOKENS = "tokens"
+HELD = "held"
+
+#: A call's completion, when nothing is known yet about the endpoint's calls and the
+#: provider sets no ``max_tokens``: the answer is one small JSON object.
+_COMPLETION_GUESS = 256
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A granted call: the windows it was counted in and the tokens it holds there."""
+
+    windows: tuple[Any, ...]
+    estimate: int
+
 
 #: Windows older than this are deleted when an endpoint opens a new minute.
 _KEEP = "interval '2 days'"
@@ -81,8 +98,8 @@ async def reserve(rt: Runtime, endpoint_id: str, per_minute: int, per_day: int) 
     Returns None when the prompt is granted, else the window that is spent (``minute``
     or ``day``); a refused prompt takes nothing from either window.
     """
-    refused = await reserve_call(rt, endpoint_id, per_minute, per_day)
-    return None if refused is None else refused[0]
+    got = await reserve_call(rt, endpoint_id, per_minute, per_day)
+    return None if isinstance(got, Reservation) else got[0]
 
 
 async def reserve_call(
@@ -93,9 +110,12 @@ async def reserve_call(
     *,
     tokens_per_minute: int | None = None,
     tokens_per_day: int | None = None,
-) -> tuple[str, str] | None:
-    """:func:`reserve` with token budgets too: None when granted, else the spent window
-    and what ran out there (:data:`PROMPTS` or :data:`TOKENS`)."""
+    estimate: int = 0,
+) -> tuple[str, str] | Reservation:
+    """:func:`reserve` with token budgets too: a :class:`Reservation` holding ``estimate``
+    tokens when granted (give it to :func:`settle`), else the refused window and why
+    (:data:`PROMPTS`, :data:`TOKENS`, or :data:`HELD` by calls in flight)."""
+    windows = []
     try:
         async with rt.store.db.tx() as conn:
             for span, limit, tokens in (
@@ -104,19 +124,20 @@ async def reserve_call(
             ):
                 cur = await conn.execute(
                     _RESERVE.format(window=_WINDOW[span]),
-                    {"endpoint": endpoint_id, "span": span, "limit": limit, "tokens": tokens},
-                )
+                    {"endpoint": endpoint_id, "span": span, "limit": limit, "tokens": tokens,
+                     "estimate": estimate},
+                )  # fmt: skip
                 row = await cur.fetchone()
                 if row is None:
                     cur = await conn.execute(
-                        "SELECT used FROM llm_triage_budget WHERE endpoint_id = %s"
-                        f" AND span = %s AND window_start = {_WINDOW[span]}",
+                        "SELECT used, tokens, settled FROM llm_triage_budget"
+                        f" WHERE endpoint_id = %s AND span = %s AND window_start = {_WINDOW[span]}",
                         (endpoint_id, span),
                     )
                     held = await cur.fetchone()
-                    used = int(held["used"]) if held else 0
                     # rolls back the minute already taken
-                    raise _Refused(span, PROMPTS if used >= limit else TOKENS)
+                    raise _Refused(span, _why(held, limit, tokens, estimate))
+                windows.append(row["window_start"])
                 if span == MINUTE and row["used"] == 1:
                     await conn.execute(
                         "DELETE FROM llm_triage_budget WHERE endpoint_id = %s"
@@ -125,19 +146,46 @@ async def reserve_call(
                     )
     except _Refused as refused:
         return refused.span, refused.what
-    return None
+    return Reservation(tuple(windows), estimate)
 
 
-async def spend_tokens(rt: Runtime, endpoint_id: str, tokens: int) -> None:
-    """Add a call's tokens to the endpoint's current minute and day."""
-    if tokens <= 0:
-        return
-    await rt.store.db.fetchall(
-        "UPDATE llm_triage_budget SET tokens = tokens + %s WHERE endpoint_id = %s AND ("
-        f"(span = 'minute' AND window_start = {_WINDOW[MINUTE]}) OR "
-        f"(span = 'day' AND window_start = {_WINDOW[DAY]})) RETURNING used",
-        (tokens, endpoint_id),
+def _why(row: Any, limit: int, budget: int | None, estimate: int) -> str:
+    """What a refused window ran out of, from its row as it is now."""
+    if row is None or int(row["used"]) >= limit or budget is None:
+        return PROMPTS
+    spent = int(row["tokens"])
+    # Spent: what the settled calls cost, plus one more (the average of the settled calls,
+    # once there are any), passes the budget whatever the calls in flight give back.
+    if spent >= budget or (int(row["settled"]) > 0 and spent + estimate > budget):
+        return TOKENS
+    return HELD
+
+
+async def estimate(
+    rt: Runtime, endpoint_id: str, prompt_tokens: int, max_tokens: int | None
+) -> int:
+    """The tokens a call is expected to cost: the average of today's settled calls, else
+    its prompt's estimate plus the most its answer may take."""
+    row = await rt.store.db.fetchone(
+        "SELECT tokens, settled FROM llm_triage_budget WHERE endpoint_id = %s"
+        f" AND span = 'day' AND window_start = {_WINDOW[DAY]}",
+        (endpoint_id,),
     )
+    if row is not None and int(row["settled"]) > 0:
+        return -(-int(row["tokens"]) // int(row["settled"]))
+    return prompt_tokens + (max_tokens or _COMPLETION_GUESS)
+
+
+async def settle(rt: Runtime, endpoint_id: str, held: Reservation, tokens: int) -> None:
+    """A call's real tokens replace its estimate in the windows it was reserved in."""
+    await rt.store.db.fetchall(
+        "UPDATE llm_triage_budget SET tokens = tokens + %(tokens)s, settled = settled + 1,"
+        " reserved = greatest(reserved - %(estimate)s, 0)"
+        " WHERE endpoint_id = %(endpoint)s AND ((span = 'minute' AND window_start = %(minute)s)"
+        " OR (span = 'day' AND window_start = %(day)s)) RETURNING used",
+        {"tokens": max(tokens, 0), "estimate": held.estimate, "endpoint": endpoint_id,
+         "minute": held.windows[0], "day": held.windows[1]},
+    )  # fmt: skip
 
 
 async def token_usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:

@@ -54,6 +54,22 @@ WEBHOOK_COLUMNS: list[Col] = [
     Col("CREATED", lambda r: r["created_at"], kind="time", drop_below=120),
 ]
 
+
+def waited(seconds: Any) -> str:
+    """A pending event's wait, short: ``45s``, ``12m05s``, ``3h02m``, ``2d04h``; blank
+    for an event that is not pending."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 EVENT_COLUMNS: list[Col] = [
     Col("EVENT", lambda r: r["event_id"], kind="id"),
     Col("RECEIVED", lambda r: r["received_at"], kind="time"),
@@ -61,6 +77,7 @@ EVENT_COLUMNS: list[Col] = [
     Col("DISPOSITION", lambda r: r["disposition"]),
     Col("STAGE", _trace("stage"), min_width=7),
     Col("RULE", lambda r: _rule(r.get("routing_trace") or {}), min_width=6),
+    Col("WAITING", lambda r: waited(r.get("waiting_s")), drop_below=90, justify="right"),
     Col("CAUSE", _trace("cause"), drop_below=100),
     Col("SOURCE", lambda r: r["source"], drop_below=110),
     Col("VERIFIED", lambda r: r["verified"], drop_below=120),

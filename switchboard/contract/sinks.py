@@ -13,7 +13,7 @@ class SinkEvent(TypedDict):
     idempotency key (``<webhook id>:<delivery id>``); ``disposition`` ``routed`` (sinks
     never see a drop); ``routing_trace`` the trace (``schemas/trace.schema.json``);
     ``envelope`` the envelope the routing stages saw, its projections' keys included (a live
-    delivery's; a sink handed an event from elsewhere may not get it).
+    delivery's and a deferred decision's; a sink handed an event from elsewhere may not get it).
     """
 
     id: str

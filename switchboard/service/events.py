@@ -29,7 +29,9 @@ def _webhook_of(row: Row) -> Any:
 
 
 def event_view(row: Row) -> dict[str, Any]:
-    return dict(
+    """An event as listed and shown; a pending one (when its row says) also has
+    ``waiting_s``: the seconds since it was received, to one decimal."""
+    view = dict(
         jsonable(
             {
                 "event_id": row["id"],
@@ -46,6 +48,9 @@ def event_view(row: Row) -> dict[str, Any]:
             }
         )
     )
+    if row.get("waiting_s") is not None:
+        view["waiting_s"] = round(float(row["waiting_s"]), 1)
+    return view
 
 
 def encode_cursor(row: Row) -> str:

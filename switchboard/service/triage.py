@@ -53,6 +53,8 @@ POLL_S = 0.5
 LEASE_MARGIN_S = 5.0
 #: How long a stopping worker lets in-flight runs finish before it gives their leases back.
 STOP_GRACE_S = 2.0
+#: A claimed row's key for when (``time.monotonic()``) this worker claimed it.
+CLAIMED_AT = "claimed_at_monotonic"
 
 
 def _positive(value: Any, default: int) -> int:
@@ -145,7 +147,9 @@ class TriageWorker:
             except Exception as exc:  # the database is away: try again at the next poll
                 log.warning("triage %s: cannot claim: %s", self.stage.name, type(exc).__name__)
                 rows = []
+            claimed = time.monotonic()
             for row in rows:
+                row[CLAIMED_AT] = claimed
                 # Keyed by the claim: this worker may take its own stalled lease over.
                 key = (str(row["event_id"]), int(row["attempts"]))
                 self.in_flight[key] = asyncio.get_running_loop().create_task(self._decide(row))
@@ -182,6 +186,7 @@ class TriageWorker:
         """Route one claimed event from this stage on, and write what it came to."""
         rt = self.rt
         name = self.stage.name
+        claimed = float(row.get(CLAIMED_AT, time.monotonic()))
         pending_trace = row["routing_trace"] or {}
         faults = [_fault(f) for f in pending_trace.get("faults") or () if isinstance(f, dict)]
         webhook = (
@@ -234,10 +239,13 @@ class TriageWorker:
         for key in ("secret",):  # what the receiver recorded of the delivery stays
             if key in pending_trace:
                 trace[key] = pending_trace[key]
+        # Receipt to decision: the wait before the claim (the database's clock) plus the
+        # run since (the model call, in the llm stage's case).
+        waited = float(row["waited_s"]) + (time.monotonic() - claimed)
         trace["deferred"] = {
             "stage": name,
             "attempts": min(int(row["attempts"]), self.max_attempts),
-            "waited_ms": round(float(row["waited_s"]) * 1000),
+            "waited_ms": round(waited * 1000),
         }
         subject, once = (None, None)
         if webhook is not None:
@@ -262,9 +270,11 @@ class TriageWorker:
             log.info("triage %s: event %s was taken over", name, row["event_id"])
             return
         created = [t for t in outcome.todos if t["created"]]
-        _observe(name, row, trace, decision.disposition, len(created))
+        _observe(name, row, waited, trace, decision.disposition, len(created))
         event = {k: row[k] for k in _EVENT_KEYS}
         event.update(id=row["event_id"], routing_trace=trace, disposition=decision.disposition)
+        if envelope:  # what the stages saw, as a live delivery's sinks get it
+            event["envelope"] = envelope
         ring_sinks(rt, event, created)
 
     async def _gave_up(self, ctx: RoutingContext, attempts: int) -> Decision:
@@ -285,11 +295,16 @@ class TriageWorker:
 
 
 def _observe(
-    stage: str, row: dict[str, Any], trace: dict[str, Any], disposition: str, todos: int
+    stage: str,
+    row: dict[str, Any],
+    waited: float,
+    trace: dict[str, Any],
+    disposition: str,
+    todos: int,
 ) -> None:
-    """The decision's metrics and its log line (never raises)."""
+    """The decision's metrics and its log line (never raises); ``waited``: seconds from
+    receipt to decision."""
     try:
-        waited = float(row["waited_s"])
         metrics.DEFERRED_SECONDS.labels(stage).observe(waited)
         faults = [f.get("cause") for f in trace.get("faults") or () if isinstance(f, dict)]
         cause = trace.get("cause") or ("drop" if disposition == DISPOSITION_DROPPED else "none")

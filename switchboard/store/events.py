@@ -291,7 +291,11 @@ class EventQueries:
             params.update(ts=before[0], id=before[1])
         return await self.db.fetchall(
             "SELECT id, webhook_id, deleted_webhook_id, source, kind, external_id, verified,"
-            " trust_mode, size, content_type, received_at, routing_trace, disposition"
+            " trust_mode, size, content_type, received_at, routing_trace, disposition,"
+            # how long a pending event has waited so far, on the clock that received it
+            " CASE WHEN disposition = 'pending' THEN"
+            " greatest(0, extract(epoch FROM clock_timestamp() - received_at))::float8"
+            " END AS waiting_s"
             " FROM events WHERE "
             + " AND ".join(where)
             + " ORDER BY received_at DESC, id DESC LIMIT %(limit)s",

@@ -18,7 +18,13 @@ from switchboard_rules.history_cli import CHANGE_COLUMNS, _render_diff
 
 from switchboard.cli.admin import endpoint_columns
 from switchboard.cli.columns import Col, show_id, show_time
-from switchboard.cli.read import EVENT_COLUMNS, REFUSAL_COLUMNS, TODO_COLUMNS, WEBHOOK_COLUMNS
+from switchboard.cli.read import (
+    EVENT_COLUMNS,
+    REFUSAL_COLUMNS,
+    TODO_COLUMNS,
+    WEBHOOK_COLUMNS,
+    waited,
+)
 from switchboard.cli.render import cell, table
 
 WHEN = "2026-12-03T12:30:05.123456Z"
@@ -39,6 +45,7 @@ def _events() -> list[dict[str, Any]]:
             "verified": True,
             "disposition": disposition,
             "routing_trace": {"stage": stage, "cause": cause, "rule_id": rule},
+            **({"waiting_s": 125.4} if disposition == "pending" else {}),
         }
         for kind, disposition, stage, cause, rule in (
             ("pull_request.synchronize", "routed", "rule", "rule_matched", "label-bug-triage"),
@@ -214,11 +221,24 @@ def test_low_value_columns_drop_in_their_stated_order() -> None:
     rows = _events()
     seen = {w: _headers(_draw(w, table("e", EVENT_COLUMNS, rows))) for w in (80, 100, 110, 132)}
     assert "CAUSE" not in seen[80] and "SOURCE" not in seen[80] and "VERIFIED" not in seen[80]
+    assert "WAITING" not in seen[80] and "WAITING" in seen[100]
     assert "CAUSE" in seen[100] and "SOURCE" not in seen[100]
     assert {"CAUSE", "SOURCE"} <= set(seen[110]) and "VERIFIED" not in seen[110]
-    assert {"CAUSE", "SOURCE", "VERIFIED"} <= set(seen[132])
+    assert {"WAITING", "CAUSE", "SOURCE", "VERIFIED"} <= set(seen[132])
     text = _draw(80, table("e", EVENT_COLUMNS, rows))
-    assert "(--json has all: ids and times shortened; hidden: CAUSE, SOURCE, VERIFIED)" in text
+    assert (
+        "(--json has all: ids and times shortened; hidden: WAITING, CAUSE, SOURCE, VERIFIED)"
+        in " ".join(text.split())  # the note wraps at 80 columns
+    )
+
+
+def test_a_pending_events_wait_is_short_and_the_others_blank() -> None:
+    assert [waited(s) for s in (None, 0, 45.9, 60, 725, 3600, 11_000, 86_400 * 2 + 3600 * 4)] == [
+        "", "0s", "45s", "1m00s", "12m05s", "1h00m", "3h03m", "2d04h"
+    ]  # fmt: skip
+    text = _draw(132, table("e", EVENT_COLUMNS, _events()))
+    [pending] = [line for line in text.splitlines() if "issues.opened" in line]
+    assert "2m05s" in pending
 
 
 def test_ids_are_a_prefix_when_narrow_and_whole_when_they_fit() -> None:

@@ -95,6 +95,36 @@ class Tenant:
         assert resp.status_code == 202, resp.text
         return dict(resp.json())
 
+    @property
+    def mode(self) -> str:
+        """The server's llm mode (its stages are the runtime's, from one config file)."""
+        deferred = any(getattr(s, "deferred", False) is True for s in self.rt.stages)
+        return "deferred" if deferred else "inline"
+
+    def route(self, body: Any, delivery: str, *, asks: bool = True) -> dict[str, Any]:
+        """Deliver, and what the delivery came to, in either mode: inline the producer's
+        reply; deferred (when the model is to be ``asks``-ed) the 202 says ``pending`` with
+        no todos, then the worker's decision (read back from the store in the reply's
+        shape: ``event_id``, ``disposition``, ``dropped``, ``todos``)."""
+        reply = self.deliver(body, delivery)
+        if self.mode == "inline" or not asks:
+            assert reply.get("disposition") != "pending", reply
+            return reply
+        assert reply["disposition"] == "pending" and reply["todos"] == [], reply
+        [event] = decided(self, [delivery])
+        assert event["id"] == reply["event_id"] and event["queued"] == 0
+        with psycopg.connect(self.srv.env["SWITCHBOARD_DATABASE_URL"]) as conn:
+            todos = conn.execute(
+                "SELECT id, queue FROM todos WHERE event_id = %s ORDER BY created_at",
+                (event["id"],),
+            ).fetchall()
+        return {
+            "event_id": event["id"],
+            "disposition": event["disposition"],
+            "dropped": event["disposition"] == "dropped",
+            "todos": [{"id": str(i), "queue": q} for i, q in todos],
+        }
+
     def stored(self, delivery: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
         """The event's trace and its todos' (queue, trace), from the database."""
         external_id = f"{self.hook['webhook_id']}:{delivery}"
@@ -130,6 +160,14 @@ def event_of(t: Tenant, delivery: str) -> dict[str, Any]:
         "todos": [(q, tr) for q, tr in todos],
         "queued": pending[0] if pending else 0,
     }
+
+
+def fresh_minute(need: float = 25.0) -> None:
+    """Wait, if need be, until the current UTC minute has ``need`` seconds left: a test
+    counting one minute's budget must not see the window turn under it."""
+    left = 60 - time.time() % 60
+    if left < need:
+        time.sleep(left + 0.2)
 
 
 def decided(t: Tenant, deliveries: list[str], timeout: float = 30.0) -> list[dict[str, Any]]:

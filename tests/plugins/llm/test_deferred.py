@@ -9,16 +9,21 @@ once. A redelivery while pending is answered from the store and asks nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import Tenant, burst, decided, event_of, llm_toml
+from sbllm import QUEUES, Tenant, burst, decided, event_of, fresh_minute, llm_toml
+from sbtest import CLI
 
 from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
+from switchboard.service import identity, webhooks
 from switchboard.service import rules as rules_svc
 
 GOOD = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
@@ -159,9 +164,15 @@ async def test_metrics_show_the_queue_the_wait_and_the_tokens(
 ) -> None:
     import httpx
 
+    def waited_sum() -> float:
+        text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
+        rows = [x for x in text.splitlines() if x.startswith("switchboard_deferred_seconds_sum")]
+        return sum(float(x.split()[-1]) for x in rows if 'stage="llm"' in x)
+
     t = tenant
     model = fake_ai.on(t.model("metered"), GOOD, delay=1.5)
     await t.triage(model, timeout_ms=4000)
+    before = waited_sum()
     t.deliver(ISSUE, "m1")
     text = httpx.get(t.srv.base_url + "/metrics", timeout=10).text
     [line] = [
@@ -172,7 +183,10 @@ async def test_metrics_show_the_queue_the_wait_and_the_tokens(
 
     view = await service.get_triage(t.rt, t.owner)  # `switchboard llm get`: the queue depth
     assert view["mode"] == "deferred" and view["pending"] == 1
-    decided(t, ["m1"])
+    [event] = decided(t, ["m1"])
+    # Receipt to decision: the model's 1.5 s are in the wait, in the trace and the histogram.
+    assert event["trace"]["deferred"]["waited_ms"] >= 1500
+    assert waited_sum() - before >= 1.5
     # The fake's usage, counted in the day's window (the minute's may have turned since the
     # call, and the count may land just after the decision: polled, not timed).
     deadline = time.monotonic() + 5
@@ -241,6 +255,139 @@ async def test_on_budget_wait_leaves_the_event_pending_until_the_window_turns(
     assert row == (0, None, True)
     assert event_of(t, "w2")["disposition"] == "pending"
     assert len(fake_ai.requests(model)) == 1
+
+
+@pytest.mark.parametrize("on_budget", ["default", "wait"])
+async def test_a_token_budget_holds_against_calls_running_at_once(
+    tenant: Tenant, fake_ai: FakeAI, on_budget: str
+) -> None:
+    """1,000 tokens a minute against 300 a call: 3 calls that minute, although the
+    worker runs MAX_IN_FLIGHT at once (each holds its estimate until its usage is in)."""
+    t = tenant
+    usage = {"prompt_tokens": 200, "completion_tokens": 100, "total_tokens": 300}
+    model = fake_ai.on(t.model(f"tok-{on_budget}"), GOOD, usage=usage, delay=0.3)
+    await t.triage(
+        model, token_budget_per_minute=1000, prompt_budget_per_minute=60, on_budget=on_budget
+    )
+    fresh_minute(need=30)
+    n = 8
+    await burst(t, n, f"tb-{on_budget}-")
+    deliveries = [f"tb-{on_budget}-{i}" for i in range(n)]
+    if on_budget == "default":
+        events = decided(t, deliveries)
+        causes = sorted(e["trace"].get("cause") or e["trace"]["stage"] for e in events)
+        assert causes == ["llm"] * 3 + ["llm_budget_exhausted"] * (n - 3)
+        spent = [e for e in events if e["trace"].get("cause") == "llm_budget_exhausted"]
+        assert all(
+            e["trace"]["llm"]["detail"] == "the minute's budget of 1000 tokens is spent"
+            for e in spent
+        )
+    else:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            events = [event_of(t, d) for d in deliveries]
+            if sum(e["disposition"] != "pending" for e in events) >= 3:
+                break
+            time.sleep(0.1)
+        time.sleep(2.0)  # time for a fourth call, were one let through
+        events = [event_of(t, d) for d in deliveries]
+        assert sorted(e["disposition"] for e in events).count("pending") == n - 3
+        assert all(e["trace"]["stage"] == "llm" for e in events if e["disposition"] != "pending")
+    assert len(fake_ai.requests(model)) == 3  # the fake counts the calls that minute
+    assert fake_ai.peak(model) <= MAX_IN_FLIGHT
+
+
+@contextlib.asynccontextmanager
+async def _provider_busy(rt: Runtime) -> AsyncIterator[None]:
+    """Every call slot of provider ``fake`` taken (as other servers' calls would): a
+    pending event stays pending, claimed again every half second, until they are given back."""
+    from switchboard_llm import store
+    from switchboard_llm.settings import DEFAULT_PROVIDER_IN_FLIGHT
+
+    tokens: list[str] = []
+    deadline = time.monotonic() + 15
+    # (Another test's event may hold a slot a moment: its call ends, its slot is taken.)
+    while len(tokens) < DEFAULT_PROVIDER_IN_FLIGHT and time.monotonic() < deadline:
+        token = await store.take_slot(rt, "fake", DEFAULT_PROVIDER_IN_FLIGHT, 60, "test")
+        if token is None:
+            await asyncio.sleep(0.1)
+        else:
+            tokens.append(token)
+    try:
+        assert len(tokens) == DEFAULT_PROVIDER_IN_FLIGHT
+        yield
+    finally:
+        for token in tokens:
+            await store.give_slot(rt, token)
+
+
+async def test_a_grant_revoked_while_pending_is_not_offered(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    pool = t.w.endpoint("alice", "pool", queues="lane-m")
+    model = fake_ai.on(t.model("revoked"), {"queue": "lane-m", "confidence": 0.9, "reason": "r"})
+    await t.triage(model, queues=[*QUEUES, {"name": "lane-m", "description": "medium work"}])
+    async with _provider_busy(t.rt):
+        assert t.deliver(ISSUE, "rv1")["disposition"] == "pending"
+        await asyncio.sleep(1.0)  # claimed and put back at least once
+        assert event_of(t, "rv1")["disposition"] == "pending" and not fake_ai.requests(model)
+        await identity.revoke_endpoint(t.rt, pool["endpoint_id"])
+        # A claim that read the grant before the revocation finds no slot and puts the
+        # event back; each claim after it reads the grant as revoked.
+        await asyncio.sleep(1.0)
+    [event] = decided(t, ["rv1"])
+    # The grant as it is at the decision: lane-m is neither offered nor taken.
+    [request] = fake_ai.requests(model)
+    assert request.prompt_doc["queues"] == QUEUES
+    assert event["trace"]["cause"] == "llm_unknown_queue"
+    assert [q for q, _ in event["todos"]] == ["inbox"]
+
+
+async def test_a_webhook_deleted_while_pending_is_dropped_without_a_call(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("orphan"), GOOD)
+    await t.triage(model)
+    async with _provider_busy(t.rt):
+        assert t.deliver(ISSUE, "del1")["disposition"] == "pending"
+        await webhooks.delete_webhook(t.rt, None, t.hook["webhook_id"])
+        # Decided with every call slot still taken: an orphan needs no model.
+        [event] = await asyncio.to_thread(decided, t, ["del1"])
+    assert event["disposition"] == "dropped", event
+    assert event["todos"] == [] and event["queued"] == 0
+    trace = event["trace"]
+    validate_trace(trace)
+    assert trace["stage"] == "default" and trace["action"] == {"drop": True}
+    assert trace["faults"][0]["detail"] == "the webhook was deleted while pending"
+    assert fake_ai.requests(model) == []
+
+
+async def test_events_list_shows_how_long_a_pending_event_has_waited(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    model = fake_ai.on(t.model("listed"), GOOD)
+    await t.triage(model)
+    cli, wid = CLI(t.srv.env).fast(), t.hook["webhook_id"]
+    async with _provider_busy(t.rt):
+        t.deliver(ISSUE, "ls1")
+        await asyncio.sleep(1.2)
+        doc = await asyncio.to_thread(cli.json, "events", "list", "--webhook", wid)
+        [event] = doc["events"]
+        assert event["disposition"] == "pending" and 1.2 <= event["waiting_s"] < 30
+        table = await asyncio.to_thread(
+            CLI(dict(t.srv.env, COLUMNS="160"), in_process=True).run,
+            "events", "list", "--webhook", wid, "--table",
+        )  # fmt: skip
+        assert "WAITING" in table.stdout
+        [row] = [x for x in table.stdout.splitlines() if "pending" in x]
+        assert re.search(r"\b\d+s\b", row), row
+    decided(t, ["ls1"])
+    # Decided: no wait to show any more (the field is only a pending event's).
+    [event] = CLI(t.srv.env).fast().json("events", "list", "--webhook", wid)["events"]
+    assert event["disposition"] == "routed" and "waiting_s" not in event
 
 
 async def test_a_providers_slots_are_shared_and_lapse(llm_runtime: Runtime) -> None:
