@@ -209,3 +209,24 @@ def test_the_public_contract_module_reexports_the_contract() -> None:
     for name in contract.__all__:
         assert getattr(plugin, name) is getattr(contract, name), name
         assert name in plugin.__all__, name
+
+
+#: A module past this many lines holds more than one job (issue 39: "rooms of one job").
+MODULE_MAX_LINES = 500
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    """Every module of the host, the plugins and the benches, tests aside."""
+    paths = [
+        *(ROOT / "switchboard").rglob("*.py"),
+        *(ROOT / "plugins").rglob("*.py"),
+        *(ROOT / "bench").rglob("*.py"),
+    ]
+    assert len(paths) > 100
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in paths
+        if "build" not in path.parts
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_MAX_LINES
+    }
+    assert long == {}, f"modules over {MODULE_MAX_LINES} lines: {long}"

@@ -14,7 +14,7 @@ from switchboard.plugin import (
     hookimpl,
 )
 
-from . import commands, tools, tools_policy
+from . import commands, tools, tools_history, tools_policy
 from .packs import PACKS
 from .stage import CONFIG_SCHEMA, RulesStage
 
@@ -75,7 +75,7 @@ MANAGING = frozenset(
 def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
     """This plugin's verbs: list, set, add, update, move, remove and test a webhook's rules;
     list and install rule packs."""
-    for fn in (*tools.TOOLS, *tools_policy.TOOLS):
+    for fn in (*tools.TOOLS, *tools_history.TOOLS, *tools_policy.TOOLS):
         register.add_tool(
             fn.__name__,
             fn,
