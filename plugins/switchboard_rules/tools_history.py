@@ -32,6 +32,19 @@ Last = Annotated[
 ]
 
 
+Since = Annotated[
+    str | None,
+    Field(description="Instead of last: the events since a duration ago or a timestamp"),
+]
+Cursor = Annotated[
+    str | None, Field(description="next_cursor of the previous call: go on from there")
+]
+Plan = Annotated[
+    bool,
+    Field(description="true (default): what would change, saving nothing; false: apply it"),
+]
+
+
 async def diff_webhook_rules(
     ctx: ToolContext,
     webhook_id: WebhookId,
@@ -102,18 +115,10 @@ async def diff_webhook_rules(
 async def reroute_webhook_events(
     ctx: ToolContext,
     webhook_id: WebhookId,
-    plan: Annotated[
-        bool,
-        Field(description="true (default): what would change, saving nothing; false: apply it"),
-    ] = True,
+    plan: Plan = True,
     last: Last = None,
-    since: Annotated[
-        str | None,
-        Field(description="Instead of last: the events since a duration ago or a timestamp"),
-    ] = None,
-    cursor: Annotated[
-        str | None, Field(description="next_cursor of the previous call: go on from there")
-    ] = None,
+    since: Since = None,
+    cursor: Cursor = None,
     changes_cursor: Annotated[
         str | None,
         Field(
@@ -161,18 +166,10 @@ async def reroute_webhook_events(
 async def release_held_events(
     ctx: ToolContext,
     webhook_id: WebhookId,
-    plan: Annotated[
-        bool,
-        Field(description="true (default): what would change, saving nothing; false: apply it"),
-    ] = True,
+    plan: Plan = True,
     last: Last = None,
-    since: Annotated[
-        str | None,
-        Field(description="Instead of last: the events since a duration ago or a timestamp"),
-    ] = None,
-    cursor: Annotated[
-        str | None, Field(description="next_cursor of the previous call: go on from there")
-    ] = None,
+    since: Since = None,
+    cursor: Cursor = None,
     changes_cursor: Annotated[
         str | None,
         Field(description="changes_cursor of a plan: its next page of changed events alone"),
