@@ -9,6 +9,7 @@ from .config import validate_config
 from .model import Grant, RoutingStage
 from .route import route
 from .stagecall import stage_timeout_ms
+from .trace import validate_trace
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -49,6 +50,8 @@ async def dry_run(
         skip=skip,
         would_defer=pending,
     )
+    # Validated as live ingest validates what it stores: a trace it would refuse is refused here too.
+    validate_trace(decision.trace)
     result: dict[str, Any] = {
         "config": normalized.to_json(),
         "decision": decision.to_json(),

@@ -49,6 +49,14 @@ async def _raise() -> Any:
     raise KeyError("level")
 
 
+class Halt(BaseException):
+    """A BaseException of a stage's own (not a cancellation)."""
+
+
+async def _raise_base() -> Any:
+    raise Halt("stop")
+
+
 async def _sleep() -> Any:
     await anyio.sleep(10)
 
@@ -105,6 +113,37 @@ CASES: list[tuple[str, Stage, str, str]] = [
         "wrote an invalid routing trace at mine: 'level' is a required property",
     ),
     ("goes past its budget", Stage(_sleep), "stage_timeout", "no answer within 50 ms"),
+    ("raises a BaseException", Stage(_raise_base), "stage_error", "raised Halt: stop"),
+    (
+        "reports a fault of another stage",
+        Stage(StageResult(faults=(Fault.of_stage("rules"),))),
+        "stage_error",
+        "reported a fault of stage 'rules': a stage reports its own ('mine')",
+    ),
+    (
+        "reports a fault of no known cause",
+        Stage(StageResult(faults=(Fault.of_stage("mine", "bogus"),))),
+        "stage_error",
+        "reported an invalid fault at cause: 'bogus' is not one of",
+    ),
+    (
+        "reports a rule fault below -1",
+        Stage(StageResult(faults=(Fault(-2, "error"),))),
+        "stage_error",
+        "reported an invalid fault at rule_index: -2 is less than the minimum of -1",
+    ),
+    (
+        "reports a fault whose detail is no text",
+        Stage(StageResult(faults=(Fault(0, "error", detail=7),))),  # type: ignore[arg-type]
+        "stage_error",
+        "reported a fault that cannot be written: TypeError",
+    ),
+    (
+        "reports faults that are no sequence",
+        Stage(StageResult(faults=None)),  # type: ignore[arg-type]
+        "stage_error",
+        "reported faults as a NoneType",
+    ),
 ]
 
 
@@ -163,3 +202,28 @@ def test_a_stage_may_ask_for_a_longer_budget_never_a_shorter_one() -> None:
     assert budget_ms(Stage(None, timeout_ms=20_000), 300) == 20_000
     assert budget_ms(Stage(None, timeout_ms=10), 300) == 300
     assert budget_ms(Stage(None), None) == 5000
+
+
+async def test_a_passing_stage_keeps_the_fault_it_reports_of_itself() -> None:
+    own = Fault.of_stage("mine", detail="the level table\nis stale")
+    stage = Stage(StageResult(faults=(own,)))
+    got = await call_stage(stage, _ctx(), 50)  # type: ignore[arg-type]
+    assert isinstance(got, StageResult) and got.faults == (own,)
+    decision = await route(
+        [stage], {}, RoutingConfig.from_json(None), {}, GRANT, stage_timeout_ms=50
+    )  # type: ignore[list-item]
+    assert decision.trace == {
+        "stage": "default",
+        "cause": "no_match_default",
+        "action": {"queue": "inbox"},
+        "faults": [{"stage": "mine", "cause": "stage_error", "detail": "the level table is stale"}],
+    }
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+async def test_a_stop_raised_in_a_stage_is_never_swallowed(stop: type[BaseException]) -> None:
+    async def _stop() -> Any:
+        raise stop()
+
+    with pytest.raises(stop):
+        await call_stage(Stage(_stop), _ctx(), 50)  # type: ignore[arg-type]
