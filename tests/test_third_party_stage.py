@@ -11,6 +11,7 @@ import html
 import json
 import re
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,13 +74,23 @@ def sentry_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _stage_errors(url: str) -> float:
+def _samples(url: str, name: str) -> Counter[tuple[tuple[str, str], ...]]:
+    """``name``'s samples on /metrics, by their sorted labels."""
     text = httpx.get(url, timeout=10).text
+    found: Counter[tuple[tuple[str, str], ...]] = Counter()
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "switchboard_stage_errors_total" and s.labels == {"stage": STAGE}:
-                return float(s.value)
-    return 0.0
+            if s.name == name:
+                found[tuple(sorted(s.labels.items()))] += int(s.value)
+    return found
+
+
+def _stage_errors(url: str) -> float:
+    return _samples(url, "switchboard_stage_errors_total")[(("stage", STAGE),)]
+
+
+def _outcomes(url: str) -> Counter[tuple[tuple[str, str], ...]]:
+    return _samples(url, "switchboard_routing_outcomes_total")
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +117,7 @@ def delivered(
     hook = w.webhook("owner", "generic")
     wid = hook["webhook_id"]
     before = _stage_errors(srv.base_url + "/metrics")
+    outcomes = _outcomes(srv.base_url + "/metrics")
 
     bodies = {level: json.dumps({"level": level, "n": n}) for n, level in enumerate(EXPECTED)}
     for level, body in bodies.items():
@@ -132,6 +144,7 @@ def delivered(
         "bodies": bodies,
         "stored": stored,
         "before": before,
+        "outcomes": outcomes,
     }
 
 
@@ -177,6 +190,24 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
 
     # Counted by the stage's name, live deliveries only (dry runs move no counter).
     assert _stage_errors(srv.base_url + "/metrics") - before == len(MISBEHAVING)
+    # Each outcome by the deciding stage's name (or default), its cause and first fault.
+    moved = _outcomes(srv.base_url + "/metrics")
+    moved.subtract(d["outcomes"])
+    want: Counter[tuple[tuple[str, str], ...]] = Counter()
+    for level, (stage, cause, fault, _) in EXPECTED.items():
+        dropped = level == "debug"
+        labels = {
+            "stage": stage,
+            "cause": cause or ("drop" if dropped else "none"),
+            "disposition": "dropped" if dropped else "routed",
+            "fault": fault or "none",
+        }
+        want[tuple(sorted(labels.items()))] += 1
+    assert +moved == want
+    assert (
+        want[(("cause", "none"), ("disposition", "routed"), ("fault", "none"), ("stage", STAGE))]
+        == 1
+    )
     log = srv.log.read_text()
     assert "Traceback" not in log
     # Each delivery's log line names the stage that decided, or the one that failed.
@@ -288,6 +319,8 @@ async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
             )
             assert signed.status_code == 303, signed.text
             page = client.get(f"/console/deliveries/{stored['fatal'][0]}").text
+            faulted = client.get(f"/console/deliveries/{stored['raise'][0]}").text
+            stale = client.get(f"/console/deliveries/{stored['stale'][0]}").text
         finally:
             await me.call("set_webhook_rules", webhook_id=wid, rules=[])
     # only the deliveries the stage passed reached the rules
@@ -302,3 +335,16 @@ async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
     assert f"Stage \u201c{STAGE}\u201d decided." in page
     assert "Decided by the rules stage" not in page and "an earlier rule matched" not in page
     assert f"stage \u201c{STAGE}\u201d answered before the rules" in page
+    # a delivery the stage faulted on: the console names it, its fault, and the default
+    faulted = html.unescape(faulted)
+    raised = "stage_error: raised RuntimeError: the level table is not loaded"
+    assert f"Fault in stage \u201c{STAGE}\u201d: {raised}" in faulted
+    assert "no later stage was asked; the default action applied" in faulted
+    assert f"Stage \u201c{STAGE}\u201d faulted: raised RuntimeError" in faulted
+    assert "Decided by the default action." in faulted and "Decided by stage" not in faulted
+    # a fault the stage reported of itself while passing: the rules were asked after it
+    stale = html.unescape(stale)
+    assert f"Fault in stage \u201c{STAGE}\u201d: stage_error: the level table is stale" in stale
+    assert "reported by the stage itself, which passed" in stale
+    assert "no later stage was asked" not in stale
+    assert f"Stage \u201c{STAGE}\u201d passed (it decided nothing), reporting: the level" in stale
