@@ -173,6 +173,14 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
         "action": {"queue": "urgent"},
         STAGE: {"level": "fatal"},
     }
+    # A fault the stage reported of itself (Fault.of_stage) while passing: kept, and the
+    # rules after it still decided (here: no rule, the default).
+    assert stored["stale"][1] == {
+        "stage": "default",
+        "cause": "no_match_default",
+        "action": {"queue": "inbox"},
+        "faults": [{"stage": STAGE, "cause": "stage_error", "detail": "the level table is stale"}],
+    }
 
     # The dry run takes the same path: every payload reports what was stored, and each
     # stored event replays to its own trace.
