@@ -21,6 +21,7 @@ from .model import (
     RoutingStage,
     StageResult,
 )
+from .stagecheck import MAX_OWN_TIMEOUT_MS
 from .trace import COMMON_KEYS, validate_fault, validate_trace
 
 #: How soon a deferred run that found the database away is tried again.
@@ -38,10 +39,13 @@ def stage_timeout_ms(runtime: Any) -> int:
 
 
 def budget_ms(stage: RoutingStage, configured: int | None) -> int:
-    """The stage's time budget: its own ``timeout_ms`` when it declares a larger one."""
+    """The stage's time budget: its own ``timeout_ms`` when it declares a larger one, up
+    to :data:`MAX_OWN_TIMEOUT_MS` (a stage cannot hold a delivery for hours)."""
     base = configured if configured is not None else DEFAULT_STAGE_TIMEOUT_MS
     own = getattr(stage, "timeout_ms", None)
-    return max(base, own) if isinstance(own, int) and own > 0 else base
+    if not isinstance(own, int) or own <= 0:
+        return base
+    return max(base, min(own, MAX_OWN_TIMEOUT_MS))
 
 
 async def call_stage(

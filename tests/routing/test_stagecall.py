@@ -20,6 +20,7 @@ from switchboard.plugin import (
 )
 from switchboard.routing.route import route
 from switchboard.routing.stagecall import budget_ms, call_stage
+from switchboard.routing.stagecheck import MAX_OWN_TIMEOUT_MS, stage_problem
 
 GRANT = Grant(target_queue="inbox", queues=("inbox", "urgent"), targets=(Target("e1", ("inbox",)),))
 
@@ -202,6 +203,9 @@ def test_a_stage_may_ask_for_a_longer_budget_never_a_shorter_one() -> None:
     assert budget_ms(Stage(None, timeout_ms=20_000), 300) == 20_000
     assert budget_ms(Stage(None, timeout_ms=10), 300) == 300
     assert budget_ms(Stage(None), None) == 5000
+    # a stage's own ask is capped (the operator's [routing] stage_timeout_ms is not)
+    assert budget_ms(Stage(None, timeout_ms=3_600_000), 300) == MAX_OWN_TIMEOUT_MS == 150_000
+    assert budget_ms(Stage(None, timeout_ms=3_600_000), 600_000) == 600_000
 
 
 async def test_a_passing_stage_keeps_the_fault_it_reports_of_itself() -> None:
@@ -227,3 +231,49 @@ async def test_a_stop_raised_in_a_stage_is_never_swallowed(stop: type[BaseExcept
 
     with pytest.raises(stop):
         await call_stage(Stage(_stop), _ctx(), 50)  # type: ignore[arg-type]
+
+
+class Named:
+    """A stage object with only the attributes a registration check reads."""
+
+    def __init__(self, **attrs: Any) -> None:
+        for k, v in attrs.items():
+            setattr(self, k, v)
+
+
+@pytest.mark.parametrize(
+    "name,attrs,says",
+    [
+        ("Sentry-Level", {}, "name 'Sentry-Level' is not a trace name"),
+        ("level\n", {}, "is not a trace name"),
+        ("x" * 65, {}, "is not a trace name"),
+        ("default", {}, "name 'default' is reserved"),
+        ("pending", {}, "name 'pending' is reserved"),
+        ("action", {}, "name 'action' is reserved"),
+        ("faults", {}, "name 'faults' is reserved"),
+        ("rule", {}, "what the rules stage writes"),
+        ("mine", {"trace_name": "Mine"}, "trace_name 'Mine' is not a trace name"),
+        ("mine", {"trace_name": "cause"}, "trace_name 'cause' is reserved"),
+        ("mine", {"timeout_ms": "5s"}, "timeout_ms must be a positive integer"),
+        ("mine", {"timeout_ms": 0}, "timeout_ms must be a positive integer"),
+        ("mine", {"timeout_ms": True}, "timeout_ms must be a positive integer"),
+        ("mine", {"trace_schema": {"type": "nothing"}}, "trace_schema is not a JSON Schema"),
+    ],
+)
+def test_a_stage_is_refused_at_registration_naming_what_is_wrong(
+    name: str, attrs: dict[str, Any], says: str
+) -> None:
+    problem = stage_problem(Named(name=name, **attrs), name)
+    assert problem is not None and says in problem, problem
+
+
+@pytest.mark.parametrize(
+    "name,attrs",
+    [
+        ("sentry_level", {"trace_schema": {"type": "object"}, "timeout_ms": 10_000_000}),
+        ("rules", {"trace_name": "rule"}),
+        ("llm", {"timeout_ms": 125_000}),
+    ],
+)
+def test_a_well_formed_stage_registers(name: str, attrs: dict[str, Any]) -> None:
+    assert stage_problem(Named(name=name, **attrs), name) is None
