@@ -356,3 +356,24 @@ async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
     assert "reported by the stage itself, which passed" in stale
     assert "no later stage was asked" not in stale
     assert f"Stage \u201c{STAGE}\u201d passed (it decided nothing), reporting: the level" in stale
+
+
+def test_the_offline_rules_test_takes_the_configs_stage_budget(
+    delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    routing = tmp_path / "routing.json"
+    routing.write_text('{"rules": []}')
+    # The server's config says stage_timeout_ms = 400: the offline dry run cuts the slow
+    # level there too (not at the 5000 ms default), as a live delivery was.
+    out = CLI(delivered["server"].env).json(
+        "rules",
+        "test",
+        str(routing),
+        "--source",
+        "generic",
+        "--payload",
+        json.dumps({"level": "slow"}),
+    )
+    assert out["trace"]["cause"] == "stage_timeout"
+    [fault] = out["trace"]["faults"]
+    assert fault == {"stage": STAGE, "cause": "stage_timeout", "detail": "no answer within 400 ms"}
