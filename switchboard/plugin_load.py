@@ -94,6 +94,18 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def plugin_paragraph(group: str, plugin: str, why: str) -> str:
+    """The paragraph for ``plugin`` (a registered plugin's name) that ``why`` stops: its
+    distribution and entry point when it came from one, and how to start without it."""
+    for dist, ep in _entry_points(group):
+        if ep.name == plugin:
+            return _paragraph(dist, ep, why)
+    return (
+        f"plugin {plugin!r} cannot be loaded: {why}. To start without it, add it to "
+        f'disabled_plugins in the config (disabled_plugins = ["{plugin}"])'
+    )
+
+
 def _paragraph(dist: Distribution, ep: EntryPoint, why: str) -> str:
     name = dist.metadata["Name"] or "?"
     return (

@@ -13,9 +13,10 @@ import pluggy
 
 from . import hookspecs
 from .config import Config, did_you_mean
-from .errors import ConfigError
-from .plugin_load import load_entry_points
+from .errors import ConfigError, PluginError
+from .plugin_load import load_entry_points, plugin_paragraph
 from .registry import Registries
+from .routing.stagecheck import stage_problem
 
 log = logging.getLogger("switchboard.plugins")
 
@@ -108,6 +109,15 @@ def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> 
                 kwargs["config"] = config.plugin(impl.plugin_name)
             impl.function(**kwargs)
         registry.current_plugin = "?"
+    for stage in regs.stages:
+        name = str(stage.name)
+        problem = stage_problem(stage, name)
+        if problem is not None:
+            # Refused at start, not as a stage_error on every delivery it would route.
+            owner = regs.stages.owner(name)
+            raise PluginError(
+                plugin_paragraph(ENTRY_POINT_GROUP, owner, f"routing stage {name!r}: {problem}")
+            )
     return regs
 
 

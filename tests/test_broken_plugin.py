@@ -10,6 +10,15 @@ from pathlib import Path
 import pytest
 from sbtest import make_env
 
+#: A plugin registering one routing stage called ``name``.
+_STAGE = (
+    "from switchboard.plugin import StageResult, hookimpl\n\n"
+    "class Stage:\n    name = {name!r}\n\n"
+    "    async def route(self, ctx):\n        return StageResult()\n\n"
+    "@hookimpl\ndef switchboard_register_routing_stages(register):\n"
+    "    register.add(Stage())\n"
+)
+
 #: (case, the plugin module's source, what the paragraph must say)
 BROKEN = [
     (
@@ -30,6 +39,16 @@ BROKEN = [
         "@hookimpl\ndef switchboard_register_source(register):\n    pass\n",
         "`switchboard_register_source` is not a Switchboard hook (did you mean "
         "`switchboard_register_sources`?)",
+    ),
+    (
+        "a stage named outside the trace's names",
+        _STAGE.format(name="Sentry-Level"),
+        "routing stage 'Sentry-Level': name 'Sentry-Level' is not a trace name",
+    ),
+    (
+        "a stage with a reserved name",
+        _STAGE.format(name="default"),
+        "routing stage 'default': name 'default' is reserved",
     ),
 ]
 

@@ -95,6 +95,16 @@ def test_a_secret_with_spaces_through_the_live_receiver(
     ok = httpx.post(hook["ingest_url"], content=body, headers=headers, timeout=30)
     assert ok.status_code == 202, ok.text
     assert ok.json()["verified"] is True
+    # GitHub's published vector itself, byte for byte, through the live receiver.
+    published = {
+        "Content-Type": "text/plain",
+        "X-GitHub-Event": "ping",
+        "X-GitHub-Delivery": "d-published-vector",
+        "X-Hub-Signature-256": GITHUB_SIGNATURE,
+    }
+    vector = httpx.post(hook["ingest_url"], content=GITHUB_BODY, headers=published, timeout=30)
+    assert vector.status_code == 202, vector.text
+    assert vector.json()["verified"] is True
     trimmed = hmac.new(b"It'saSecrettoEverybody", body, hashlib.sha256).hexdigest()
     forged = {**headers, "X-Hub-Signature-256": f"sha256={trimmed}"}
     assert (

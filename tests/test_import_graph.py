@@ -230,3 +230,77 @@ def test_no_module_is_over_the_line_limit() -> None:
         and (n := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_MAX_LINES
     }
     assert long == {}, f"modules over {MODULE_MAX_LINES} lines: {long}"
+
+
+# --------------------------------------------------------------------------------------
+# First-party plugins import nothing of the host but switchboard.plugin
+# --------------------------------------------------------------------------------------
+
+#: The public contract: the one host module a plugin imports.
+PUBLIC = "switchboard.plugin"
+#: The only first-party plugin modules that import more of the host, and why: each is a
+#: surface over the service layer (switchboard/service/*), the host's own way in for
+#: people and agents, shipped as a plugin so it can be disabled. Everything that routes,
+#: verifies, projects, sinks or answers as a model goes through ``switchboard.plugin``
+#: alone, as a third party's would. A key is a package (all its modules) or one module.
+HOST_SURFACES: dict[str, str] = {
+    "switchboard_mcp": "the MCP server: authenticates endpoints and calls the service verbs "
+    "as tools, with the host's errors, config and host checks",
+    "switchboard_console": "the web console: signs people in (the host's secret box and "
+    "host checks) and shows the service layer's webhooks and deliveries",
+    "switchboard_rules.commands": "the `switchboard rules` CLI commands: the rules service "
+    "verbs over the runtime",
+    "switchboard_rules.history_cli": "the `switchboard rules diff|explain|lint` commands: the "
+    "history service verbs rendered with the CLI's tables",
+    "switchboard_rules.tools": "the rules MCP tools: the rules service verbs",
+    "switchboard_rules.tools_policy": "the policy MCP tools: the policy service verbs",
+    "switchboard_rules.tools_history": "the MCP tools over stored deliveries: the history "
+    "and re-route service verbs",
+}
+
+PLUGIN_MODULES = sorted(m for m in MODULES if m.split(".")[0].startswith("switchboard_"))
+
+
+def _host_imports(module: str) -> list[str]:
+    """What ``module`` imports of the host other than the public contract."""
+    return sorted(
+        m
+        for m in GRAPH[module]
+        if (m == "switchboard" or m.startswith("switchboard.")) and m != PUBLIC
+    )
+
+
+def _surface(module: str) -> str | None:
+    return next(
+        (key for key in HOST_SURFACES if module == key or module.startswith(key + ".")), None
+    )
+
+
+def test_the_walk_sees_every_first_party_plugin() -> None:
+    packages = {m.split(".")[0] for m in PLUGIN_MODULES}
+    on_disk = {p.parent.name for p in (ROOT / "plugins").glob("*/__init__.py")} | {
+        p.parent.name for p in (ROOT / "plugins").glob("switchboard-*/switchboard_*/__init__.py")
+    }
+    assert packages == on_disk
+    # the plain packages and the ones inside a distribution directory alike
+    assert {"switchboard_rules", "switchboard_llm", "switchboard_doorbell"} <= packages
+    assert {"switchboard_stripe", "switchboard_standardwebhooks"} <= packages
+    # ``from switchboard import x`` is an import of the host like any other
+    assert "switchboard" in _host_imports("switchboard_mcp.server")
+
+
+@pytest.mark.parametrize("module", PLUGIN_MODULES)
+def test_a_first_party_plugin_imports_only_the_public_contract(module: str) -> None:
+    outside = _host_imports(module)
+    if _surface(module) is None:
+        assert not outside, (
+            f"{module} imports {outside}: a plugin imports nothing of the host but "
+            f"{PUBLIC} (a surface over the service layer is listed in HOST_SURFACES)"
+        )
+
+
+@pytest.mark.parametrize("key", sorted(HOST_SURFACES))
+def test_each_listed_surface_exists_and_needs_its_exception(key: str) -> None:
+    covered = [m for m in PLUGIN_MODULES if _surface(m) == key]
+    assert covered, f"{key} is listed in HOST_SURFACES but is no module"
+    assert any(_host_imports(m) for m in covered), f"{key} no longer imports the host: unlist it"

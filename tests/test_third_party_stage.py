@@ -11,6 +11,7 @@ import html
 import json
 import re
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,17 @@ EXPECTED: dict[str, tuple[str, str | None, str | None, str | None]] = {
         "stage_error",
         "wrote trace key 'sentry': a stage's own detail goes under its name ('sentry_level')",
     ),
+    "badfault": (
+        "default",
+        "stage_error",
+        "stage_error",
+        "reported an invalid fault at cause: 'level_unknown' is not one of",
+    ),
+    # passes with a fault of its own (Fault.of_stage): the stages after it decide
+    "stale": ("default", "no_match_default", "stage_error", "the level table is stale"),
     "slow": ("default", "stage_timeout", "stage_timeout", "no answer within 400 ms"),
 }
+#: The levels whose stage fault is counted (misbehaved, or reported its own fault).
 MISBEHAVING = [level for level, want in EXPECTED.items() if want[2] is not None]
 
 
@@ -64,13 +74,23 @@ def sentry_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _stage_errors(url: str) -> float:
+def _samples(url: str, name: str) -> Counter[tuple[tuple[str, str], ...]]:
+    """``name``'s samples on /metrics, by their sorted labels."""
     text = httpx.get(url, timeout=10).text
+    found: Counter[tuple[tuple[str, str], ...]] = Counter()
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "switchboard_stage_errors_total" and s.labels == {"stage": STAGE}:
-                return float(s.value)
-    return 0.0
+            if s.name == name:
+                found[tuple(sorted(s.labels.items()))] += int(s.value)
+    return found
+
+
+def _stage_errors(url: str) -> float:
+    return _samples(url, "switchboard_stage_errors_total")[(("stage", STAGE),)]
+
+
+def _outcomes(url: str) -> Counter[tuple[tuple[str, str], ...]]:
+    return _samples(url, "switchboard_routing_outcomes_total")
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +117,7 @@ def delivered(
     hook = w.webhook("owner", "generic")
     wid = hook["webhook_id"]
     before = _stage_errors(srv.base_url + "/metrics")
+    outcomes = _outcomes(srv.base_url + "/metrics")
 
     bodies = {level: json.dumps({"level": level, "n": n}) for n, level in enumerate(EXPECTED)}
     for level, body in bodies.items():
@@ -123,6 +144,7 @@ def delivered(
         "bodies": bodies,
         "stored": stored,
         "before": before,
+        "outcomes": outcomes,
     }
 
 
@@ -151,6 +173,14 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
         "action": {"queue": "urgent"},
         STAGE: {"level": "fatal"},
     }
+    # A fault the stage reported of itself (Fault.of_stage) while passing: kept, and the
+    # rules after it still decided (here: no rule, the default).
+    assert stored["stale"][1] == {
+        "stage": "default",
+        "cause": "no_match_default",
+        "action": {"queue": "inbox"},
+        "faults": [{"stage": STAGE, "cause": "stage_error", "detail": "the level table is stale"}],
+    }
 
     # The dry run takes the same path: every payload reports what was stored, and each
     # stored event replays to its own trace.
@@ -168,6 +198,24 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
 
     # Counted by the stage's name, live deliveries only (dry runs move no counter).
     assert _stage_errors(srv.base_url + "/metrics") - before == len(MISBEHAVING)
+    # Each outcome by the deciding stage's name (or default), its cause and first fault.
+    moved = _outcomes(srv.base_url + "/metrics")
+    moved.subtract(d["outcomes"])
+    want: Counter[tuple[tuple[str, str], ...]] = Counter()
+    for level, (stage, cause, fault, _) in EXPECTED.items():
+        dropped = level == "debug"
+        labels = {
+            "stage": stage,
+            "cause": cause or ("drop" if dropped else "none"),
+            "disposition": "dropped" if dropped else "routed",
+            "fault": fault or "none",
+        }
+        want[tuple(sorted(labels.items()))] += 1
+    assert +moved == want
+    assert (
+        want[(("cause", "none"), ("disposition", "routed"), ("fault", "none"), ("stage", STAGE))]
+        == 1
+    )
     log = srv.log.read_text()
     assert "Traceback" not in log
     # Each delivery's log line names the stage that decided, or the one that failed.
@@ -181,9 +229,13 @@ async def test_a_third_party_stage_decides_passes_and_misbehaves_without_losing_
 
 #: What the stage said on each level's delivery, live: decided, passed or faulted.
 SAID = {
-    level: "faulted" if want[2] else ("passed" if want[0] == "default" else "decided")
+    level: "faulted"
+    if want[1] in ("stage_error", "stage_timeout")
+    else ("passed" if want[0] == "default" else "decided")
     for level, want in EXPECTED.items()
 }
+#: The levels the stage passed to the rules (with or without a fault of its own).
+PASSED = [level for level, said in SAID.items() if said == "passed"]
 #: A candidate whose one rule matches everything: it can only decide what the stage passed.
 EVERYTHING = [{"id": "all", "expr": "true", "action": {"drop": True}}]
 
@@ -205,6 +257,8 @@ async def test_explain_and_diff_replay_the_stage_before_the_rules_as_live_routin
             assert doc["decision"]["decided_by"] == decided_by, level
             if SAID[level] == "faulted":
                 assert doc["stages"][0]["fault"] == trace["faults"][0], level
+            if level == "stale":  # passed, saying its own fault
+                assert doc["stages"][0]["faults"] == trace["faults"], doc["stages"]
             if SAID[level] == "decided":
                 assert doc["stages"][0]["decision"]["trace"] == trace, level
             # with a rule matching everything: the rules only decide what the stage passed,
@@ -234,21 +288,21 @@ async def test_explain_and_diff_replay_the_stage_before_the_rules_as_live_routin
         assert saved["drop"] == sum(1 for _, _, disp in stored.values() if disp == "dropped") == 1
         assert saved["stages"] == {STAGE: 2, "default": len(EXPECTED) - 2}
         assert saved["queues"] == {"urgent": 1, "inbox": len(EXPECTED) - 2}
-        assert saved["faults"] == {"stage_error": 4, "stage_timeout": 1}
+        assert saved["faults"] == {"stage_error": len(MISBEHAVING) - 1, "stage_timeout": 1}
         assert saved["rules"] == {} and "not_reasked" not in same  # nothing stored-only
         # a re-route decides through the same replay: the stage's urgent event stays put
         plan = await me.call("reroute_webhook_events", webhook_id=wid)
         assert plan["totals"] == saved and plan["changed"] == 0 and plan["events"] == []
 
         diff = await me.call("diff_webhook_rules", webhook_id=wid, rules=EVERYTHING)
-    assert diff["evaluated"] == len(EXPECTED) and diff["changed"] == 1
-    [change] = diff["changes"]
-    assert change["event_id"] == stored["info"][0]
-    assert change["saved"]["decided_by"] == "default" and change["saved"]["queue"] == "inbox"
-    assert change["candidate"]["decided_by"] == "rules" and change["candidate"]["drop"] is True
+    assert diff["evaluated"] == len(EXPECTED) and diff["changed"] == len(PASSED)
+    assert {c["event_id"] for c in diff["changes"]} == {stored[lv][0] for lv in PASSED}
+    for change in diff["changes"]:
+        assert change["saved"]["decided_by"] == "default" and change["saved"]["queue"] == "inbox"
+        assert change["candidate"]["decided_by"] == "rules" and change["candidate"]["drop"]
     cand = diff["totals"]["candidate"]
-    assert cand["drop"] == 2 and cand["rules"] == {"all": 1}
-    assert cand["stages"] == {STAGE: 2, "rules": 1, "default": len(EXPECTED) - 3}
+    assert cand["drop"] == 1 + len(PASSED) and cand["rules"] == {"all": len(PASSED)}
+    assert cand["stages"] == {STAGE: 2, "rules": len(PASSED), "default": len(EXPECTED) - 4}
 
 
 async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
@@ -276,10 +330,13 @@ async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
             )
             assert signed.status_code == 303, signed.text
             page = client.get(f"/console/deliveries/{stored['fatal'][0]}").text
+            faulted = client.get(f"/console/deliveries/{stored['raise'][0]}").text
+            stale = client.get(f"/console/deliveries/{stored['stale'][0]}").text
         finally:
             await me.call("set_webhook_rules", webhook_id=wid, rules=[])
-    # only the one delivery the stage passed reached the rules
-    assert lint["evaluated"] == len(EXPECTED) and lint["not_reached"] == len(EXPECTED) - 1
+    # only the deliveries the stage passed reached the rules
+    assert lint["evaluated"] == len(EXPECTED)
+    assert lint["not_reached"] == len(EXPECTED) - len(PASSED)
     kinds = {(f["rule_id"], f["kind"]) for f in lint["findings"]}
     assert ("fatal", "never_matched") in kinds and ("fatal", "shadowed") not in kinds
     table = " ".join(table.split())  # the heading wraps at the terminal's width
@@ -289,3 +346,37 @@ async def test_lint_the_cli_and_the_console_name_the_stage_that_decided(
     assert f"Stage \u201c{STAGE}\u201d decided." in page
     assert "Decided by the rules stage" not in page and "an earlier rule matched" not in page
     assert f"stage \u201c{STAGE}\u201d answered before the rules" in page
+    # a delivery the stage faulted on: the console names it, its fault, and the default
+    faulted = html.unescape(faulted)
+    raised = "stage_error: raised RuntimeError: the level table is not loaded"
+    assert f"Fault in stage \u201c{STAGE}\u201d: {raised}" in faulted
+    assert "no later stage was asked; the default action applied" in faulted
+    assert f"Stage \u201c{STAGE}\u201d faulted: raised RuntimeError" in faulted
+    assert "Decided by the default action." in faulted and "Decided by stage" not in faulted
+    # a fault the stage reported of itself while passing: the rules were asked after it
+    stale = html.unescape(stale)
+    assert f"Fault in stage \u201c{STAGE}\u201d: stage_error: the level table is stale" in stale
+    assert "reported by the stage itself, which passed" in stale
+    assert "no later stage was asked" not in stale
+    assert f"Stage \u201c{STAGE}\u201d passed (it decided nothing), reporting: the level" in stale
+
+
+def test_the_offline_rules_test_takes_the_configs_stage_budget(
+    delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    routing = tmp_path / "routing.json"
+    routing.write_text('{"rules": []}')
+    # The server's config says stage_timeout_ms = 400: the offline dry run cuts the slow
+    # level there too (not at the 5000 ms default), as a live delivery was.
+    out = CLI(delivered["server"].env).json(
+        "rules",
+        "test",
+        str(routing),
+        "--source",
+        "generic",
+        "--payload",
+        json.dumps({"level": "slow"}),
+    )
+    assert out["trace"]["cause"] == "stage_timeout"
+    [fault] = out["trace"]["faults"]
+    assert fault == {"stage": STAGE, "cause": "stage_timeout", "detail": "no answer within 400 ms"}

@@ -93,12 +93,20 @@ def explain(trace: dict[str, Any] | None, disposition: str | None) -> list[str]:
     if trace.get("cause"):
         cause = str(trace["cause"])
         lines.append("Why: " + CAUSES.get(cause, cause) + ".")
-    for fault in trace.get("faults") or ():
+    faults = list(trace.get("faults") or ())
+    # A stage that misbehaved ended routing with its fault, the trace's last (its cause is
+    # the trace's); any other stage fault is one a stage reported of itself and passed.
+    ended = stage == "default" and trace.get("cause") in ("stage_error", "stage_timeout")
+    for n, fault in enumerate(faults):
         detail = f": {fault['detail']}" if fault.get("detail") else ""
         if fault.get("stage"):
-            lines.append(
-                f"Fault in stage \u201c{fault['stage']}\u201d: {fault.get('cause')}{detail}"
+            after = (
                 " (no later stage was asked; the default action applied)."
+                if ended and n == len(faults) - 1
+                else " (reported by the stage itself, which passed: later stages were asked)."
+            )
+            lines.append(
+                f"Fault in stage \u201c{fault['stage']}\u201d: {fault.get('cause')}{detail}" + after
             )
             continue
         lines.append(
@@ -152,6 +160,9 @@ def stage_text(doc: dict[str, Any]) -> str:
     fault = doc.get("fault") or {}
     if fault.get("detail"):
         text += f": {fault['detail']}"
+    own = [f["detail"] for f in doc.get("faults") or () if f.get("stage") and f.get("detail")]
+    if own:
+        text += ", reporting: " + "; ".join(own)
     if doc.get("replay") == "stored" and doc.get("said") in ("decided", "faulted", "passed"):
         text += " (as stored: not asked again)"
     return text + "."

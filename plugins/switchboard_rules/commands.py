@@ -96,7 +96,15 @@ async def run(args: argparse.Namespace, rt: HostRuntime) -> int:
             _emit({"ok": True, "config": normalized.to_json()})
             return 0
         envelope = _sample(args, rt)
-        result = await dry_run(rt.stages, config, envelope, grant)
+        # Offline (no ctx.runtime for the stages), but under the loaded config's budget.
+        budget = rt.config.section("routing").get("stage_timeout_ms")
+        result = await dry_run(
+            rt.stages,
+            config,
+            envelope,
+            grant,
+            stage_timeout_ms=budget if isinstance(budget, int) else None,
+        )
     except RuleValidationError as exc:
         # One line on stderr (the message's own newlines escaped), exit 2: a bad input file
         error = {"code": exc.code, "message": exc.message, "index": exc.index}

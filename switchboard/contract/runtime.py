@@ -192,7 +192,11 @@ class RoutingStage(Protocol):
     - ``trace_schema``: a JSON Schema for the stage's own detail, written under the trace
       key named after the stage (``trace[stage.name]``); checked on every decision.
     - ``timeout_ms``: the stage's own time budget when it needs more than
-      ``[routing] stage_timeout_ms`` (the llm stage: its longest model call).
+      ``[routing] stage_timeout_ms`` (the llm stage: its longest model call); counted up
+      to 150000 ms.
+
+    ``name`` (and ``trace_name``) must be a trace name (``^[a-z][a-z0-9_]{0,63}$``), not
+    ``default``, ``pending``, ``rule`` or a common trace key: checked at start-up.
     - ``trace_name``: what ``trace["stage"]`` says when it decides (default: ``name``; the
       rules stage says ``rule``).
     - ``replay``: how history (diff, explain, lint) replays it over stored deliveries:

@@ -21,10 +21,13 @@ from .model import (
     RoutingStage,
     StageResult,
 )
-from .trace import COMMON_KEYS, validate_trace
+from .stagecheck import MAX_OWN_TIMEOUT_MS
+from .trace import COMMON_KEYS, validate_fault, validate_trace
 
 #: How soon a deferred run that found the database away is tried again.
 STORE_RETRY_S = 1.0
+#: What stops a task or the process: a stage's exception group carrying one is re-raised.
+_STOPPING = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 #: ``[routing] stage_timeout_ms`` when the config does not say (a stage may ask for more).
 DEFAULT_STAGE_TIMEOUT_MS = 5000
 
@@ -36,10 +39,13 @@ def stage_timeout_ms(runtime: Any) -> int:
 
 
 def budget_ms(stage: RoutingStage, configured: int | None) -> int:
-    """The stage's time budget: its own ``timeout_ms`` when it declares a larger one."""
+    """The stage's time budget: its own ``timeout_ms`` when it declares a larger one, up
+    to :data:`MAX_OWN_TIMEOUT_MS` (a stage cannot hold a delivery for hours)."""
     base = configured if configured is not None else DEFAULT_STAGE_TIMEOUT_MS
     own = getattr(stage, "timeout_ms", None)
-    return max(base, own) if isinstance(own, int) and own > 0 else base
+    if not isinstance(own, int) or own <= 0:
+        return base
+    return max(base, min(own, MAX_OWN_TIMEOUT_MS))
 
 
 async def call_stage(
@@ -57,7 +63,11 @@ async def call_stage(
         if ctx.deferred:
             raise  # the triage worker leaves the event pending (see NotYet)
         return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, "raised NotYet outside a deferred run")
-    except Exception as exc:  # a third party's bug costs a fault, never the delivery
+    except _STOPPING:
+        raise  # the task or the process is being stopped: never the stage's to swallow
+    except BaseException as exc:  # a third party's bug costs a fault, never the delivery
+        if isinstance(exc, BaseExceptionGroup) and exc.subgroup(_STOPPING) is not None:
+            raise
         if ctx.deferred and isinstance(exc, StoreUnavailable):
             # The database is away, not the stage wrong: the event stays pending.
             raise NotYet("the database is unavailable", STORE_RETRY_S) from None
@@ -68,11 +78,15 @@ async def call_stage(
             CAUSE_STAGE_ERROR,
             f"returned {type(result).__name__}, not a StageResult",
         )
-    bad = [f for f in result.faults if not isinstance(f, Fault)]
-    if bad:
+    if not isinstance(result.faults, (list, tuple)):
         return Fault.of_stage(
-            stage.name, CAUSE_STAGE_ERROR, f"reported a {type(bad[0]).__name__} as a fault"
+            stage.name, CAUSE_STAGE_ERROR, f"reported faults as a {type(result.faults).__name__}"
         )
+    for reported in result.faults:
+        problem = fault_problem(stage, reported)
+        if problem is not None:
+            # A bad fault would fail the stored trace's validation (a 500, nothing stored).
+            return Fault.of_stage(stage.name, CAUSE_STAGE_ERROR, problem)
     if result.decision is not None:
         problem = trace_problem(stage, result.decision)
         if problem is not None:
@@ -94,6 +108,28 @@ async def stage_defers(stage: RoutingStage, ctx: RoutingContext, timeout_ms: int
             return bool(await ask(ctx))
     except Exception:
         return True
+
+
+def fault_problem(stage: RoutingStage, fault: Any) -> str | None:
+    """What is wrong with a fault ``stage`` reported while passing, or None.
+
+    A stage's fault names that stage (its name is a ``/metrics`` label: registered names
+    only) and fits the trace schema's fault, as the stored trace will be validated."""
+    if not isinstance(fault, Fault):
+        return f"reported a {type(fault).__name__} as a fault"
+    if fault.stage is not None and fault.stage != stage.name:
+        return (
+            f"reported a fault of stage {fault.stage!r}: a stage reports its own ({stage.name!r})"
+        )
+    try:
+        doc = fault.to_json()
+    except Exception as exc:  # a detail that is no string, say
+        return f"reported a fault that cannot be written: {_describe(exc)}"
+    try:
+        validate_fault(doc)
+    except ValueError as exc:
+        return f"reported an {exc}"
+    return None
 
 
 def trace_problem(stage: RoutingStage, decision: Any) -> str | None:

@@ -30,6 +30,7 @@ from ..contract.routing import (
 from .decide import decide, default_decision, resolve
 from .model import (
     CAUSE_STAGE_ERROR,
+    STAGE_CAUSES,
     STAGE_DEFAULT,
     STAGE_RULE,
     Decision,
@@ -92,10 +93,10 @@ def _named(stage: object) -> str:
 def live_decider(stages: Sequence[RoutingStage], trace: Mapping[str, Any]) -> int | None:
     """The position in ``stages`` of the stage whose answer ended live routing (decided or
     faulted), ``len(stages)`` when every stage passed, None when it is not one of them."""
-    for f in trace.get("faults") or ():
-        if isinstance(f, dict) and f.get("stage"):
-            names = [s.name for s in stages]
-            return names.index(f["stage"]) if f["stage"] in names else None
+    ender = _ending_fault(trace)
+    if ender is not None:
+        names = [s.name for s in stages]
+        return names.index(ender["stage"]) if ender["stage"] in names else None
     said = trace.get("stage")
     if said == STAGE_DEFAULT and "rule_index" in trace:
         said = STAGE_RULE  # the rules decided the default: their rule is no longer granted
@@ -115,18 +116,42 @@ def stored_answer(
     and grant replayed): its fault, its decision, or a pass. None: it was never asked."""
     if not isinstance(trace, Mapping):
         return None
-    for f in trace.get("faults") or ():
-        if isinstance(f, dict) and f.get("stage") == stage.name:
-            return Fault.of_stage(
-                stage.name, str(f.get("cause") or CAUSE_STAGE_ERROR), str(f.get("detail") or "")
-            )
+    ender = _ending_fault(trace)
+    if ender is not None and ender["stage"] == stage.name:
+        return _fault_of(stage, ender)
     position = live_decider(stages, trace)
     mine = next((i for i, s in enumerate(stages) if s is stage), None)
     if position is None or mine is None or position < mine:
         return None
     if position > mine:
-        return StageResult()
+        # it passed, with the faults it reported of itself (not the one that ended routing)
+        own = tuple(
+            _fault_of(stage, f)
+            for f in trace.get("faults") or ()
+            if isinstance(f, dict) and f.get("stage") == stage.name and f is not ender
+        )
+        return StageResult(faults=own)
     return StageResult(_stored_decision(stage, trace, ctx))
+
+
+def _fault_of(stage: RoutingStage, doc: Mapping[str, Any]) -> Fault:
+    return Fault.of_stage(
+        stage.name, str(doc.get("cause") or CAUSE_STAGE_ERROR), str(doc.get("detail") or "")
+    )
+
+
+def _ending_fault(trace: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The stage fault that ended live routing, or None.
+
+    A stage that misbehaves ends routing with the default, caused by its fault, which is
+    then the trace's last; a stage fault before it (or with any other cause) is one a
+    stage reported of itself while passing (``Fault.of_stage`` in its ``StageResult``).
+    """
+    if trace.get("stage") != STAGE_DEFAULT or trace.get("cause") not in STAGE_CAUSES:
+        return None
+    faults = [f for f in trace.get("faults") or () if isinstance(f, dict)]
+    last = faults[-1] if faults else None
+    return last if last is not None and last.get("stage") else None
 
 
 def _stored_decision(

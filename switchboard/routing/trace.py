@@ -58,5 +58,23 @@ def validate_trace(doc: Any) -> None:
             _VALID.popitem(last=False)
 
 
+@cache
+def _fault_validator(kind: int) -> Draft202012Validator:
+    """The trace schema's fault branch: 0 a rule's (or the sandbox's), 1 a whole stage's."""
+    ref = f"{load_schema('trace')['$id']}#/$defs/fault/oneOf/{kind}"
+    return Draft202012Validator({"$ref": ref}, registry=registry())
+
+
+def validate_fault(doc: Any) -> None:
+    """Raise ``ValueError`` naming the first problem when ``doc`` (a ``Fault.to_json()``)
+    is not a fault the trace schema takes; checked against the branch its shape claims
+    (``stage`` set: a stage's), so the message names the field, not "any of oneOf"."""
+    kind = 1 if isinstance(doc, dict) and "stage" in doc else 0
+    error = next(iter(sorted(_fault_validator(kind).iter_errors(doc), key=_depth)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ValueError(f"invalid fault at {where}: {error.message}")
+
+
 def _depth(error: Any) -> int:
     return len(error.absolute_path)

@@ -2,8 +2,9 @@
 Sentry event by its ``level``, and (for the test suite) misbehaves on request.
 
 ``payload.level``: ``fatal`` decides the ``urgent`` queue, ``debug`` drops; ``raise``,
-``garbage``, ``badtrace``, ``badkey`` and ``slow`` misbehave in the five ways a stage can;
-anything else passes to the stages after it.
+``garbage``, ``badtrace``, ``badkey``, ``badfault`` and ``slow`` misbehave in the six ways a
+stage can; ``stale`` passes with a fault of its own (``Fault.of_stage``: it could not do
+its job, the stages after it decide); anything else passes to the stages after it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import anyio
 
 from switchboard.plugin import (
     Decision,
+    Fault,
     RoutingContext,
     StageRegistry,
     StageResult,
@@ -57,6 +59,12 @@ class SentryLevelStage:
             assert isinstance(decided, Decision)
             decided.trace["sentry"] = {"oops": True}
             return StageResult(decision=decided)
+        if level == "stale":
+            # It cannot judge this one, says so, and lets the stages after it decide.
+            return StageResult(faults=[Fault.of_stage(NAME, detail="the level table is stale")])
+        if level == "badfault":
+            # A fault of a cause no trace takes: the host must refuse it, naming this stage.
+            return StageResult(faults=[Fault.of_stage(NAME, "level_unknown", "no such level")])
         if level == "slow":
             await anyio.sleep(60)
         return StageResult()
