@@ -50,13 +50,21 @@ async def set_webhook_policy(
             " claim there holds (1 s to a year); {} removes every lane's; omitted: kept"
         ),
     ] = None,
+    events_days: Annotated[
+        int | None,
+        Field(
+            description="How many days this webhook's events are kept (1 to 36500) before the"
+            " retention job deletes them (todos and once claims stay); 0: the server's"
+            " [retention] events_days; omitted: kept"
+        ),
+    ] = None,
     expect_version: Annotated[
         int | None, Field(description="Refuse (conflict) unless the current version is this")
     ] = None,
     note: Annotated[str | None, Field(description="Why, kept with the new version")] = None,
 ) -> dict[str, Any]:
-    """Set the webhook's fault policy and/or lanes, keeping its rules: a new version like any
-    save (list_rule_versions shows it, rollback_webhook_rules undoes it)."""
+    """Set the webhook's fault policy, lanes and/or event retention, keeping its rules: a new
+    version like any save (list_rule_versions shows it, rollback_webhook_rules undoes it)."""
     from switchboard.service import rules
 
     result: dict[str, Any] = await rules.set_policy(
@@ -65,6 +73,7 @@ async def set_webhook_policy(
         webhook_id,
         on_fault=rules.KEEP if on_fault is None else on_fault,
         lanes=rules.KEEP if lanes is None else (lanes or None),
+        events_days=rules.KEEP if events_days is None else (events_days or None),
         expect_version=expect_version,
         note=note,
     )

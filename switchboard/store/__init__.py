@@ -12,6 +12,7 @@ from .outcome import DeliveryOutcome, OnceClaim
 from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
 from .reroute import RerouteQueries
+from .retention import RetentionQueries
 from .todos import TodoQueries
 from .versions import VersionQueries
 from .webhooks import WebhookQueries
@@ -28,6 +29,7 @@ class Store(
     VersionQueries,
     RerouteQueries,
     OnceQueries,
+    RetentionQueries,
 ):
     """Every query the service layer may run, over one pool."""
 
