@@ -4,6 +4,7 @@ own ``events_days`` wins over ``[retention]``, and ``events prune`` plans what i
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import itertools
 import json
@@ -304,3 +305,34 @@ def test_a_bad_retention_key_stops_serve_naming_it(tmp_path: Path, dsn: str) -> 
         )
         assert proc.returncode == 2, (toml, proc.stderr)
         assert f"invalid config: {key}" in proc.stderr, proc.stderr
+
+
+async def test_every_serve_prunes_in_the_background_and_stops_cleanly(
+    runtime: Runtime, dsn: str, server_factory: Any, tmp_path: Path
+) -> None:
+    t = await Tenant(runtime).build()
+    opened = await t.deliver(issue(action="opened"))
+    for n in range(100, 112):
+        await t.deliver(issue(n, action="opened"))
+    age(dsn, t.webhook_id, 40)
+    await t.deliver(issue(58, action="opened"))
+    config = tmp_path / "serve.toml"
+    config.write_text("[retention]\nevents_days = 30\ninterval_s = 0.2\nbatch_size = 10\n")
+    srv = server_factory(dsn, config=config)
+    deadline = asyncio.get_running_loop().time() + 20
+    while event_count(dsn, t.webhook_id) > 1:
+        assert asyncio.get_running_loop().time() < deadline, srv.log.read_text()
+        await asyncio.sleep(0.1)
+    # The todos stayed.
+    [todo_id] = [x["id"] for x in opened.body["todos"]]
+    assert sql(dsn, "SELECT state, event_id FROM todos WHERE id = %s", todo_id) == [
+        ("pending", None)
+    ]
+    await asyncio.sleep(0.5)  # a run or two more: one log line each
+    proc = srv.proc
+    srv.stop()  # SIGTERM
+    assert proc.returncode == 0
+    log = srv.log.read_text()
+    runs = [line for line in log.splitlines() if "retention: pruned" in line]
+    assert any("pruned 13 expired event(s)" in line for line in runs), log
+    assert "Traceback" not in log
