@@ -265,10 +265,21 @@ async def test_events_prune_cli_plans_what_it_applies(
     done = fast.json("events", "prune", "--before", before, "--webhook", a.webhook_id, "--apply")
     assert done["deleted"] == plan["events"] == 3
     assert (event_count(dsn, a.webhook_id), event_count(dsn, b.webhook_id)) == (1, 1)
-    # Every webhook: b's now.
+    # Every webhook: b's now, also once b is deleted (its events kept, listed as deleted).
     every = fast.json("events", "prune", "--before", before, "--plan")
     assert [(r["webhook_id"], r["events"]) for r in every["webhooks"]] == [(b.webhook_id, 1)]
-    assert fast.json("events", "prune", "--before", before, "--apply")["deleted"] == 1
+    await webhooks.delete_webhook(runtime, None, b.webhook_id)
+    every = fast.json("events", "prune", "--before", before, "--plan")
+    assert [(r["scope"], r["events"]) for r in every["webhooks"]] == [("detached", 1)]
+    one = fast.json("events", "prune", "--before", before, "--webhook", b.webhook_id, "--plan")
+    assert [(r["webhook_id"], r["scope"], r["events"]) for r in one["webhooks"]] == [
+        (b.webhook_id, "deleted", 1)
+    ]
+    done = fast.json("events", "prune", "--before", before, "--webhook", b.webhook_id, "--apply")
+    assert done["deleted"] == 1
+    assert sql(dsn, "SELECT count(*) FROM events WHERE deleted_webhook_id = %s", b.webhook_id) == [
+        (0,)
+    ]
     # A table for a person; mistakes are refused naming the flag.
     table = fast.run("events", "prune", "--before", before, "--plan", "--table").stdout
     assert "0 would be deleted" in " ".join(table.split()) and "EVENTS" in table
