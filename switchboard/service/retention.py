@@ -24,7 +24,7 @@ from ..store.retention import Cutoff
 
 #: Between two batches of one run the pruner idles this many times as long as the batch
 #: took (and at least BATCH_PAUSE_S): it has the database a quarter of the time at most, so
-#: live ingest keeps the rest (bench/prune.py measured a 25-45 % slowdown with a fixed 20 ms
+#: live ingest keeps the rest (bench/prune.py measured a 25-43 % slowdown with a fixed 20 ms
 #: pause on a loaded 2-core machine).
 PACE = 3.0
 BATCH_PAUSE_S = 0.02
