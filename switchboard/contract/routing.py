@@ -206,8 +206,8 @@ class RoutingConfig:
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown),
-        with ``on_fault``, ``lanes`` and ``events_days`` only when not the default (so older configs hash the
-        same)."""
+        with ``on_fault``, ``lanes`` and ``events_days`` only when not the default (so older
+        configs hash the same)."""
         doc: dict[str, Any] = json_copy(
             {
                 "rules": list(self.rules),

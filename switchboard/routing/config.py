@@ -269,7 +269,7 @@ MAX_EVENTS_DAYS = 36500
 
 def _check_events_days(days: Any) -> int | None:
     """``events_days``: 1..MAX_EVENTS_DAYS days; 0 or null inherit ``[retention] events_days``."""
-    if days is None or (days == 0 and not isinstance(days, bool)):
+    if days is None or (type(days) is int and days == 0):
         return None
     if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= MAX_EVENTS_DAYS:
         raise RuleValidationError(

@@ -200,7 +200,7 @@ async def test_a_webhooks_own_events_days_wins_and_zero_inherits(
     assert event_count(dsn, b.webhook_id) == 0
 
     # Bad values are refused naming the field.
-    for bad in (-1, 36501, True, "7", 1.5):
+    for bad in (-1, 36501, True, False, "7", 1.5, 0.0):
         with pytest.raises(RuleValidationError, match="events_days"):
             await rules.set_policy(runtime, None, a.webhook_id, events_days=bad)
     with pytest.raises(InvalidArgument, match="events_days"):
