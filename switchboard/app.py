@@ -85,6 +85,11 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # The deferred stages' worker of this process (none when no stage defers).
         app.ctx.triage = Triage(rt)
         app.ctx.triage.start()
+        from .service.pruner import Pruner
+
+        # Event retention ([retention]), a background job off the request path.
+        app.ctx.pruner = Pruner(rt)
+        app.ctx.pruner.start()
         # Everything loaded so far (Sanic, psycopg, jsonschema, the plugins: ~130,000
         # objects) lives as long as the worker. Left to the collector, each full collection
         # walked all of them again, stopping every request for 65-130 ms a few times a
@@ -99,6 +104,9 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         app.ctx.draining = True
         from .service.ingest import drain_sinks
 
+        pruner = getattr(app.ctx, "pruner", None)
+        if pruner is not None:
+            await pruner.stop()  # after its batch in flight
         triage = getattr(app.ctx, "triage", None)
         if triage is not None:
             # In-flight stage runs finish or give their leases back (another worker's).

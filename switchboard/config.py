@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
         "backoff_base_seconds": 5.0,
         "backoff_max_seconds": 3600.0,
     },
+    # events_days None: events are kept forever (a webhook's routing config may set its own)
+    "retention": {"events_days": None, "interval_s": 600.0, "batch_size": 1000},
     "metrics": {"enabled": True, "addr": "", "per_webhook": False, "max_queues": 50},
     "log": {"format": "auto", "level": None},
     "plugins": {},

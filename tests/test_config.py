@@ -119,7 +119,8 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
 # (tests/test_plugins.py, tests/cli/test_send.py), server.database_timeout_ms
 # (tests/test_app.py), routing.stages (tests/test_plugins.py), todos.max_attempts and
 # todos.backoff_* (tests/service/test_todos.py), [plugins.cairn] freshness_seconds
-# (tests/plugins/test_cairn.py), metrics.* (tests/test_metrics.py), log.*
+# (tests/plugins/test_cairn.py), metrics.* (tests/test_metrics.py), retention.*
+# (tests/service/test_retention.py), log.*
 # (tests/test_delivery_log.py).
 # --------------------------------------------------------------------------------------
 

@@ -50,6 +50,14 @@ async def set_webhook_policy(
             " claim there holds (1 s to a year); {} removes every lane's; omitted: kept"
         ),
     ] = None,
+    events_days: Annotated[
+        int | None,
+        Field(
+            description="How many days this webhook's events are kept (1 to 36500) before the"
+            " retention job deletes them (todos and once claims stay); 0: the server's"
+            " [retention] events_days; omitted: kept"
+        ),
+    ] = None,
     expect_version: Annotated[
         int | None, Field(description="Refuse (conflict) unless the current version is this")
     ] = None,
@@ -62,9 +70,10 @@ async def set_webhook_policy(
     ] = None,
     note: Annotated[str | None, Field(description="Why, kept with the new version")] = None,
 ) -> dict[str, Any]:
-    """Set the webhook's fault policy and/or lanes, keeping its rules: a new version like any
-    save (list_rule_versions shows it, rollback_webhook_rules undoes it). Gated like any save
-    under [routing] require_diff: diff_webhook_rules with the same on_fault/lanes first."""
+    """Set the webhook's fault policy, lanes and/or event retention, keeping its rules: a new
+    version like any save (list_rule_versions shows it, rollback_webhook_rules undoes it).
+    Gated like any save under [routing] require_diff when on_fault or lanes change:
+    diff_webhook_rules with the same on_fault/lanes first (events_days alone is not gated)."""
     from switchboard.service import rules
 
     result: dict[str, Any] = await rules.set_policy(
@@ -73,6 +82,7 @@ async def set_webhook_policy(
         webhook_id,
         on_fault=rules.KEEP if on_fault is None else on_fault,
         lanes=rules.KEEP if lanes is None else (lanes or None),
+        events_days=rules.KEEP if events_days is None else (events_days or None),
         expect_version=expect_version,
         diffed=diffed,
         note=note,

@@ -12,6 +12,7 @@ from ..runtime import Runtime
 from ..service import events, todos
 from .columns import Col
 from .main import emit
+from .prune import configure_prune, run_prune
 from .render import (
     add_output_flags,
     bounded_int,
@@ -198,9 +199,12 @@ def configure_events(p: argparse.ArgumentParser) -> None:
     )
     one.add_argument("event_id", metavar="EVENT_ID")
     add_output_flags(one)
+    configure_prune(sub)
 
 
 async def run_events(args: argparse.Namespace, rt: Runtime) -> int:
+    if args.action == "prune":
+        return await run_prune(args, rt)
     if args.action == "list":
         doc = await events.list_events(
             rt,

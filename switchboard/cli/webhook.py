@@ -121,8 +121,9 @@ def _configure_rules(sub: Any) -> None:
     set_p.add_argument(
         "file",
         metavar="FILE",
-        help="{rules, default_action?, params?, on_fault?, lanes?} ('-': stdin); a key left"
-        " out (params, on_fault, lanes) keeps the stored one, null resets it",
+        help="{rules, default_action?, params?, on_fault?, lanes?, events_days?} ('-': stdin);"
+        " a key left out (params, on_fault, lanes, events_days) keeps the stored one, null"
+        " resets it",
     )
     history = rsub.add_parser("history", help="the versions, newest first")
     history.add_argument("webhook_id", metavar="WEBHOOK_ID")

@@ -196,6 +196,8 @@ class RoutingConfig:
     #: Per-lane (queue) settings: ``{queue: {"once_ttl_s": seconds}}``, an at-most-once
     #: claim in that lane expiring after so long (absent: claims never expire).
     lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: How many days this webhook's events are kept (None: ``[retention] events_days``).
+    events_days: int | None = None
 
     def once_ttl_s(self, queue: str) -> int | None:
         """How long a once claim in ``queue`` holds, or None: until released."""
@@ -204,8 +206,8 @@ class RoutingConfig:
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy as ``{"rules", "default_action", "params"}`` (what is stored and shown),
-        with ``on_fault`` and ``lanes`` only when not the default (so older configs hash the
-        same)."""
+        with ``on_fault``, ``lanes`` and ``events_days`` only when not the default (so older
+        configs hash the same)."""
         doc: dict[str, Any] = json_copy(
             {
                 "rules": list(self.rules),
@@ -217,6 +219,8 @@ class RoutingConfig:
             doc["on_fault"] = self.on_fault
         if self.lanes:
             doc["lanes"] = json_copy(self.lanes)
+        if self.events_days is not None:
+            doc["events_days"] = self.events_days
         return doc
 
     def holds(self, trace: dict[str, Any]) -> bool:
@@ -243,6 +247,7 @@ class RoutingConfig:
             params=dict(doc.get("params") or {}),
             on_fault=str(doc.get("on_fault") or "default"),
             lanes=dict(doc.get("lanes") or {}),
+            events_days=doc.get("events_days") or None,
         )
 
 

@@ -257,7 +257,7 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
         config = config.to_json()
     if not isinstance(config, dict):
         raise RuleValidationError("invalid_rule", "routing configuration must be an object")
-    unknown = sorted(set(config) - {"rules", "default_action", "params", "on_fault", "lanes"})
+    unknown = sorted(set(config) - {"rules", "default_action", "params", *POLICY_FIELDS})
     if unknown:
         raise RuleValidationError("invalid_rule", f"unknown field {unknown[0]!r}")
     rules = config.get("rules")
@@ -288,7 +288,27 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
         params=params,
         on_fault=on_fault,
         lanes=_check_lanes(config.get("lanes"), grant),
+        events_days=_check_events_days(config.get("events_days")),
     )
+
+
+#: The fields of a routing config beside its rules, default action and params.
+POLICY_FIELDS = ("on_fault", "lanes", "events_days")
+#: The longest a webhook may keep its events: a hundred years (as ``[retention]``).
+MAX_EVENTS_DAYS = 36500
+
+
+def _check_events_days(days: Any) -> int | None:
+    """``events_days``: 1..MAX_EVENTS_DAYS days; 0 or null inherit ``[retention] events_days``."""
+    if days is None or (type(days) is int and days == 0):
+        return None
+    if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= MAX_EVENTS_DAYS:
+        raise RuleValidationError(
+            "invalid_rule",
+            f"events_days: an integer of days, 1 to {MAX_EVENTS_DAYS} (0 or null: the"
+            f" server's [retention] events_days) (got {days!r})",
+        )
+    return days
 
 
 #: The longest a once claim's TTL may be: a year.

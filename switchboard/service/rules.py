@@ -194,6 +194,7 @@ async def set_rules(
     *,
     on_fault: Any = KEEP,
     lanes: Any = KEEP,
+    events_days: Any = KEEP,
     expect_version: Any = None,
     diffed: Any = None,
     note: Any = None,
@@ -206,7 +207,7 @@ async def set_rules(
     def change(old: Config) -> Config:
         kept = old.get("params") if params is KEEP else params
         doc = {"rules": rules, "default_action": default_action, "params": kept}
-        return _with_policy(doc, old, on_fault=on_fault, lanes=lanes)
+        return _with_policy(doc, old, on_fault=on_fault, lanes=lanes, events_days=events_days)
 
     return await save_config(
         rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note
@@ -214,7 +215,7 @@ async def set_rules(
 
 
 #: The parts of a routing config beside its rules that a rules save keeps.
-POLICY_KEYS = ("on_fault", "lanes")
+POLICY_KEYS = ("on_fault", "lanes", "events_days")
 
 
 def _with_policy(doc: Config, old: Config, **values: Any) -> Config:
@@ -238,23 +239,34 @@ async def set_policy(
     *,
     on_fault: Any = KEEP,
     lanes: Any = KEEP,
+    events_days: Any = KEEP,
     expect_version: Any = None,
     diffed: Any = None,
     note: Any = None,
 ) -> dict[str, Any]:
-    """Set the webhook's fault policy (``on_fault``) and/or its ``lanes`` (a lane's
-    ``once_ttl_s``), keeping its rules; an argument omitted (``KEEP``) keeps what is saved,
-    None resets it to the default. A new version, gated like any save: a hold changes where
-    faulted deliveries go, so ``diff_webhook_rules {on_fault, lanes}`` (no rules) diffs it
-    and answers the ``candidate_hash`` that ``diffed`` names."""
-    if on_fault is KEEP and lanes is KEEP:
-        raise InvalidArgument("give on_fault or lanes (or both)")
+    """Set the webhook's fault policy (``on_fault``), its ``lanes`` (a lane's
+    ``once_ttl_s``) and/or its ``events_days`` (retention), keeping its rules; an argument
+    omitted (``KEEP``) keeps what is saved, None resets it to the default (0 days too:
+    the server's ``[retention] events_days``). A new version. Gated like any save when it
+    changes routing: a hold changes where faulted deliveries go, so ``diff_webhook_rules
+    {on_fault, lanes}`` (no rules) diffs it and answers the ``candidate_hash`` that
+    ``diffed`` names; ``events_days`` alone routes nothing differently and is not gated."""
+    if on_fault is KEEP and lanes is KEEP and events_days is KEEP:
+        raise InvalidArgument("give on_fault or lanes or events_days (or several)")
 
     def change(old: Config) -> Config:
-        return _with_policy(dict(old), old, on_fault=on_fault, lanes=lanes)
+        return _with_policy(dict(old), old, on_fault=on_fault, lanes=lanes, events_days=events_days)
 
+    routes = on_fault is not KEEP or lanes is not KEEP
     return await save_config(
-        rt, caller, webhook_id, change, expect_version=expect_version, diffed=diffed, note=note
+        rt,
+        caller,
+        webhook_id,
+        change,
+        expect_version=expect_version,
+        diffed=diffed,
+        note=note,
+        gated=routes,
     )
 
 

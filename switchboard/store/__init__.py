@@ -13,6 +13,7 @@ from .overview import OverviewQueries
 from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
 from .reroute import RerouteQueries
+from .retention import RetentionQueries
 from .todos import TodoQueries
 from .versions import VersionQueries
 from .webhooks import WebhookQueries
@@ -30,6 +31,7 @@ class Store(
     RerouteQueries,
     OnceQueries,
     OverviewQueries,
+    RetentionQueries,
 ):
     """Every query the service layer may run, over one pool."""
 

@@ -82,6 +82,12 @@ async def test_show_set_history_rollback(cli: CLI, runtime: Runtime, tmp_path: P
     assert held["lanes"] == {"review": {"once_ttl_s": 600}}
     kept = fast.json("webhook", "rules", "set", hook, str(candidate))
     assert kept["on_fault"] == "hold" and kept["lanes"] == held["lanes"]
+    # So does the webhook's own event retention ([retention]); null inherits the server's.
+    policy.write_text(json.dumps({"rules": [], "events_days": 90}))
+    assert fast.json("webhook", "rules", "set", hook, str(policy))["events_days"] == 90
+    assert fast.json("webhook", "rules", "set", hook, str(candidate))["events_days"] == 90
+    policy.write_text(json.dumps({"rules": [], "events_days": None}))
+    assert "events_days" not in fast.json("webhook", "rules", "set", hook, str(policy))
 
 
 async def test_reroute_plan_then_apply(cli: CLI, runtime: Runtime) -> None:

@@ -172,3 +172,10 @@ async def test_a_policy_save_is_gated_and_diffable(runtime: Runtime) -> None:
     lane_save = await rules.set_policy(runtime, owner, hook, lanes=lanes)
     assert lane_save["config_hash"] == lane_diff["candidate_hash"]
     assert lane_save["on_fault"] == "hold"
+    # retention alone routes nothing differently: not gated, no diff needed; with a
+    # routing change beside it, gated again
+    kept = await rules.set_policy(runtime, owner, hook, events_days=30)
+    assert kept["events_days"] == 30 and kept["on_fault"] == "hold"
+    with pytest.raises(Conflict) as again:
+        await rules.set_policy(runtime, owner, hook, events_days=7, on_fault="default")
+    assert again.value.code == "diff_required"
