@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 from fakeai import FakeAI
-from sbllm import QUEUES, Tenant
+from sbllm import QUEUES, Tenant, fresh_minute
 from sbmcp import agent
 from sbtest import remember_secrets
 
@@ -88,6 +88,7 @@ async def test_a_dry_run_asks_the_model_only_when_told(tenant: Tenant, fake_ai: 
             "set_llm_triage", llm_triage={"provider": "fake", "model": model, "queues": QUEUES}
         )
         sample = {"title": "please review"}
+        fresh_minute()  # the minute's count below must not see the window turn under it
         skipped = await ag.call("test_webhook_rules", webhook_id=hook["webhook_id"], payload=sample)
         assert skipped["trace"] == {
             "stage": "default",
