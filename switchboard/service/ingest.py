@@ -31,6 +31,7 @@ from ..sanitize import sanitize_headers
 from ..secrets_box import hash_token
 from ..sources import Delivery, Headers, body_key
 from ..store import OnceClaim
+from . import liveload
 from .observe import Observation, observe_delivery, sink_failed
 from .refusals import record_refusal
 from .wake import wake_triage
@@ -91,7 +92,9 @@ async def ingest(
 
     ``source_ip`` is the peer's address, recorded with a refusal (never with an event).
     """
-    seen = Observation(started=time.monotonic())
+    started = time.monotonic()
+    liveload.delivered(started)
+    seen = Observation(started=started)
     try:
         reply = await _ingest(rt, token, headers, body, content_type, seen, source_ip)
         seen.status = reply.status

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..routing.workorder import ONCE_REPEAT
 from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
+from . import liveload
 from .common import jsonable
 from .history import DEFAULT_LAST, _Replay, _Totals, _webhook, decision_view
 from .replay import Clock, Only, Progress, count_window, evaluated, window_of
@@ -259,6 +261,7 @@ async def reroute_events(
         keep_envelopes=rp.keep_envelopes or not plan,
         only=only,
     )
+    batch_started = time.monotonic()
     async with contextlib.aclosing(stream) as events:
         async for found in events:
             trace = found.row.get("routing_trace")
@@ -272,6 +275,11 @@ async def reroute_events(
                 batch.clear()
                 if more:
                     break
+                if not plan:  # an apply writes: live deliveries first
+                    rest = liveload.rest_for(time.monotonic() - batch_started)
+                    if rest:
+                        await asyncio.sleep(rest)
+                batch_started = time.monotonic()
             await clock.tick(taken)
             if clock.expired():
                 stopped = "deadline"
