@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 from .. import metrics
+from ..errors import StoreUnavailable
 from ..logsetup import fields
 from ..pgtext import clean_json
 from ..routing.decide import default_decision
@@ -175,6 +176,15 @@ class TriageWorker:
             )
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable as exc:
+            # An expected outage: one line, no traceback. The lease stays, as below.
+            log.warning(
+                "triage %s: event %s not written, the database is unavailable (%s):"
+                " claimed again when its lease runs out",
+                self.stage.name,
+                row["event_id"],
+                exc.detail or exc,
+            )
         except Exception:
             # The lease stays: it runs out and the event is claimed again (an attempt).
             log.exception("triage %s: event %s failed", self.stage.name, row["event_id"])

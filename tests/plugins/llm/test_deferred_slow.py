@@ -194,7 +194,11 @@ async def test_two_servers_on_one_database_decide_each_event_once(
     # then by the spent budget's default; each call made once.
     assert all(len(e["todos"]) == 1 and e["queued"] == 0 for e in events)
     stages = [e["trace"].get("cause") or e["trace"]["stage"] for e in events]
-    assert stages.count("llm") == len(fake_ai.requests(model))
+    # A call is made once per claim: an event claimed again (its call failed or outlived its
+    # lease on a loaded machine) may have been asked once more, never decided twice.
+    again = sum(e["trace"]["deferred"]["attempts"] - 1 for e in events)
+    calls = len(fake_ai.requests(model))
+    assert stages.count("llm") <= calls <= stages.count("llm") + again, (calls, again)
     assert set(stages) <= {"llm", "llm_budget_exhausted"}
     # Both servers' workers asked (each at most MAX_IN_FLIGHT at once).
     assert MAX_IN_FLIGHT < fake_ai.peak(model) <= 2 * MAX_IN_FLIGHT
