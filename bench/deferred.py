@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 from fakeai import FakeAI  # noqa: E402
-from harness import cli, database, load, serve, summary  # noqa: E402
+from harness import cli, database, generic_webhook, load, serve, summary  # noqa: E402
 
 ANSWER = {"queue": "triage", "confidence": 0.92, "reason": "a crash report"}
 BODY = json.dumps({"title": "Crash on start", "kind": "bug", "detail": "x" * 512}).encode()
@@ -97,15 +97,7 @@ def main() -> None:
                 cli(srv.env, "human", "add", "bench")
                 hooks = {}
                 for name in ("triaged", "plain"):
-                    ep = cli(
-                        srv.env, "endpoint", "vend", "--owner", "bench", "--name", name,
-                        "--queues", "inbox", "--webhook-queues", "inbox,triage",
-                        "--source-types", "generic", "--webhook-max", "1",
-                    )  # fmt: skip
-                    hooks[name] = cli(
-                        srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
-                        "--source", "generic", "--target-queue", "inbox",
-                    )  # fmt: skip
+                    hooks[name] = generic_webhook(srv.env, name, "inbox,triage")
                     if name == "triaged":
                         doc = root / "triage.json"
                         doc.write_text(
@@ -121,7 +113,7 @@ def main() -> None:
                                 }
                             )
                         )
-                        cli(srv.env, "llm", "set", "--endpoint", ep["endpoint_id"],
+                        cli(srv.env, "llm", "set", "--endpoint", hooks[name]["endpoint_id"],
                             "--file", str(doc))  # fmt: skip
                 urls = {name: hook["ingest_url"] for name, hook in hooks.items()}
                 asyncio.run(load(urls["plain"], BODY, 4, 50))  # warm up

@@ -125,6 +125,22 @@ def cli(env: dict[str, str], *args: str) -> Any:
     return json.loads(out.stdout)
 
 
+def generic_webhook(env: dict[str, str], name: str = "b", webhook_queues: str = "inbox") -> Any:
+    """An endpoint ``name`` of the human ``bench`` (added first) that drains ``inbox`` and may
+    own one generic webhook in ``webhook_queues``, and that webhook: ``create``'s answer
+    with the endpoint's ``endpoint_id``."""
+    ep = cli(
+        env, "endpoint", "vend", "--owner", "bench", "--name", name,
+        "--queues", "inbox", "--webhook-queues", webhook_queues,
+        "--source-types", "generic", "--webhook-max", "1",
+    )  # fmt: skip
+    hook = cli(
+        env, "webhook", "create", "--endpoint", ep["endpoint_id"],
+        "--source", "generic", "--target-queue", "inbox",
+    )  # fmt: skip
+    return {**hook, "endpoint_id": ep["endpoint_id"]}
+
+
 async def _exchange(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,

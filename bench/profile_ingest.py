@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, load, serve, summary  # noqa: E402
+from harness import cli, database, generic_webhook, load, serve, summary  # noqa: E402
 from routing import BODY, set_rules  # noqa: E402
 
 
@@ -104,15 +104,7 @@ def main() -> None:
         srv = serve(dsn, Path(tmp), workers=args.workers)
         try:
             cli(srv.env, "human", "add", "bench")
-            ep = cli(
-                srv.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
-                "--queues", "inbox", "--webhook-queues", "inbox",
-                "--source-types", "generic", "--webhook-max", "1",
-            )  # fmt: skip
-            hook = cli(
-                srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
-                "--source", "generic", "--target-queue", "inbox",
-            )  # fmt: skip
+            hook = generic_webhook(srv.env)
             if args.rules:
                 asyncio.run(set_rules(srv.env, hook["webhook_id"]))
             asyncio.run(load(hook["ingest_url"], BODY, 8, 500))  # warm up

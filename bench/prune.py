@@ -26,7 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, load, serve, summary  # noqa: E402
+from harness import cli, database, generic_webhook, load, serve, summary  # noqa: E402
 
 BODY = json.dumps({"action": "opened", "number": 7, "title": "bench", "text": "x" * 512}).encode()
 TRACE = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
@@ -119,15 +119,7 @@ def main() -> None:
         srv = serve(dsn, tmp / "data", workers=args.workers, config=config)
         try:
             cli(srv.env, "human", "add", "bench")
-            ep = cli(
-                srv.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
-                "--queues", "inbox", "--webhook-queues", "inbox",
-                "--source-types", "generic", "--webhook-max", "1",
-            )  # fmt: skip
-            hook = cli(
-                srv.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
-                "--source", "generic", "--target-queue", "inbox",
-            )  # fmt: skip
+            hook = generic_webhook(srv.env)
             url, wh = hook["ingest_url"], hook["webhook_id"]
             asyncio.run(load(url, BODY, args.clients, 500))  # warm up
             print(
@@ -143,7 +135,7 @@ def main() -> None:
             ratios = []
             window = args.alone_s
             for round_ in range(1, args.rounds + 1):
-                seed(dsn, wh, ep["endpoint_id"], args.events, round_)
+                seed(dsn, wh, hook["endpoint_id"], args.events, round_)
                 # Alone before and after the prune, each as long as the prune took (the
                 # previous round's, at first --alone-s): the machine's load drifts, and a
                 # window on each side of the prune cancels most of the drift out.

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, load, serve, summary  # noqa: E402
+from harness import cli, database, generic_webhook, load, serve, summary  # noqa: E402
 from routing import BODY, set_rules  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,15 +69,7 @@ def main() -> None:
                 os.environ["PYTHONPATH"] = previous
         try:
             cli(plain.env, "human", "add", "bench")
-            ep = cli(
-                plain.env, "endpoint", "vend", "--owner", "bench", "--name", "b",
-                "--queues", "inbox", "--webhook-queues", "inbox",
-                "--source-types", "generic", "--webhook-max", "1",
-            )  # fmt: skip
-            hook = cli(
-                plain.env, "webhook", "create", "--endpoint", ep["endpoint_id"],
-                "--source", "generic", "--target-queue", "inbox",
-            )  # fmt: skip
+            hook = generic_webhook(plain.env)
             asyncio.run(set_rules(plain.env, hook["webhook_id"]))
             token = hook["ingest_url"].rsplit("/", 1)[1]
             urls = {
