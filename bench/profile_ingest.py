@@ -96,6 +96,10 @@ def main() -> None:
     ap.add_argument("--rules", action="store_true", help="32 rules on the webhook")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument("--keep", type=Path, default=None, help="copy py-spy's raw files here")
+    ap.add_argument(
+        "--native", action="store_true", help="C frames too (py-spy pauses each sample)"
+    )
     args = ap.parse_args()
     spy = shutil.which("py-spy")
     if spy is None:
@@ -117,7 +121,8 @@ def main() -> None:
                         out,
                         subprocess.Popen(
                             [spy, "record", "--pid", str(proc.pid), "--rate", str(args.rate),
-                             "--format", "raw", "--nonblocking", "--output", str(out)],
+                             "--format", "raw", "--output", str(out),
+                             *(["--native"] if args.native else ["--nonblocking"])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         ),
                     )
@@ -134,6 +139,9 @@ def main() -> None:
             anywhere: Counter[str] = Counter()
             samples = 0
             for out, _ in spies:
+                if out.exists() and args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(out, args.keep / out.name)
                 if out.exists():
                     o, a, n = frames(out)
                     own.update(o)

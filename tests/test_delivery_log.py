@@ -177,3 +177,35 @@ def test_formatters_spell_the_fields_and_redact_them() -> None:
     )
     assert "switchboard.delivery: delivery 401 unverified status=401" in line
     assert "faults=timeout" in line and token not in line
+
+
+def test_the_delivery_line_redacts_what_the_producer_wrote_once() -> None:
+    """The delivery line is formatted without a whole-line pass: ``observe`` redacts the
+    producer's own words (its kind, the verifier's detail) before the line is built."""
+    import io
+
+    from switchboard.loghygiene import HygieneFilter
+    from switchboard.service.observe import Observation, observe_delivery
+
+    token = "b" * 48
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(HygieneFilter())
+    logger = logging.getLogger("switchboard.delivery")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        observe_delivery(
+            Observation(started=None, status=401, kind=f"push sbe_{token}",
+                        verify_detail=f"Bearer {token}", source="generic"),
+            0.0,
+        )  # fmt: skip
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    doc = json.loads(stream.getvalue().splitlines()[-1])
+    assert token not in stream.getvalue()
+    assert doc["kind"] == "push sbe_«redacted»" and doc["status"] == 401
+    assert "redacted" in doc["verify_detail"]

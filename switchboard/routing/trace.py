@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from functools import cache
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from switchboard.jsontext import sorted_key
 from switchboard.resources import load_schema, schema_store
 
 #: The trace's common fields (schemas/trace.schema.json); any other top-level key is a
@@ -41,10 +41,7 @@ _VALID_MAX = 4096
 
 def validate_trace(doc: Any) -> None:
     """Raise ``ValueError`` naming the first problem when ``doc`` is not a valid trace."""
-    try:
-        key = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        key = None
+    key = sorted_key(doc)
     if key is not None and key in _VALID:
         _VALID.move_to_end(key)
         return

@@ -15,9 +15,11 @@ from typing import Any, AsyncIterator, Sequence
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import RowMaker, dict_row
+from psycopg.types.json import set_json_dumps
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreUnavailable
+from ..jsontext import dumps_bytes
 
 Row = dict[str, Any]
 
@@ -194,6 +196,8 @@ class Database:
 
     async def _configure(self, conn: DeadlineConnection) -> None:
         conn.statement_s = self.timeout
+        # Jsonb parameters (traces, payloads, todos) are written by orjson where it can.
+        set_json_dumps(dumps_bytes, context=conn)
 
     @asynccontextmanager
     async def conn(

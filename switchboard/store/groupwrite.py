@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..jsontext import dumps
 from ..routing.model import DISPOSITION_PENDING
 from .db import Row
 from .outcome import DeliveryOutcome, OnceClaim, redelivery_outcome
@@ -146,7 +146,7 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
     lead = [writes[i] for i in leaders.values()]
     ids = [str(uuid.uuid4()) for _ in lead]
     rows = [_row(n, i, w.params) for n, (i, w) in enumerate(zip(ids, lead, strict=True))]
-    params: dict[str, Any] = {"rows": json.dumps(rows, ensure_ascii=False)}
+    params: dict[str, Any] = {"rows": dumps(rows)}
     params["t_event"] = [i for i, w in zip(ids, lead, strict=True) for _ in w.params["endpoints"]]
     params["t_endpoint"] = [e for w in lead for e in w.params["endpoints"]]
     cur = await conn.execute(_BATCH, params)
