@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from .sources import Headers
@@ -84,7 +85,9 @@ def _secret_words(words: list[str]) -> bool:
     return len(words) < 2 or words[-2] not in _PUBLIC_KEY_QUALIFIERS
 
 
+@lru_cache(maxsize=4096)
 def _secret_name(name: str) -> bool:
+    # Memoized: producers send the same few dozen header names on every delivery.
     return (
         name in _SECRET_NAMES
         or any(f in name for f in _SECRET_FRAGMENTS)
@@ -170,13 +173,25 @@ def sanitize_headers(headers: HeadersLike) -> dict[str, str]:
         pairs = list(headers.items())
     else:
         pairs = list(headers)
-    out: dict[str, str] = {}
+    return joined_headers(sanitize_pairs(pairs))
+
+
+def sanitize_pairs(pairs: Iterable[tuple[Any, Any]]) -> list[tuple[str, str]]:
+    """Each header in arrival order: its lower-cased name and its value, secrets redacted."""
+    out = []
     for raw_name, raw_value in pairs:
         name = str(raw_name).lower()
-        if _secret_name(name):
+        out.append((name, REDACTED if _secret_name(name) else redact_value(str(raw_value))))
+    return out
+
+
+def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """:func:`sanitize_pairs`' output as :func:`sanitize_headers` answers it."""
+    out: dict[str, str] = {}
+    for name, value in pairs:
+        if value == REDACTED and _secret_name(name):
             # One marker however often it repeats: "«redacted», «redacted»" says nothing more.
             out[name] = REDACTED
             continue
-        value = redact_value(str(raw_value))
         out[name] = f"{out[name]}, {value}" if name in out else value
     return out

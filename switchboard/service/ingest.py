@@ -27,7 +27,7 @@ from ..routing.workorder import (
     work_order,
 )
 from ..runtime import Runtime
-from ..sanitize import sanitize_headers
+from ..sanitize import joined_headers, sanitize_pairs
 from ..secrets_box import hash_token
 from ..sources import Delivery, Headers, body_key
 from ..store import OnceClaim
@@ -62,14 +62,18 @@ def todo_title(envelope: dict[str, Any], projections: ProjectionRegistry) -> str
     return f"{envelope['source']} {envelope.get('kind') or 'delivery'}"
 
 
-def raw_header_block(headers: Headers) -> bytes:
-    """The header block in arrival order: names lower-cased, secret values redacted, other bytes exact."""
-    lines = []
-    for name, value in headers.items():
-        # One pair at a time so a repeated header keeps its own line and position.
-        [clean] = sanitize_headers([(name, value)]).values()
-        lines.append(raw_bytes(name) + b": " + raw_bytes(clean))
-    return b"\r\n".join(lines)
+def raw_header_block(headers: Headers, clean: list[tuple[str, str]] | None = None) -> bytes:
+    """The header block in arrival order: names lower-cased, secret values redacted, other bytes exact.
+
+    ``clean`` is ``sanitize_pairs(headers)`` when the caller has it already.
+    """
+    if clean is None:
+        clean = sanitize_pairs(headers.items())
+    # Pair by pair, so a repeated header keeps its own line and position.
+    return b"\r\n".join(
+        raw_bytes(name) + b": " + raw_bytes(value)
+        for (name, _), (_, value) in zip(headers.items(), clean, strict=True)
+    )
 
 
 def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +158,7 @@ async def _ingest(
     grant = grant_for(webhook)
     if not grant.targets:
         return UNCONFIGURED
+    clean_headers = sanitize_pairs(headers.items())
     envelope = build_envelope(
         source=webhook["source_type"],
         kind=verdict.kind,
@@ -161,7 +166,7 @@ async def _ingest(
         trust_mode=webhook["trust_mode"],
         verified=verdict.verified,
         content_type=content_type,
-        headers=sanitize_headers(headers),
+        headers=joined_headers(clean_headers),
         body=body,
         projections=rt.registries.projections,
     )
@@ -193,7 +198,7 @@ async def _ingest(
         "kind": envelope["kind"],
         "external_id": external_id,
         "headers": envelope["headers"],
-        "raw_headers": raw_header_block(headers),
+        "raw_headers": raw_header_block(headers, clean_headers),
         "body": body,
         "content_type": envelope["content_type"],
         "size": len(body),
