@@ -19,6 +19,7 @@ PROVEN = [
     b'"just a string"',
     b"  17 \r\n",
     '{"caf\u00e9": "\u2028"}'.encode(),
+    b'\xef\xbb\xbf{"x": 1}',  # a byte order mark: dropped, from the text too
 ]
 NOT_PROVEN = [
     b'{"a": 1.5}',

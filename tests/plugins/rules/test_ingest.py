@@ -19,6 +19,7 @@ from sbworld import World
 from switchboard.errors import ServiceError
 from switchboard.routing.trace import validate_trace
 from switchboard.runtime import Runtime
+from switchboard.service import events as events_svc
 from switchboard.service import rules as rules_svc
 
 _tenant = itertools.count()
@@ -177,6 +178,37 @@ async def test_drop_is_sticky_after_the_rules_change(
     assert _mine(dsn, f"SELECT count(*) FROM todos t WHERE {_MY_TODOS}", hook, w) == [(0,)]
     # A new delivery now takes the loosened rules.
     assert _deliver(hook, {"x": 1}, "new")["created"] == 1
+
+
+async def test_a_bom_prefixed_body_is_routed_on_its_json(
+    world: Any, module_runtime: Runtime, module_dsn: str
+) -> None:
+    """A UTF-8 byte order mark before the JSON (issue 38) is dropped before parsing: the
+    rule sees the payload, and the stored event keeps the body's own bytes."""
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    rule = {"id": "x", "expr": ".payload.x == 1", "action": {"queue": "triage"}}
+    await rules_svc.set_rules(module_runtime, None, hook["webhook_id"], [rule])
+    body = b'\xef\xbb\xbf{"x": 1}'
+    resp = httpx.post(
+        hook["ingest_url"],
+        content=body,
+        headers={"X-Delivery-Id": "bom", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert resp.status_code == 202, resp.text
+    assert [t["queue"] for t in resp.json()["todos"]] == ["triage"]
+    [(event_id, stored, trace)] = _mine(
+        module_dsn,
+        f"SELECT e.id, e.body, e.routing_trace FROM events e WHERE {_MY_EVENTS}",
+        hook,
+        w,
+    )
+    assert bytes(stored) == body and trace["rule_id"] == "x"
+    event = await events_svc.get_event(module_runtime, None, hook["webhook_id"], str(event_id))
+    assert event["payload"] == {"x": 1}
+    [(envelope,)] = _mine(module_dsn, f"SELECT t.payload FROM todos t WHERE {_MY_TODOS}", hook, w)
+    assert envelope["payload"] == {"x": 1} and envelope["size"] == len(body)
 
 
 async def test_grant_is_reapplied_after_a_route_is_removed(
