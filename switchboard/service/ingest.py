@@ -316,9 +316,14 @@ def subject_and_claim(
 
 def ring_sinks(rt: Runtime, event: dict[str, Any], created: list[dict[str, Any]]) -> None:
     """The sinks (the doorbell) for the todos a committed decision ``created``, if any."""
-    if created:
-        _run_sinks(
-            rt,
+    ring_sinks_many(rt, [(event, created)])
+
+
+def ring_sinks_many(rt: Runtime, rings: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
+    """:func:`ring_sinks` for each (event, created) pair, in one background task: a re-route
+    rings for a whole batch of events, where a task each would cost more than the ringing."""
+    batch = [
+        (
             cast(SinkEvent, event),
             [
                 SinkTodo(
@@ -330,32 +335,40 @@ def ring_sinks(rt: Runtime, event: dict[str, Any], created: list[dict[str, Any]]
                 for t in created
             ],
         )
+        for event, created in rings
+        if created
+    ]
+    if batch:
+        _run_sinks(rt, batch)
 
 
-def _run_sinks(rt: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
+def _run_sinks(rt: Runtime, batch: list[tuple[SinkEvent, list[SinkTodo]]]) -> None:
     """Sinks run after commit, off the response path; a failure is logged, never raised."""
     sinks = list(rt.registries.sinks)
     if not sinks:
         return
 
     async def run() -> None:
-        for sink in sinks:
-            try:
-                await sink.deliver(rt, event, todos)
-            except StoreUnavailable as exc:
-                # An outage is expected and said elsewhere: a line, not a traceback.
-                sink_failed(sink.name)
-                log.warning(
-                    "sink %r (plugin %r) failed: %s",
-                    sink.name,
-                    rt.registries.sinks.owner(sink.name),
-                    exc,
-                )
-            except Exception:
-                sink_failed(sink.name)
-                log.exception(
-                    "sink %r (plugin %r) failed", sink.name, rt.registries.sinks.owner(sink.name)
-                )
+        for event, todos in batch:
+            for sink in sinks:
+                try:
+                    await sink.deliver(rt, event, todos)
+                except StoreUnavailable as exc:
+                    # An outage is expected and said elsewhere: a line, not a traceback.
+                    sink_failed(sink.name)
+                    log.warning(
+                        "sink %r (plugin %r) failed: %s",
+                        sink.name,
+                        rt.registries.sinks.owner(sink.name),
+                        exc,
+                    )
+                except Exception:
+                    sink_failed(sink.name)
+                    log.exception(
+                        "sink %r (plugin %r) failed",
+                        sink.name,
+                        rt.registries.sinks.owner(sink.name),
+                    )
 
     task = asyncio.get_running_loop().create_task(run())
     _background.add(task)

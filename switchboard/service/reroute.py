@@ -230,11 +230,12 @@ async def reroute_events(
             )
         else:
             applied = [(None, None)] * len(chosen)
+        rings = []
         for (item, decision, new, _event), (made, holder) in zip(chosen, applied, strict=True):
             if not plan:
                 if made is None:
                     continue  # another call re-routed it under this version meanwhile
-                ring(rt, item["_write"][1], made)
+                rings.append((item["_write"][1], made))
                 if holder is not None:
                     item["once"] = {"state": ONCE_REPEAT, "held_by": holder}
                     counts["repeat"] += 1
@@ -249,6 +250,7 @@ async def reroute_events(
             if len(listed) < page:
                 listed.append(item)
                 state_at[0] = (row, at)
+        ring(rt, rings)
 
     stream = evaluated(
         rt,

@@ -18,7 +18,7 @@ from ..routing.replay import stored_envelope
 from ..routing.workorder import ONCE_CLAIMED, ONCE_REPEAT, work_order
 from ..runtime import Runtime
 from ..store import OnceClaim, Row
-from .ingest import ring_sinks, subject_and_claim, todo_payload, todo_title
+from .ingest import ring_sinks_many, subject_and_claim, todo_payload, todo_title
 
 
 class Taken:
@@ -147,9 +147,10 @@ def prepared(
     return item, sink_event
 
 
-def ring(rt: Runtime, sink_event: dict[str, Any], created: list[Row]) -> None:
-    """The sinks (the doorbell) for the todos a committed re-route created, if any."""
-    ring_sinks(rt, sink_event, created)
+def ring(rt: Runtime, rings: list[tuple[dict[str, Any], list[Row]]]) -> None:
+    """The sinks (the doorbell) for the todos a committed batch of re-routes created (each
+    event with its own), in one background task."""
+    ring_sinks_many(rt, rings)
 
 
 __all__ = ["Taken", "prepared", "ring"]
