@@ -59,6 +59,7 @@ def peak_mib() -> float:
 
 
 async def main(events: int, repeat: int, mode: str = "diff", concurrency: int = 8) -> None:
+    from switchboard import gctune
     from switchboard.config import load_config
     from switchboard.routing.replay import stored_envelope
     from switchboard.routing.route import config_of, grant_for, route
@@ -110,6 +111,10 @@ async def main(events: int, repeat: int, mode: str = "diff", concurrency: int = 
                 f" {time.monotonic() - began:.1f} s"
             )
             await rules.set_rules(rt, None, wid, RULES)
+            # As a serve worker does once started (switchboard/app.py): what set-up made
+            # lives on, frozen out of the collector's full walks, which a served re-route
+            # or diff never pays for either.
+            gctune.settle()
             if mode == "reroute":
                 await history_reroute.reroute_mode(rt, wid, events)
                 return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from typing import Any
@@ -11,7 +10,7 @@ from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
 from sanic.response import HTTPResponse
 
-from . import admission, arrival, lifeline, loghygiene, scrape
+from . import admission, arrival, gctune, lifeline, loghygiene, scrape
 from .config import load_config
 from .errors import (
     RETRY_AFTER_SECONDS,
@@ -94,8 +93,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # objects) lives as long as the worker. Left to the collector, each full collection
         # walked all of them again, stopping every request for 65-130 ms a few times a
         # minute under load; frozen, a collection walks only what requests made since.
-        gc.collect()
-        gc.freeze()
+        gctune.settle()
 
     @app.before_server_stop
     async def _drain(app: Sanic[Any, Any]) -> None:

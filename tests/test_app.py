@@ -200,13 +200,21 @@ async def test_a_worker_freezes_what_it_loaded_before_serving(dsn: str, tmp_path
     rt = Runtime(load_config(env=make_env(dsn, tmp_path / "data")))
     app = create_app(rt, name="freeze_test")
     [start] = [fl.listener for fl in app._future_listeners if fl.event == "before_server_start"]
+    from switchboard.gctune import YOUNG_THRESHOLD
+
     gc.unfreeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(700, *threshold[1:])  # Python's default, whatever ran here before
     try:
         await start(app)
         assert gc.get_freeze_count() > 20_000
+        # and the young collections spaced out (a re-route batch's envelopes, alive across
+        # its write, were promoted into full collections at the default 700)
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD
         assert rt.store.db is not None  # and the listener still opened the store
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
         await rt.shutdown()
 
 
