@@ -9,9 +9,9 @@ import orjson
 
 # orjson refuses some of what the standard library writes (integers past 64 bits, lone
 # surrogates, non-string keys, subclasses of str/int/dict/list such as enums): for those
-# the slow path writes the text every caller wrote before. Everything else is the same document, in
-# about a tenth of the time (a delivery's batch row, trace and payload are dumped on
-# the hot path).
+# the slow path writes the text every caller wrote before. Everything else is the same
+# document, in about a tenth of the time (a delivery's batch row, trace and payload are
+# dumped on the hot path).
 _STRICT = orjson.OPT_PASSTHROUGH_SUBCLASS
 
 

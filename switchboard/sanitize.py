@@ -189,7 +189,7 @@ def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     """:func:`sanitize_pairs`' output as :func:`sanitize_headers` answers it."""
     out: dict[str, str] = {}
     for name, value in pairs:
-        if value == REDACTED and _secret_name(name):
+        if _secret_name(name):
             # One marker however often it repeats: "«redacted», «redacted»" says nothing more.
             out[name] = REDACTED
             continue

@@ -100,19 +100,13 @@ def parse_payload(body: bytes) -> Any:
     first value, NaN/Infinity literals, and nesting deeper than :data:`MAX_DEPTH`. One
     leading UTF-8 byte order mark is dropped first.
     """
-    return _parse(body, None)
+    body = _without_bom(body)
+    value = _parse_fast(body)
+    return _parse_json(body, None) if value is _SLOW else value
 
 
-def _parse(body: bytes, floats: list[str] | None) -> Any:
-    """:func:`parse_payload`, telling ``floats`` of every non-integer number it read."""
-    if body.startswith(_BOM):
-        body = body[len(_BOM) :]
-    if floats is None:
-        # Only the json path can tell the float texts, and only dry runs ask for them.
-        value = _parse_fast(body)
-        if value is not _SLOW:
-            return value
-    return _parse_json(body, floats)
+def _without_bom(body: bytes) -> bytes:
+    return body[len(_BOM) :] if body.startswith(_BOM) else body
 
 
 def _parse_fast(body: bytes, classes: bytes | None = None) -> Any:
@@ -136,8 +130,9 @@ def _parse_fast(body: bytes, classes: bytes | None = None) -> Any:
 
 
 def _parse_json(body: bytes, floats: list[str] | None) -> Any:
-    """:func:`_parse` by the standard library's json (the reference :func:`_parse_fast`
-    must agree with), telling ``floats`` of every non-integer number it read."""
+    """:func:`parse_payload` by the standard library's json (the reference
+    :func:`_parse_fast` must agree with), telling ``floats`` of every non-integer number it
+    read; ``body`` without its BOM."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -205,8 +200,7 @@ def payload_and_text(body: bytes) -> tuple[Any, bytes | None]:
     written out again, key order and duplicate keys (the last value, at the first's place)
     included, without paying for writing it out.
     """
-    if body.startswith(_BOM):
-        body = body[len(_BOM) :]  # the text spliced into an envelope must not hold it
+    body = _without_bom(body)  # the text spliced into an envelope must not hold it
     classes = body.translate(_CLASSES)
     value = _parse_fast(body, classes)
     if value is not _SLOW:

@@ -62,13 +62,9 @@ def todo_title(envelope: dict[str, Any], projections: ProjectionRegistry) -> str
     return f"{envelope['source']} {envelope.get('kind') or 'delivery'}"
 
 
-def raw_header_block(headers: Headers, clean: list[tuple[str, str]] | None = None) -> bytes:
-    """The header block in arrival order: names lower-cased, secret values redacted, other bytes exact.
-
-    ``clean`` is ``sanitize_pairs(headers)`` when the caller has it already.
-    """
-    if clean is None:
-        clean = sanitize_pairs(headers.items())
+def raw_header_block(headers: Headers, clean: list[tuple[str, str]]) -> bytes:
+    """The header block in arrival order: names lower-cased, secret values redacted, other
+    bytes exact; ``clean`` is ``sanitize_pairs(headers.items())``."""
     # Pair by pair, so a repeated header keeps its own line and position.
     return b"\r\n".join(
         raw_bytes(name) + b": " + raw_bytes(value)

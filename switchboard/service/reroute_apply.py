@@ -18,7 +18,7 @@ from ..routing.replay import stored_envelope
 from ..routing.workorder import ONCE_CLAIMED, ONCE_REPEAT, work_order
 from ..runtime import Runtime
 from ..store import OnceClaim, Row
-from .ingest import ring_sinks_many, subject_and_claim, todo_payload, todo_title
+from .ingest import subject_and_claim, todo_payload, todo_title
 
 
 class Taken:
@@ -73,7 +73,7 @@ def prepared(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What applying ``decision`` to a stored event writes (``store.apply_reroutes``' item:
     the todos on ``new``, the once claim, the ``reroutes`` entry, the disposition of a held
-    event), and the event the sinks get for the todos it gains (:func:`ring`)."""
+    event), and the event the sinks get for the todos it gains (``ring_sinks_many``)."""
     hook = str(webhook["id"])
     trace = taken.trace
     entry = {
@@ -147,10 +147,4 @@ def prepared(
     return item, sink_event
 
 
-def ring(rt: Runtime, rings: list[tuple[dict[str, Any], list[Row]]]) -> None:
-    """The sinks (the doorbell) for the todos a committed batch of re-routes created (each
-    event with its own), in one background task."""
-    ring_sinks_many(rt, rings)
-
-
-__all__ = ["Taken", "prepared", "ring"]
+__all__ = ["Taken", "prepared"]
