@@ -20,7 +20,7 @@ from .errors import (
     http_status,
 )
 from .runtime import Runtime
-from .service.observe import observe_refusal
+from .service.observe import flush_summary, observe_refusal
 
 log = logging.getLogger("switchboard.app")
 
@@ -125,6 +125,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
                 app.config.GRACEFUL_SHUTDOWN_TIMEOUT,
             )
         await rt.shutdown()
+        flush_summary()
         scrape.process_exit()
 
     @app.signal("http.routing.before")

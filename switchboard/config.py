@@ -56,7 +56,7 @@ DEFAULTS: dict[str, Any] = {
     # events_days None: events are kept forever (a webhook's routing config may set its own)
     "retention": {"events_days": None, "interval_s": 600.0, "batch_size": 1000},
     "metrics": {"enabled": True, "addr": "", "per_webhook": False, "max_queues": 50},
-    "log": {"format": "auto", "level": None},
+    "log": {"format": "auto", "level": None, "deliveries": "each"},
     "plugins": {},
 }
 

@@ -209,3 +209,83 @@ def test_the_delivery_line_redacts_what_the_producer_wrote_once() -> None:
     assert token not in stream.getvalue()
     assert doc["kind"] == "push sbe_«redacted»" and doc["status"] == 401
     assert "redacted" in doc["verify_detail"]
+
+
+def test_summary_mode_sums_up_routine_deliveries_each_second(
+    server_factory: Any, dsn: str, tmp_path: Path
+) -> None:
+    """``[log] deliveries = "summary"``: the 202s go into one line a second (and the last
+    ones into a line at stop); a refusal, an unknown token and a faulted routing keep their
+    own lines."""
+    import time
+
+    config = tmp_path / "summary.toml"
+    config.write_text('[log]\nlevel = "info"\nformat = "json"\ndeliveries = "summary"\n')
+    srv = server_factory(dsn, config=config)
+    w = World(CLI(srv.env), direct=True)
+    w.human("carol")
+    w.endpoint("carol", "owner", sources="github,generic")
+    gen = w.webhook("owner", "generic")
+    gh = w.webhook("owner", "github")
+    for n in range(5):
+        posted = httpx.post(gen["ingest_url"], content=b'{"n": %d}' % n)
+        assert posted.status_code == 202
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {"id": "away", "expr": ".payload.n == 99", "action": {"drop": True}},
+                    {
+                        "id": "boom",
+                        "expr": 'if .payload.n == 7 then error("boom") else false end',
+                        "action": {"queue": "inbox"},
+                    },
+                ]
+            }
+        )
+    )
+    w.cli.json("webhook", "rules", "set", gen["webhook_id"], str(rules))
+    faulted = httpx.post(gen["ingest_url"], content=b'{"n": 7}')
+    assert faulted.status_code == 202
+    assert httpx.post(gen["ingest_url"], content=b'{"n": 99}').status_code == 202
+    assert httpx.post(gh["ingest_url"], content=b"{}").status_code == 401
+    assert httpx.post(gen["ingest_url"] + "x", content=b"{}").status_code == 404
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+        d["message"].startswith("deliveries ") for d in _lines(srv, "switchboard.delivery")
+    ):
+        time.sleep(0.1)
+    # While running: the window closed by its timer, not by the stop.
+    first = [d for d in _lines(srv, "switchboard.delivery") if "deliveries" in d]
+    assert first, "no summary line within 10 s"
+    assert httpx.post(gen["ingest_url"], content=b'{"n": 100}').status_code == 202
+    srv.stop()
+
+    lines = _lines(srv, "switchboard.delivery")
+    summaries = [d for d in lines if "deliveries" in d]
+    alone = [d for d in lines if "deliveries" not in d]
+    assert sorted(d["status"] for d in alone) == [202, 401, 404]
+    assert next(d for d in alone if d["status"] == 202)["faults"]
+    assert sum(d["deliveries"] for d in summaries) == 7
+    routed = sum(d["dispositions"].get("routed", 0) for d in summaries)
+    assert routed == 6 and sum(d["dispositions"].get("dropped", 0) for d in summaries) == 1
+    assert sum(d["todos_created"] for d in summaries) == 6
+    assert all(d["sources"] == {"generic": d["deliveries"]} for d in summaries)
+    for d in summaries:
+        assert d["message"].startswith(f"deliveries {d['deliveries']} in ")
+        assert 0 <= d["latency_ms_p50"] <= d["latency_ms_max"]
+        assert d["level"] == "info"
+    # the delivery after the timer's line is in the line written at stop
+    assert summaries[-1]["deliveries"] >= 1 and len(summaries) >= 2
+
+
+def test_summary_mode_is_validated(tmp_path: Path) -> None:
+    from switchboard.config import load_config
+    from switchboard.errors import SwitchboardError
+
+    config = tmp_path / "bad.toml"
+    config.write_text('[log]\ndeliveries = "sampled"\n')
+    with pytest.raises(SwitchboardError) as caught:
+        load_config(str(config))
+    assert "deliveries" in str(caught.value)

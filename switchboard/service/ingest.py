@@ -107,6 +107,7 @@ async def ingest(
             seen,
             time.monotonic(),
             per_webhook=bool(rt.config.section("metrics").get("per_webhook")),
+            summary=rt.config.section("log").get("deliveries") == "summary",
         )
 
 
