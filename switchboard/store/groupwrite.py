@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,21 +40,23 @@ class Write:
 # (and the pending ones' places in their deferred stage's queue):
 # one todo per (event, endpoint) row of the flattened target list, in target order. A
 # conflicting event (a redelivery) inserts nothing, a live todo with the key is kept.
-# The rows come as one JSON document (bytes in base64): PostgreSQL parses it in C, where
-# psycopg would adapt nineteen arrays element by element in Python.
+# The rows come as one JSON document: PostgreSQL parses it in C, where psycopg would adapt
+# seventeen arrays element by element in Python. The bytes (body, header block) come beside
+# it as two binary bytea arrays, the row's ``ord`` its index: copied as they are, where
+# base64 in the document cost a third more bytes and an encoding and a decoding each.
 _BATCH = """
     WITH d AS (
         SELECT * FROM json_to_recordset(%(rows)s::json) AS d(
             ord int, id uuid, source text, kind text, external_id text, headers jsonb,
-            raw_headers text, body text, content_type text, size int, verified bool,
+            content_type text, size int, verified bool,
             trust_mode text, verify_detail text, webhook_id uuid, routing_trace jsonb,
             disposition text, queue text, title text, payload jsonb, work_order jsonb)
     ), ev AS (
         INSERT INTO events (id, source, kind, external_id, headers, raw_headers, body,
                             content_type, size, verified, trust_mode, verify_detail,
                             webhook_id, routing_trace, disposition)
-        SELECT id, source, kind, external_id, headers, decode(raw_headers, 'base64'),
-               decode(body, 'base64'), content_type, size, verified, trust_mode,
+        SELECT id, source, kind, external_id, headers, (%(raw_headers)b::bytea[])[ord + 1],
+               (%(bodies)b::bytea[])[ord + 1], content_type, size, verified, trust_mode,
                verify_detail, webhook_id, routing_trace, disposition
         FROM d ORDER BY ord
         ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
@@ -117,7 +118,6 @@ _COLUMNS = (
     "queue",
     "title",
 )
-_BYTES = ("raw_headers", "body")
 _JSON = ("headers", "routing_trace", "payload", "work_order")
 
 
@@ -126,12 +126,15 @@ def _row(ord_: int, event_id: str, params: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"ord": ord_, "id": event_id}
     for c in _COLUMNS:
         row[c] = params[c]
-    for c in _BYTES:
-        row[c] = base64.b64encode(params[c] or b"").decode("ascii")
     for c in _JSON:
         value = params[c]
         row[c] = value.obj if isinstance(value, Jsonb) else value
     return row
+
+
+def _bytes(value: bytes | bytearray | memoryview | None) -> bytes:
+    """A bytea array element: never NULL (an absent header block is stored empty)."""
+    return b"" if value is None else bytes(value)
 
 
 async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome]:
@@ -146,7 +149,11 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
     lead = [writes[i] for i in leaders.values()]
     ids = [str(uuid.uuid4()) for _ in lead]
     rows = [_row(n, i, w.params) for n, (i, w) in enumerate(zip(ids, lead, strict=True))]
-    params: dict[str, Any] = {"rows": dumps(rows)}
+    params: dict[str, Any] = {
+        "rows": dumps(rows),
+        "raw_headers": [_bytes(w.params["raw_headers"]) for w in lead],
+        "bodies": [_bytes(w.params["body"]) for w in lead],
+    }
     params["t_event"] = [i for i, w in zip(ids, lead, strict=True) for _ in w.params["endpoints"]]
     params["t_endpoint"] = [e for w in lead for e in w.params["endpoints"]]
     cur = await conn.execute(_BATCH, params)

@@ -102,7 +102,8 @@ async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
     before = _batches()
     n = 60
     # Every byte value in the bodies and header blocks, and text that needs escaping in
-    # JSON, stored exactly as given (a batch travels as one JSON document, bytes in base64).
+    # JSON, stored exactly as given (a batch travels as one JSON document, its bytes beside it
+    # as binary bytea arrays).
     bodies = [bytes(range(256)) * (i % 3) + f"\r\n{i}\x00\xff".encode("latin-1") for i in range(n)]
     titles = [f't{i} "quoted" \\ \u00e9 \U0001f600 \n' for i in range(n)]
     outs = await asyncio.gather(
