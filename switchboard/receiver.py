@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanic import Request, Sanic, json
+from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
+from .jsontext import dumps_bytes
 from .runtime import Runtime
 from .service.ingest import ingest
 from .sources import Headers
@@ -27,4 +28,8 @@ def add_receiver_routes(app: Sanic[Any, Any], rt: Runtime) -> None:
             request.headers.get("content-type"),
             source_ip=request.remote_addr or request.ip or None,
         )
-        return json(reply.body, status=reply.status)
+        # Written by orjson into a plain response: Sanic's JSONResponse would serialise with
+        # json.dumps and keep the body around for later changes no receiver makes.
+        return HTTPResponse(
+            dumps_bytes(reply.body), status=reply.status, content_type="application/json"
+        )
