@@ -30,7 +30,7 @@ from ..runtime import Runtime
 from ..sanitize import joined_headers, sanitize_pairs
 from ..secrets_box import hash_token
 from ..sources import Delivery, Headers, body_key
-from ..store import OnceClaim
+from ..store import OnceClaim, StaleResolution
 from . import liveload
 from .observe import Observation, observe_delivery, sink_failed
 from .refusals import record_refusal
@@ -96,7 +96,13 @@ async def ingest(
     liveload.delivered(started)
     seen = Observation(started=started)
     try:
-        reply = await _ingest(rt, token, headers, body, content_type, seen, source_ip)
+        try:
+            reply = await _ingest(rt, token, headers, body, content_type, seen, source_ip, True)
+        except StaleResolution:
+            # The kept resolution went stale (a change committed since it was read) and
+            # nothing was stored: the delivery again, resolved afresh, as it would have
+            # been had it arrived after the change.
+            reply = await _ingest(rt, token, headers, body, content_type, seen, source_ip)
         seen.status = reply.status
         return reply
     except SwitchboardError as exc:
@@ -111,6 +117,13 @@ async def ingest(
         )
 
 
+def _confirm(epoch: int | None) -> None:
+    """An answer that stores nothing is not given from a kept resolution (``epoch`` set):
+    no write checks that it is current, so the delivery is resolved afresh first."""
+    if epoch is not None:
+        raise StaleResolution("an answer without a write: resolved afresh")
+
+
 async def _ingest(
     rt: Runtime,
     token: str,
@@ -119,13 +132,19 @@ async def _ingest(
     content_type: str | None,
     seen: Observation,
     source_ip: str | None = None,
+    kept: bool = False,
 ) -> IngestReply:
-    webhook = await rt.store.resolve_webhook(hash_token(token))
+    epoch: int | None = None
+    if kept:
+        webhook, epoch = await rt.store.resolve_webhook_kept(hash_token(token))
+    else:
+        webhook = await rt.store.resolve_webhook(hash_token(token))
     if webhook is None:
         return UNKNOWN
     seen.webhook_id, seen.source = str(webhook["id"]), webhook["source_type"]
     source = rt.registries.sources.get(webhook["source_type"])
     if source is None:  # its plugin was disabled after the webhook was created
+        _confirm(epoch)
         return UNCONFIGURED
     delivery = Delivery(headers, body, content_type, webhook.get("source_config") or {})
     sealed = webhook["signing_secret_enc"]
@@ -141,6 +160,7 @@ async def _ingest(
             verdict, used = again, "previous"
     seen.kind = verdict.kind
     if not verdict.ok:
+        _confirm(epoch)  # before the refusal is recorded: it is recorded once
         # The delivery line carries the detail (and the metric its reason): not logged here.
         seen.verify_detail = verdict.detail or ""
         seen.verify_reason = metrics.verification_reason(verdict.reason, source)
@@ -148,12 +168,14 @@ async def _ingest(
         return UNVERIFIED
     if verdict.reply is not None and verdict.verified:
         # the producer's handshake (proving the URL): answered, nothing stored
+        _confirm(epoch)
         seen.handshake = True
         return IngestReply(200, dict(verdict.reply))
     # The delivery id is an identity: escaped reversibly, so distinct ids stay distinct.
     external_id = f"{webhook['id']}:{key_text(verdict.delivery_id or body_key(body))}"
     grant = grant_for(webhook)
     if not grant.targets:
+        _confirm(epoch)
         return UNCONFIGURED
     clean_headers = sanitize_pairs(headers.items())
     envelope = build_envelope(
@@ -210,7 +232,7 @@ async def _ingest(
     seen.kind = envelope["kind"]
     try:
         targets = [] if held else list(decision.endpoints)
-        outcome = await rt.store.record_delivery(event, todo, targets, once)
+        outcome = await rt.store.record_delivery(event, todo, targets, once, epoch=epoch)
     except NotFound:
         return UNKNOWN  # the webhook was deleted after its token resolved: nothing stored
     seen.event_id = str(outcome.event_id)

@@ -8,11 +8,12 @@ from .events import EventQueries
 from .history import HistoryQueries
 from .identity import IdentityQueries
 from .once import OnceQueries
-from .outcome import DeliveryOutcome, OnceClaim
+from .outcome import DeliveryOutcome, OnceClaim, StaleResolution
 from .overview import OverviewQueries
 from .pending import PendingQueries
 from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWriter
 from .reroute import RerouteQueries
+from .rescache import ResolutionCache
 from .retention import RetentionQueries
 from .todos import TodoQueries
 from .versions import VersionQueries
@@ -43,8 +44,10 @@ class Store(
         self.refusals = RefusalWriter(db, refusals_kept)
         # Token lookups of concurrent deliveries share one query (resolve_webhook).
         self.resolver = Batcher(self.resolve_webhooks, max_size=batch_max, step="resolve")
+        # ... and while nothing behind them changed, not looked up again (rescache).
+        self.resolutions = ResolutionCache()
         # Group commit: concurrent deliveries of this worker share one write transaction.
         self.writes = Batcher(self._flush_writes, max_size=batch_max, step="write")
 
 
-__all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Refusal", "Row", "Store"]
+__all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Refusal", "Row", "StaleResolution", "Store"]

@@ -17,7 +17,8 @@ from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_PENDING, DISPOSITIO
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
 from .groupwrite import Write, firsts, write_many
-from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim
+from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim, StaleResolution
+from .rescache import ResolutionCache
 
 log = logging.getLogger("switchboard.store")
 
@@ -33,9 +34,11 @@ _RECORD = """
         INSERT INTO events (id, source, kind, external_id, headers, raw_headers, body,
                             content_type, size, verified, trust_mode, verify_detail,
                             webhook_id, routing_trace, disposition)
-        VALUES (coalesce(%(id)s::uuid, gen_random_uuid()), %(source)s, %(kind)s, %(external_id)s, %(headers)s, %(raw_headers)s, %(body)s,
-                %(content_type)s, %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s,
-                %(webhook_id)s, %(routing_trace)s, %(disposition)s)
+        SELECT coalesce(%(id)s::uuid, gen_random_uuid()), %(source)s, %(kind)s, %(external_id)s, %(headers)s, %(raw_headers)s, %(body)s,
+               %(content_type)s, %(size)s, %(verified)s, %(trust_mode)s, %(verify_detail)s,
+               %(webhook_id)s, %(routing_trace)s, %(disposition)s
+        -- resolved from a kept resolution: stored only while it is current (rescache)
+        WHERE %(epoch)s::bigint IS NULL OR %(epoch)s::bigint = (SELECT n FROM resolve_epoch)
         ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
         RETURNING id
     ), td AS (
@@ -54,7 +57,7 @@ _RECORD = """
                (SELECT endpoint_id FROM endpoint_webhooks WHERE id = %(webhook_id)s)
         FROM ev WHERE %(disposition)s::text = 'pending'
     )
-    SELECT (SELECT id FROM ev) AS event_id,
+    SELECT (SELECT id FROM ev) AS event_id, (SELECT n FROM resolve_epoch) AS epoch,
            coalesce((SELECT json_agg(json_build_object(
                         'id', id, 'endpoint_id', endpoint_id, 'queue', queue)
                         ORDER BY array_position(%(endpoints)s::uuid[], endpoint_id))
@@ -79,6 +82,8 @@ def _own_failure(exc: Exception) -> Exception:
 
 class EventQueries:
     db: Database
+    #: This worker's kept resolutions (see ``Store.__init__``): a stale write retires them.
+    resolutions: ResolutionCache
     #: The per-Store group commit of deliveries (see ``Store.__init__``).
     writes: Batcher[Write, DeliveryOutcome]
 
@@ -88,6 +93,8 @@ class EventQueries:
         todo: dict[str, Any],
         endpoints: list[str],
         once: OnceClaim | None = None,
+        *,
+        epoch: int | None = None,
     ) -> DeliveryOutcome:
         """Write the event and one todo per endpoint atomically; redeliveries collapse.
 
@@ -101,6 +108,10 @@ class EventQueries:
         ``once`` claims its key in the same transaction as the event: when another event
         holds it, the event is stored as a ``repeat`` (with ``once.repeat_trace``) and no
         todo is made. The claim's event id is no foreign key: retention never releases it.
+
+        ``epoch``: the delivery was resolved from a kept resolution read at this resolve
+        epoch (``resolve_webhook_kept``). When the epoch has moved since, nothing is stored
+        and :class:`StaleResolution` is raised: resolve and route the delivery afresh.
 
         Concurrent calls are written together (group commit, see :meth:`_flush_writes`);
         this returns once the transaction holding this delivery has committed.
@@ -117,8 +128,13 @@ class EventQueries:
             payload=Jsonb(todo.get("payload") or {}),
             work_order=Jsonb(todo["work_order"]) if todo.get("work_order") else None,
             endpoints=[] if drop or pending else list(endpoints),
+            epoch=epoch,
         )
-        return await self.writes.submit(Write(params, list(endpoints), drop, once))
+        outcome = await self.writes.submit(Write(params, list(endpoints), drop, once))
+        if outcome.stale_epoch is not None:
+            self.resolutions.saw(outcome.stale_epoch)
+            raise StaleResolution(f"resolved at epoch {epoch}, now {outcome.stale_epoch}")
+        return outcome
 
     async def _flush_writes(self, writes: Sequence[Write]) -> list[DeliveryOutcome | BaseException]:
         """The batch in one transaction; when it fails on some item's data, the items again
@@ -201,6 +217,14 @@ class EventQueries:
         once, params, endpoints = write.once, dict(write.params), write.endpoints
         assert once is not None
         source, external_id = write.key
+        if params["epoch"] is not None:
+            # Checked first: a claim is never taken for a delivery that stores nothing.
+            cur = await conn.execute("SELECT n FROM resolve_epoch")
+            now = await cur.fetchone()
+            assert now is not None
+            if now["n"] != params["epoch"]:
+                return DeliveryOutcome("", False, False, stale_epoch=now["n"])
+            params["epoch"] = None
         cur = await conn.execute(
             "SELECT 1 AS hit FROM events WHERE source = %s AND external_id = %s",
             (source, external_id),
@@ -230,6 +254,9 @@ class EventQueries:
         row = await cur.fetchone()
         assert row is not None
         if row["event_id"] is None:
+            kept = params["epoch"]
+            if kept is not None and kept != row["epoch"]:
+                return DeliveryOutcome("", False, False, stale_epoch=row["epoch"])
             return await self._redelivery(conn, params["source"], params["external_id"])
         made = [{**t, "created": True} for t in row["todos"]]
         if drop:

@@ -50,7 +50,10 @@ _BATCH = """
             ord int, id uuid, source text, kind text, external_id text, headers jsonb,
             content_type text, size int, verified bool,
             trust_mode text, verify_detail text, webhook_id uuid, routing_trace jsonb,
-            disposition text, queue text, title text, payload jsonb, work_order jsonb)
+            disposition text, queue text, title text, payload jsonb, work_order jsonb,
+            epoch bigint)
+    ), now_epoch AS (
+        SELECT n FROM resolve_epoch
     ), ev AS (
         INSERT INTO events (id, source, kind, external_id, headers, raw_headers, body,
                             content_type, size, verified, trust_mode, verify_detail,
@@ -58,7 +61,10 @@ _BATCH = """
         SELECT id, source, kind, external_id, headers, (%(raw_headers)b::bytea[])[ord + 1],
                (%(bodies)b::bytea[])[ord + 1], content_type, size, verified, trust_mode,
                verify_detail, webhook_id, routing_trace, disposition
-        FROM d ORDER BY ord
+        FROM d
+        -- a row resolved from a kept resolution is stored only while it is current
+        WHERE d.epoch IS NULL OR d.epoch = (SELECT n FROM now_epoch)
+        ORDER BY ord
         ON CONFLICT ON CONSTRAINT events_dedup DO NOTHING
         RETURNING id
     ), td AS (
@@ -80,7 +86,8 @@ _BATCH = """
         FROM d JOIN ev ON ev.id = d.id LEFT JOIN endpoint_webhooks w ON w.id = d.webhook_id
         WHERE d.disposition = 'pending'
     )
-    SELECT coalesce((SELECT json_agg(id) FROM ev), '[]'::json) AS events,
+    SELECT (SELECT n FROM now_epoch) AS epoch,
+           coalesce((SELECT json_agg(id) FROM ev), '[]'::json) AS events,
            coalesce((SELECT json_agg(json_build_object('id', id, 'endpoint_id', endpoint_id,
                                                        'queue', queue, 'event_id', event_id))
                      FROM td), '[]'::json) AS todos
@@ -117,6 +124,7 @@ _COLUMNS = (
     "disposition",
     "queue",
     "title",
+    "epoch",
 )
 _JSON = ("headers", "routing_trace", "payload", "work_order")
 
@@ -168,6 +176,9 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
     short: list[Write] = []
     for event_id, w in zip(ids, lead, strict=True):
         if event_id not in inserted:
+            kept = w.params["epoch"]
+            if kept is not None and kept != row["epoch"]:
+                outcomes[w.key] = DeliveryOutcome(event_id, False, False, stale_epoch=row["epoch"])
             continue
         if w.drop:
             outcomes[w.key] = DeliveryOutcome(event_id, True, True)
@@ -192,6 +203,8 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
 
 def _again(first: DeliveryOutcome) -> DeliveryOutcome:
     """A later delivery of the same key in this batch: what a redelivery would report."""
+    if first.stale_epoch is not None:
+        return first  # the first was not stored: neither is this one, both resolve again
     todos = [{**t, "created": False} for t in first.todos if t["created"] or not first.new_event]
     return DeliveryOutcome(
         first.event_id, False, first.dropped, todos, repeat=first.repeat, pending=first.pending

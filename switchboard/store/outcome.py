@@ -21,6 +21,14 @@ class DeliveryOutcome:
     repeat: bool = False
     #: Stored ``pending``: a deferred stage decides it later (no todo yet).
     pending: bool = False
+    #: Nothing stored: the delivery was resolved from a kept resolution that a change has
+    #: made stale; the resolve epoch is now this (see ``store.rescache``).
+    stale_epoch: int | None = None
+
+
+class StaleResolution(Exception):
+    """A delivery resolved from a kept resolution that a change has made stale: nothing of
+    it was stored; resolve it afresh and route it again (``service.ingest``)."""
 
 
 @dataclass(frozen=True)

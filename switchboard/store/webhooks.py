@@ -13,6 +13,7 @@ from ..routing.model import RoutingConfig
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
 from .identity import LIVE_ENDPOINT
+from .rescache import ResolutionCache
 
 _WEBHOOK_COLS = (
     "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, "
@@ -61,7 +62,24 @@ _RESOLVED = f"""
     FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
 """
 
-_RESOLVE_ONE = _RESOLVED + (
+# How long a resolved row may be kept (``store.rescache``): the resolve epoch it was read
+# at, and the seconds until the clock alone would change it (an endpoint behind it expires,
+# the rotation's overlap window ends), NULL when nothing would.
+_KEEP_COLS = """
+    (SELECT n FROM resolve_epoch) AS epoch,
+    extract(epoch FROM least(
+        CASE WHEN w.previous_until > now() THEN w.previous_until END,
+        (SELECT min(x.expires_at) FROM endpoints x
+         WHERE x.expires_at > now()
+           AND (x.owner_human = o.owner_human OR x.id IN (
+                SELECT r.target_endpoint_id FROM webhook_routes r WHERE r.webhook_id = w.id)))
+    ) - now())::float8 AS ttl_s
+"""
+
+_RESOLVE_ONE = f"""
+    SELECT {_RESOLVED_COLS}, {_KEEP_COLS}
+    FROM endpoint_webhooks w JOIN endpoints o ON o.id = w.endpoint_id
+""" + (
     " WHERE w.ingest_token_hash = %(h)s"
     " OR (w.previous_token_hash = %(h)s AND w.previous_until > now())"
 )
@@ -72,7 +90,7 @@ _RESOLVE_ONE = _RESOLVED + (
 # and grant are then built once per matched webhook. One statement, one snapshot: what
 # had committed when it started is what every delivery of the batch sees.
 _RESOLVE_MANY = f"""
-    SELECT m.token_hash, m.previous, {_RESOLVED_COLS}
+    SELECT m.token_hash, m.previous, {_RESOLVED_COLS}, {_KEEP_COLS}
     FROM (
         SELECT q.h AS token_hash, false AS previous, c.id
         FROM unnest(%(hashes)s::text[]) AS q(h)
@@ -147,6 +165,8 @@ class WebhookQueries:
     db: Database
     #: Concurrent token lookups, one query each batch (see ``Store.__init__``).
     resolver: Batcher[str, Row | None]
+    #: This worker's kept resolutions (see ``Store.__init__``).
+    resolutions: ResolutionCache
 
     async def get_webhook(self, webhook_id: str) -> Row | None:
         if not is_uuid(webhook_id):
@@ -226,7 +246,30 @@ class WebhookQueries:
         another batch is in the database goes into the next one, so every answer was read
         after the call was made, from what had committed by then.
         """
-        return await self.resolver.submit(token_hash)
+        row = await self.resolver.submit(token_hash)
+        if row is not None:
+            self.resolutions.saw(row.pop("epoch"))
+            del row["ttl_s"]
+        return row
+
+    async def resolve_webhook_kept(self, token_hash: str) -> tuple[Row | None, int | None]:
+        """:meth:`resolve_webhook`, from this worker's kept resolutions when it can, and the
+        resolve epoch the row was read at (None for no row).
+
+        A delivery writes with that epoch (``record_delivery(epoch=...)``): a kept row that
+        a change has made stale stores nothing and raises :class:`StaleResolution`, and the
+        delivery resolves again by :meth:`resolve_webhook`.
+        """
+        kept = self.resolutions.get(token_hash)
+        if kept is not None:
+            # a copy for this delivery, its routing document too (stages adopt it)
+            return _own_copy(kept[0]), kept[1]
+        row = await self.resolver.submit(token_hash)
+        if row is None:
+            return None, None
+        epoch, ttl_s = row.pop("epoch"), row.pop("ttl_s")
+        self.resolutions.put(token_hash, _own_copy(row), epoch, ttl_s)
+        return row, epoch
 
     async def resolve_webhooks(self, token_hashes: Sequence[str]) -> list[Row | None]:
         """:meth:`resolve_webhook` for each hash, in order, with one query.

@@ -8,88 +8,21 @@ from typing import Any
 
 import psycopg
 import pytest
-from prometheus_client import REGISTRY
+from sbdeliveries import TODO, batches, count, endpoints, event, in_one_batch
 from sbtest import database_refusing, make_env
 
 from switchboard.config import load_config
 from switchboard.errors import ConfigError, NotFound, StoreUnavailable
 from switchboard.routing.model import DISPOSITION_DROPPED
 from switchboard.runtime import Runtime
-from switchboard.service import identity
 from switchboard.store import Database, DeliveryOutcome, OnceClaim, Store
 
 
-def _batches() -> tuple[float, float]:
-    """(flushes, deliveries) the write batcher has recorded so far in this process."""
-    labels = {"step": "write"}
-    count = REGISTRY.get_sample_value("switchboard_store_batch_size_count", labels) or 0.0
-    total = REGISTRY.get_sample_value("switchboard_store_batch_size_sum", labels) or 0.0
-    return count, total
-
-
-async def _in_one_batch(rt: Runtime, eps: list[str], *calls: Any) -> list[Any]:
-    """Run ``calls`` (record_delivery coroutines) as one batch behind a lead delivery: they
-    are all submitted during the lead's turn of the loop, so all go in its flush."""
-    before = _batches()
-    outs = await asyncio.gather(
-        rt.store.record_delivery(_event(f"lead-{len(calls)}-{before[0]}"), TODO, eps),
-        *calls,
-        return_exceptions=True,
-    )
-    flushes, items = _batches()
-    assert (flushes - before[0], items - before[1]) == (1, len(calls) + 1), "not one batch"
-    assert isinstance(outs[0], DeliveryOutcome) and outs[0].new_event
-    return list(outs[1:])
-
-
-async def _endpoints(rt: Runtime, n: int = 2) -> list[str]:
-    await identity.add_human(rt, "alice")
-    return [
-        str(
-            (await identity.vend_endpoint(rt, owner="alice", name=f"ep{i}", queues=["inbox"]))[
-                "endpoint_id"
-            ]
-        )
-        for i in range(n)
-    ]
-
-
-def _event(
-    external_id: str, *, disposition: str = "routed", trace: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    return {
-        "source": "generic",
-        "kind": None,
-        "external_id": external_id,
-        "headers": {"content-type": "application/json"},
-        "raw_headers": b"content-type: x",
-        "body": b"{}",
-        "content_type": "application/json",
-        "size": 2,
-        "verified": False,
-        "trust_mode": "token",
-        "verify_detail": None,
-        "webhook_id": None,
-        "routing_trace": trace or {"stage": "default"},
-        "disposition": disposition,
-    }
-
-
-TODO = {"queue": "inbox", "title": "t", "payload": {"n": 1}, "work_order": None}
-
-
-def _count(dsn: str, sql: str, *args: Any) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(sql, args).fetchone()
-        assert row is not None
-        return int(row[0])
-
-
 async def test_a_lone_delivery_is_written_at_once_in_a_batch_of_one(runtime: Runtime) -> None:
-    eps = await _endpoints(runtime)
-    before = _batches()
-    out = await asyncio.wait_for(runtime.store.record_delivery(_event("lone"), TODO, eps), 5)
-    assert _batches() == (before[0] + 1, before[1] + 1)
+    eps = await endpoints(runtime)
+    before = batches()
+    out = await asyncio.wait_for(runtime.store.record_delivery(event("lone"), TODO, eps), 5)
+    assert batches() == (before[0] + 1, before[1] + 1)
     assert out.new_event and not out.dropped
     assert [t["endpoint_id"] for t in out.todos] == eps
     assert all(t["created"] for t in out.todos)
@@ -98,8 +31,8 @@ async def test_a_lone_delivery_is_written_at_once_in_a_batch_of_one(runtime: Run
 async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
     runtime: Runtime, dsn: str
 ) -> None:
-    eps = await _endpoints(runtime)
-    before = _batches()
+    eps = await endpoints(runtime)
+    before = batches()
     n = 60
     # Every byte value in the bodies and header blocks, and text that needs escaping in
     # JSON, stored exactly as given (a batch travels as one JSON document, its bytes beside it
@@ -110,7 +43,7 @@ async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
         *[
             runtime.store.record_delivery(
                 {
-                    **_event(f"c{i}"),
+                    **event(f"c{i}"),
                     "body": bodies[i],
                     "raw_headers": bodies[-1 - i],
                     "size": len(bodies[i]),
@@ -121,7 +54,7 @@ async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
             for i in range(n)
         ]
     )
-    flushes, items = _batches()
+    flushes, items = batches()
     assert items - before[1] == n
     assert flushes - before[0] < n / 4, "concurrent deliveries were not written together"
     assert len({o.event_id for o in outs}) == n
@@ -138,22 +71,22 @@ async def test_concurrent_deliveries_share_flushes_and_each_gets_its_own_rows(
             assert sorted(rows) == sorted(
                 (f"c{i}", titles[i], e, bodies[i], bodies[-1 - i]) for e in eps
             )
-    assert _count(dsn, "SELECT count(*) FROM todos") == 2 * n
+    assert count(dsn, "SELECT count(*) FROM todos") == 2 * n
 
 
 async def test_the_same_delivery_twice_in_one_batch_is_one_event_like_a_redelivery(
     runtime: Runtime, dsn: str
 ) -> None:
-    eps = await _endpoints(runtime)
-    outs = await _in_one_batch(
+    eps = await endpoints(runtime)
+    outs = await in_one_batch(
         runtime,
         eps,
-        runtime.store.record_delivery(_event("dup"), TODO, eps),
-        runtime.store.record_delivery(_event("other"), TODO, eps),
-        runtime.store.record_delivery(_event("dup"), TODO, eps),
-        runtime.store.record_delivery(_event("gone", disposition=DISPOSITION_DROPPED), TODO, eps),
-        runtime.store.record_delivery(_event("dup"), TODO, eps),
-        runtime.store.record_delivery(_event("gone", disposition=DISPOSITION_DROPPED), TODO, eps),
+        runtime.store.record_delivery(event("dup"), TODO, eps),
+        runtime.store.record_delivery(event("other"), TODO, eps),
+        runtime.store.record_delivery(event("dup"), TODO, eps),
+        runtime.store.record_delivery(event("gone", disposition=DISPOSITION_DROPPED), TODO, eps),
+        runtime.store.record_delivery(event("dup"), TODO, eps),
+        runtime.store.record_delivery(event("gone", disposition=DISPOSITION_DROPPED), TODO, eps),
     )
     first, other, second, drop1, third, drop2 = outs
     assert first.new_event and all(t["created"] for t in first.todos)
@@ -165,26 +98,26 @@ async def test_the_same_delivery_twice_in_one_batch_is_one_event_like_a_redelive
     assert other.new_event and other.event_id != first.event_id
     assert drop1 == DeliveryOutcome(drop1.event_id, True, True)
     assert drop2 == DeliveryOutcome(drop1.event_id, False, True)
-    assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'dup'") == 1
-    assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'gone'") == 1
-    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key IN ('dup', 'other')") == 4
+    assert count(dsn, "SELECT count(*) FROM events WHERE external_id = 'dup'") == 1
+    assert count(dsn, "SELECT count(*) FROM events WHERE external_id = 'gone'") == 1
+    assert count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key IN ('dup', 'other')") == 4
     # And across batches, the same answer.
-    later = await runtime.store.record_delivery(_event("dup"), TODO, eps)
+    later = await runtime.store.record_delivery(event("dup"), TODO, eps)
     assert later == second
 
 
 async def test_once_claims_in_one_batch_hold_once_and_repeat_the_rest(
     runtime: Runtime, dsn: str
 ) -> None:
-    eps = await _endpoints(runtime, 1)
+    eps = await endpoints(runtime, 1)
     wid = "00000000-0000-0000-0000-000000000001"
     claim = OnceClaim(wid, "issue:7@inbox", {"stage": "default", "once": "repeat"})
-    a, b, a_again = await _in_one_batch(
+    a, b, a_again = await in_one_batch(
         runtime,
         eps,
-        runtime.store.record_delivery(_event("o-a"), TODO, eps, claim),
-        runtime.store.record_delivery(_event("o-b"), TODO, eps, claim),
-        runtime.store.record_delivery(_event("o-a"), TODO, eps, claim),
+        runtime.store.record_delivery(event("o-a"), TODO, eps, claim),
+        runtime.store.record_delivery(event("o-b"), TODO, eps, claim),
+        runtime.store.record_delivery(event("o-a"), TODO, eps, claim),
     )
     holder, repeat = (a, b) if a.todos else (b, a)
     assert holder.new_event and [t["created"] for t in holder.todos] == [True]
@@ -195,27 +128,27 @@ async def test_once_claims_in_one_batch_hold_once_and_repeat_the_rest(
         )
     else:
         assert a_again == DeliveryOutcome(a.event_id, False, False, repeat=True)
-    assert _count(dsn, "SELECT count(*) FROM events WHERE external_id LIKE 'o-%%'") == 2
+    assert count(dsn, "SELECT count(*) FROM events WHERE external_id LIKE 'o-%%'") == 2
     assert (
-        _count(
+        count(
             dsn,
             "SELECT count(*) FROM events WHERE disposition = 'repeat'"
             " AND routing_trace->>'once' = 'repeat'",
         )
         == 1
     )
-    assert _count(dsn, "SELECT count(*) FROM routing_once") == 1
-    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key LIKE 'o-%%'") == 1
+    assert count(dsn, "SELECT count(*) FROM routing_once") == 1
+    assert count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key LIKE 'o-%%'") == 1
 
 
 async def test_a_delivery_postgresql_rejects_fails_alone(runtime: Runtime, dsn: str) -> None:
-    eps = await _endpoints(runtime)
-    bad = _event("bad", trace={"stage": "default", "detail": "nul \u0000 inside"})
-    outs = await _in_one_batch(
+    eps = await endpoints(runtime)
+    bad = event("bad", trace={"stage": "default", "detail": "nul \u0000 inside"})
+    outs = await in_one_batch(
         runtime,
         eps,
         *[
-            runtime.store.record_delivery(bad if i == 5 else _event(f"ok{i}"), TODO, eps)
+            runtime.store.record_delivery(bad if i == 5 else event(f"ok{i}"), TODO, eps)
             for i in range(12)
         ],
     )
@@ -224,9 +157,9 @@ async def test_a_delivery_postgresql_rejects_fails_alone(runtime: Runtime, dsn: 
     assert all(
         isinstance(o, DeliveryOutcome) and o.new_event and len(o.todos) == 2 for o in good
     ), good
-    assert _count(dsn, "SELECT count(*) FROM events WHERE external_id LIKE 'ok%%'") == 11
-    assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'bad'") == 0
-    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key LIKE 'ok%%'") == 22
+    assert count(dsn, "SELECT count(*) FROM events WHERE external_id LIKE 'ok%%'") == 11
+    assert count(dsn, "SELECT count(*) FROM events WHERE external_id = 'bad'") == 0
+    assert count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key LIKE 'ok%%'") == 22
 
 
 async def test_a_delivery_whose_webhook_was_deleted_meanwhile_is_not_found_alone(
@@ -234,11 +167,11 @@ async def test_a_delivery_whose_webhook_was_deleted_meanwhile_is_not_found_alone
 ) -> None:
     """Its token resolved, then the webhook went: a 404 for it (nothing stored), the rest
     of its batch written."""
-    eps = await _endpoints(runtime)
-    gone = {**_event("orphan"), "webhook_id": "00000000-0000-4000-8000-000000000000"}
+    eps = await endpoints(runtime)
+    gone = {**event("orphan"), "webhook_id": "00000000-0000-4000-8000-000000000000"}
     outs = await asyncio.gather(
         *[
-            runtime.store.record_delivery(gone if i == 2 else _event(f"w{i}"), TODO, eps)
+            runtime.store.record_delivery(gone if i == 2 else event(f"w{i}"), TODO, eps)
             for i in range(6)
         ],
         return_exceptions=True,
@@ -247,14 +180,14 @@ async def test_a_delivery_whose_webhook_was_deleted_meanwhile_is_not_found_alone
     assert all(
         isinstance(o, DeliveryOutcome) and o.new_event for i, o in enumerate(outs) if i != 2
     ), outs
-    assert _count(dsn, "SELECT count(*) FROM events WHERE external_id = 'orphan'") == 0
-    assert _count(dsn, "SELECT count(*) FROM events") == 5
+    assert count(dsn, "SELECT count(*) FROM events WHERE external_id = 'orphan'") == 0
+    assert count(dsn, "SELECT count(*) FROM events") == 5
 
 
 async def test_a_database_lost_mid_batch_fails_the_batch_and_a_retry_writes_once(
     runtime: Runtime, dsn: str, pg_server: Any
 ) -> None:
-    eps = await _endpoints(runtime)
+    eps = await endpoints(runtime)
     # Another session holds an uncommitted event of one key: the batch's statement waits
     # on it, and the database goes while it does.
     blocker = await psycopg.AsyncConnection.connect(dsn)
@@ -265,7 +198,7 @@ async def test_a_database_lost_mid_batch_fails_the_batch_and_a_retry_writes_once
     # The held key first: it is flushed alone and waits; the rest queue behind it.
     keys = ["m2", "m0", "m1", "m3", "m4"]
     calls = [
-        asyncio.ensure_future(runtime.store.record_delivery(_event(k), TODO, eps)) for k in keys
+        asyncio.ensure_future(runtime.store.record_delivery(event(k), TODO, eps)) for k in keys
     ]
     await asyncio.sleep(0.5)
     assert not any(c.done() for c in calls), "the batch did not wait on the held key"
@@ -273,13 +206,13 @@ async def test_a_database_lost_mid_batch_fails_the_batch_and_a_retry_writes_once
         outs = await asyncio.gather(*calls, return_exceptions=True)
     await blocker.close()
     assert all(isinstance(o, StoreUnavailable) for o in outs), outs
-    assert _count(dsn, "SELECT count(*) FROM events") == 0  # nothing half-written
-    assert _count(dsn, "SELECT count(*) FROM todos") == 0
+    assert count(dsn, "SELECT count(*) FROM events") == 0  # nothing half-written
+    assert count(dsn, "SELECT count(*) FROM todos") == 0
     # The producers retry: each delivery is written exactly once.
     for _attempt in range(20):
         try:
             retried = await asyncio.gather(
-                *[runtime.store.record_delivery(_event(k), TODO, eps) for k in keys]
+                *[runtime.store.record_delivery(event(k), TODO, eps) for k in keys]
             )
             break
         except StoreUnavailable:  # the pool is still reconnecting
@@ -288,26 +221,26 @@ async def test_a_database_lost_mid_batch_fails_the_batch_and_a_retry_writes_once
         pytest.fail("the store did not recover")
     assert all(o.new_event and len(o.todos) == 2 for o in retried)
     again = await asyncio.gather(
-        *[runtime.store.record_delivery(_event(k), TODO, eps) for k in keys]
+        *[runtime.store.record_delivery(event(k), TODO, eps) for k in keys]
     )
     assert all(not o.new_event and not any(t["created"] for t in o.todos) for o in again)
-    assert _count(dsn, "SELECT count(*) FROM events") == 5
-    assert _count(dsn, "SELECT count(*) FROM todos") == 10
+    assert count(dsn, "SELECT count(*) FROM events") == 5
+    assert count(dsn, "SELECT count(*) FROM todos") == 10
 
 
 async def test_two_workers_batches_of_the_same_keys_do_not_deadlock(
     runtime: Runtime, dsn: str
 ) -> None:
     """Two stores (two workers' pools) write the same keys in opposite orders at once."""
-    eps = await _endpoints(runtime)
+    eps = await endpoints(runtime)
     other = Store(Database(dsn, min_size=1, max_size=4))
     await other.db.open()
     try:
         keys = [f"k{i}" for i in range(40)]
         for r in range(5):
             outs = await asyncio.gather(
-                *[runtime.store.record_delivery(_event(f"{k}-{r}"), TODO, eps) for k in keys],
-                *[other.record_delivery(_event(f"{k}-{r}"), TODO, eps) for k in reversed(keys)],
+                *[runtime.store.record_delivery(event(f"{k}-{r}"), TODO, eps) for k in keys],
+                *[other.record_delivery(event(f"{k}-{r}"), TODO, eps) for k in reversed(keys)],
             )
             by_key: dict[str, list[DeliveryOutcome]] = {}
             for k, o in zip(keys + keys[::-1], outs, strict=True):
@@ -318,8 +251,8 @@ async def test_two_workers_batches_of_the_same_keys_do_not_deadlock(
                 assert [t["id"] for t in pair[0].todos] == [t["id"] for t in pair[1].todos]
     finally:
         await other.db.close()
-    assert _count(dsn, "SELECT count(*) FROM events") == 200
-    assert _count(dsn, "SELECT count(*) FROM todos") == 400
+    assert count(dsn, "SELECT count(*) FROM events") == 200
+    assert count(dsn, "SELECT count(*) FROM todos") == 400
 
 
 async def test_ingest_batch_max_caps_a_batch(dsn: str, tmp_path: Path) -> None:
@@ -329,13 +262,13 @@ async def test_ingest_batch_max_caps_a_batch(dsn: str, tmp_path: Path) -> None:
     await rt.open_store(migrate=False)
     try:
         assert rt.store.writes.max_size == 3
-        eps = await _endpoints(rt, 1)
-        before = _batches()
+        eps = await endpoints(rt, 1)
+        before = batches()
         outs = await asyncio.gather(
-            *[rt.store.record_delivery(_event(f"cap{i}"), TODO, eps) for i in range(10)]
+            *[rt.store.record_delivery(event(f"cap{i}"), TODO, eps) for i in range(10)]
         )
         assert all(o.new_event for o in outs)
-        assert _batches()[0] - before[0] == 4  # 3 + 3 + 3 + 1
+        assert batches()[0] - before[0] == 4  # 3 + 3 + 3 + 1
     finally:
         await rt.shutdown()
     assert load_config(env={}).section("ingest")["batch_max"] == 256
@@ -354,7 +287,7 @@ async def test_a_live_todo_with_the_key_is_reported_not_made_again(
 ) -> None:
     """The event is gone (retention) but a todo of its key is still live: a new event of the
     key reports that todo for its endpoint and makes the other endpoint's, in a batch."""
-    eps = await _endpoints(runtime)
+    eps = await endpoints(runtime)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "INSERT INTO todos (endpoint_id, queue, idempotency_key, title) VALUES"
@@ -363,9 +296,9 @@ async def test_a_live_todo_with_the_key_is_reported_not_made_again(
         ).fetchone()
         assert row is not None
     kept, other, again = await asyncio.gather(
-        runtime.store.record_delivery(_event("kept"), TODO, eps),
-        runtime.store.record_delivery(_event("fresh"), TODO, eps),
-        runtime.store.record_delivery(_event("kept"), TODO, eps),
+        runtime.store.record_delivery(event("kept"), TODO, eps),
+        runtime.store.record_delivery(event("fresh"), TODO, eps),
+        runtime.store.record_delivery(event("kept"), TODO, eps),
     )
     assert kept.new_event
     assert [(t["endpoint_id"], t["created"]) for t in kept.todos] == [
@@ -378,5 +311,5 @@ async def test_a_live_todo_with_the_key_is_reported_not_made_again(
     assert again == DeliveryOutcome(
         kept.event_id, False, False, [{**kept.todos[0], "created": False}]
     )
-    assert again == await runtime.store.record_delivery(_event("kept"), TODO, eps)
-    assert _count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key = 'kept'") == 2
+    assert again == await runtime.store.record_delivery(event("kept"), TODO, eps)
+    assert count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key = 'kept'") == 2
