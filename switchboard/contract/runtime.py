@@ -203,6 +203,10 @@ class RoutingStage(Protocol):
       ``"rerun"`` (the default: it is deterministic, and re-run on the stored envelope) or
       ``"stored"`` (it must not be asked again, as the llm stage: its verdict is read from
       each event's stored trace). See :func:`switchboard.contract.routing.replay_of`.
+      The receiver routes on a worker's kept resolution of the token, which a write checks:
+      when it turns out stale, the delivery is routed again afresh, so a ``rerun`` stage
+      may be asked twice for it; a ``stored`` stage never is (the kept resolution is
+      confirmed against the database before it is asked).
 
     A slow stage (the llm stage: a model call) may declare itself **deferred**, so the
     producer never waits for it:

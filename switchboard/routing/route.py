@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..contract.routing import (
+    REPLAY_RERUN,
     SAID_DECIDED,
     SAID_FAULTED,
     SAID_NOT_REACHED,
@@ -77,6 +78,7 @@ async def route(
     skip: Collection[str] = (),
     would_defer: list[str] | None = None,
     deferred: bool = False,
+    confirm: Callable[[], Awaitable[None]] | None = None,
 ) -> Decision:
     """The decision for one delivery: live (the saved config) or a dry run (any config).
 
@@ -97,6 +99,11 @@ async def route(
     A dry run passes ``would_defer``: the first deferred stage that would leave a live
     delivery pending is appended to it (and then runs inline, unless it is in ``skip``:
     the stages named there are asked only that).
+
+    ``confirm`` (the receiver, routing on a worker's kept resolution): awaited once before
+    the first stage that must not be asked twice (replay ``stored``, as the llm stage) is
+    asked live; it raises when the resolution went stale, and the delivery is routed
+    afresh. A ``rerun`` stage is deterministic: asking it again costs nothing but time.
     """
     ctx = RoutingContext(
         webhook=webhook,
@@ -126,6 +133,9 @@ async def route(
                 would_defer.append(stage.name)
             if stage.name in skip:
                 continue
+            if confirm is not None and replay_of(stage) != REPLAY_RERUN:
+                await confirm()
+                confirm = None
             answer = await call_stage(stage, ctx, budget_ms(stage, stage_timeout_ms))
         if isinstance(answer, Fault):
             if said is not None:

@@ -200,6 +200,7 @@ async def _ingest(
         external_id=external_id,
         stage_timeout_ms=stage_timeout_ms(rt),
         defer=True,
+        confirm=None if epoch is None else lambda: rt.store.confirm_epoch(epoch),
     )
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)

@@ -13,6 +13,7 @@ from ..routing.model import RoutingConfig
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
 from .identity import LIVE_ENDPOINT
+from .outcome import StaleResolution
 from .rescache import ResolutionCache
 
 _WEBHOOK_COLS = (
@@ -270,6 +271,15 @@ class WebhookQueries:
         epoch, ttl_s = row.pop("epoch"), row.pop("ttl_s")
         self.resolutions.put(token_hash, _own_copy(row), epoch, ttl_s)
         return row, epoch
+
+    async def confirm_epoch(self, epoch: int) -> None:
+        """Raise :class:`StaleResolution` unless the resolve epoch is still ``epoch`` (a kept
+        resolution confirmed before something that must not be done on a stale one)."""
+        row = await self.db.fetchone("SELECT n FROM resolve_epoch")
+        now = None if row is None else int(row["n"])
+        self.resolutions.saw(now)
+        if now != epoch:
+            raise StaleResolution(f"resolved at epoch {epoch}, now {now}")
 
     async def resolve_webhooks(self, token_hashes: Sequence[str]) -> list[Row | None]:
         """:meth:`resolve_webhook` for each hash, in order, with one query.
