@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -18,9 +19,15 @@ KEEP_MAX = 4096
 
 @dataclass
 class _Kept:
-    row: Row
+    shared: Row  # the immutable columns (ids, text, bytes, booleans, numbers)
+    documents: bytes  # the others (documents, lists), marshalled: copied in one C call
     epoch: int
     until: float  # time.monotonic()
+
+    def copy(self) -> Row:
+        row = dict(self.shared)
+        row.update(marshal.loads(self.documents))
+        return row
 
 
 class ResolutionCache:
@@ -39,6 +46,8 @@ class ResolutionCache:
         self.epoch = -1  # the highest seen
 
     def get(self, token_hash: str) -> tuple[Row, int] | None:
+        """A copy of the row kept for ``token_hash`` (the caller's own: documents too) and
+        its epoch, or None."""
         kept = self._rows.get(token_hash)
         if kept is None:
             return None
@@ -46,17 +55,20 @@ class ResolutionCache:
             del self._rows[token_hash]
             return None
         self._rows.move_to_end(token_hash)
-        return kept.row, kept.epoch
+        return kept.copy(), kept.epoch
 
     def put(self, token_hash: str, row: Row, epoch: int, ttl_s: float | None) -> None:
-        """Keep ``row`` (the caller's own copy: it is never handed out again as it is)."""
+        """Keep a copy of ``row`` (what psycopg and ``json`` read: documents are dicts and
+        lists of plain values, which ``marshal`` copies)."""
         self.saw(epoch)
         if epoch < self.epoch:
             return
         keep = KEEP_MAX_S if ttl_s is None else min(float(ttl_s), KEEP_MAX_S)
         if keep <= 0:
             return
-        self._rows[token_hash] = _Kept(row, epoch, time.monotonic() + keep)
+        shared = {k: v for k, v in row.items() if not isinstance(v, dict | list)}
+        documents = marshal.dumps({k: v for k, v in row.items() if isinstance(v, dict | list)})
+        self._rows[token_hash] = _Kept(shared, documents, epoch, time.monotonic() + keep)
         self._rows.move_to_end(token_hash)
         while len(self._rows) > KEEP_MAX:
             self._rows.popitem(last=False)

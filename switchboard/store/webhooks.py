@@ -263,13 +263,12 @@ class WebhookQueries:
         """
         kept = self.resolutions.get(token_hash)
         if kept is not None:
-            # a copy for this delivery, its routing document too (stages adopt it)
-            return _own_copy(kept[0]), kept[1]
+            return kept  # a copy for this delivery, its routing document too
         row = await self.resolver.submit(token_hash)
         if row is None:
             return None, None
         epoch, ttl_s = row.pop("epoch"), row.pop("ttl_s")
-        self.resolutions.put(token_hash, _own_copy(row), epoch, ttl_s)
+        self.resolutions.put(token_hash, row, epoch, ttl_s)
         return row, epoch
 
     async def confirm_epoch(self, epoch: int) -> None:
