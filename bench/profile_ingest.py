@@ -1,6 +1,7 @@
 """Where a delivery's CPU goes: the receiver under load, sampled by py-spy.
 
 Run: python bench/profile_ingest.py [--total N] [--clients C] [--workers W] [--rules] [--top K]
+[--log-summary]
 Starts `switchboard serve` (serve's own worker count unless --workers) on an embedded
 PostgreSQL, loads one generic webhook (32 rules with --rules, none by default) with N
 unique ~5 KB deliveries over C keep-alive clients, and meanwhile samples every Sanic
@@ -94,6 +95,11 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--rules", action="store_true", help="32 rules on the webhook")
+    ap.add_argument(
+        "--log-summary",
+        action="store_true",
+        help='[log] deliveries = "summary": a line a second, not one per delivery',
+    )
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     ap.add_argument("--keep", type=Path, default=None, help="copy py-spy's raw files here")
@@ -105,7 +111,11 @@ def main() -> None:
     if spy is None:
         raise SystemExit("py-spy is not installed: pip install -e .[bench]")
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
-        srv = serve(dsn, Path(tmp), workers=args.workers)
+        config = None
+        if args.log_summary:
+            config = Path(tmp) / "sb.toml"
+            config.write_text('[log]\ndeliveries = "summary"\n')
+        srv = serve(dsn, Path(tmp), workers=args.workers, config=config)
         try:
             cli(srv.env, "human", "add", "bench")
             hook = generic_webhook(srv.env)
