@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from sanic import Request, Sanic, json
-from sanic.exceptions import PayloadTooLarge, SanicException, ServiceUnavailable
+from sanic.exceptions import PayloadTooLarge, SanicException
 from sanic.response import HTTPResponse
 
 from . import admission, arrival, gctune, lifeline, loghygiene, scrape
@@ -55,8 +55,9 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # In every worker: each builds its own app.
         loghygiene.enable_access_log()
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
-    max_body = int(rt.config.section("ingest")["max_body_bytes"])
-    app.config.REQUEST_MAX_SIZE = max_body
+    # Refused at the headers on the declared length (arrival.BoundedHttp._admit), and by
+    # Sanic on the bytes that arrive.
+    app.config.REQUEST_MAX_SIZE = int(rt.config.section("ingest")["max_body_bytes"])
     app.config.KEEP_ALIVE_TIMEOUT = 30
     # Total deadlines on each request's arrival (read by arrival.BoundedProtocol, which
     # serve runs): Sanic's own REQUEST_TIMEOUT is reset by every byte.
@@ -97,7 +98,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
 
     @app.before_server_stop
     async def _drain(app: Sanic[Any, Any]) -> None:
-        # From the stop signal on, no new request starts (see _gate) and every response
+        # From the stop signal on, no new request starts (see arrival.BoundedHttp._admit) and every response
         # closes its connection; in-flight requests and their sinks finish.
         app.ctx.draining = True
         from .service.ingest import drain_sinks
@@ -110,7 +111,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
             # In-flight stage runs finish or give their leases back (another worker's).
             await triage.stop()
         await drain_sinks()
-        # Until here a new connection is still accepted, and answered 503 (_gate); from
+        # Until here a new connection is still accepted, and answered 503 (arrival.BoundedHttp._admit); from
         # here on refused, in every worker at once (not queued to be reset). Last, as
         # Sanic closes this worker's own listener right after: see stop_accepting.
         arrival.stop_accepting(app)
@@ -127,22 +128,6 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         await rt.shutdown()
         flush_summary()
         scrape.process_exit()
-
-    @app.signal("http.routing.before")
-    async def _gate(request: Request) -> None:
-        stream = _connection(request)
-        if app.ctx.draining:
-            if stream is not None:
-                stream.keep_alive = False
-            raise ServiceUnavailable("server shutting down")
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body:
-            # Refuse on the declared length, before reading a byte of the body and before
-            # Sanic would answer "Expect: 100-continue" by inviting the client to send it.
-            if stream is not None:
-                stream.expecting_continue = False
-                stream.keep_alive = False
-            raise PayloadTooLarge("Request body exceeds the size limit")
 
     @app.on_response
     async def _close_when_draining(request: Request, response: HTTPResponse) -> None:

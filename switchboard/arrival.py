@@ -22,7 +22,7 @@ import logging
 import socket
 from typing import Any, cast
 
-from sanic.exceptions import RequestTimeout
+from sanic.exceptions import PayloadTooLarge, RequestTimeout, ServiceUnavailable
 from sanic.http import Http, Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
@@ -65,8 +65,25 @@ class BoundedHttp(Http):
         self._arm(protocol.header_timeout, "Request Timeout: headers took too long")
         await super().http1_request_header()
         self._disarm()
+        self._admit()
         if self.request_body:
             self._arm(protocol.body_timeout, "Request Timeout: body took too long")
+
+    def _admit(self) -> None:
+        """Refuse at the headers, before a byte of the body is read (and before routing:
+        a check here costs nothing like a Sanic signal's dispatch). A stopping server takes
+        no new request (``503``); a declared ``Content-Length`` over the size limit is
+        refused (``413``) before Sanic would answer ``Expect: 100-continue`` by inviting the
+        client to send it. Either closes the connection after the answer."""
+        if getattr(self.protocol.app.ctx, "draining", False):
+            self.keep_alive = False
+            raise ServiceUnavailable("server shutting down")
+        assert self.request is not None
+        length = self.request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.protocol.request_max_size:
+            self.expecting_continue = False
+            self.keep_alive = False
+            raise PayloadTooLarge("Request body exceeds the size limit")
 
     async def read(self) -> bytes | None:
         data = await super().read()
