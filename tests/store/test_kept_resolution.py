@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sbdeliveries import TODO, count, endpoints, event, in_one_batch
+from sbdeliveries import TODO, count, endpoints, event, generic_webhook, in_one_batch
 
 from switchboard.runtime import Runtime
 from switchboard.secrets_box import hash_token
@@ -23,20 +23,6 @@ def _epoch(dsn: str) -> int:
 def _change(dsn: str, sql: str, *args: Any) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql, args)
-
-
-async def _owner(rt: Runtime, name: str = "owner") -> dict[str, Any]:
-    """An endpoint of alice's that may own a generic webhook, authenticated (its row)."""
-    made = await identity.vend_endpoint(
-        rt,
-        owner="alice",
-        name=name,
-        queues=["inbox"],
-        webhook_queues=["inbox"],
-        source_types=["generic"],
-        webhook_max=2,
-    )
-    return await identity.authenticate(rt, made["token"])
 
 
 async def test_every_table_behind_a_resolution_moves_the_epoch_at_commit(
@@ -57,8 +43,8 @@ async def test_every_table_behind_a_resolution_moves_the_epoch_at_commit(
     await identity.add_friend(runtime, "alice", "bob")
     assert _epoch(dsn) > before
     before = _epoch(dsn)
-    owner = await _owner(runtime)
-    hook = await webhooks.create_webhook(runtime, owner, "generic", "inbox")
+    hook, _ = await generic_webhook(runtime, "owner")
+    owner = hook["owner"]
     before = _epoch(dsn)
     await webhooks.add_route(runtime, owner, hook["webhook_id"], eps[1])
     assert _epoch(dsn) > before
@@ -106,11 +92,9 @@ async def test_a_stale_kept_resolution_stores_nothing(runtime: Runtime, dsn: str
 async def test_kept_rows_are_retired_by_a_newer_epoch_and_by_their_clock(
     runtime: Runtime, dsn: str
 ) -> None:
-    eps = await endpoints(runtime, 1)
-    owner = await _owner(runtime)
-    eps = [str(owner["id"])]
-    made = await webhooks.create_webhook(runtime, owner, "generic", "inbox")
-    h = hash_token(made["ingest_url"].rsplit("/", 1)[1])
+    made, token = await generic_webhook(runtime, "owner")
+    eps = [str(made["owner"]["id"])]
+    h = hash_token(token)
     row, epoch = await runtime.store.resolve_webhook_kept(h)
     assert row is not None and epoch == _epoch(dsn)
     assert "epoch" not in row and "ttl_s" not in row

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import psycopg
+from sbdeliveries import event
 
 from switchboard.runtime import Runtime
 from switchboard.service import identity
@@ -24,27 +25,8 @@ async def _endpoints(rt: Runtime) -> list[str]:
     return [str(e["endpoint_id"]) for e in made]
 
 
-def _event(external_id: str, *, disposition: str, trace: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "source": "generic",
-        "kind": None,
-        "external_id": external_id,
-        "headers": {"content-type": "application/json"},
-        "raw_headers": b"content-type: x",
-        "body": b"{}",
-        "content_type": "application/json",
-        "size": 2,
-        "verified": False,
-        "trust_mode": "token",
-        "verify_detail": None,
-        "webhook_id": None,
-        "routing_trace": trace,
-        "disposition": disposition,
-    }
-
-
 def _pending(external_id: str) -> dict[str, Any]:
-    return _event(external_id, disposition="pending", trace=PENDING)
+    return event(external_id, disposition="pending", trace=PENDING)
 
 
 def _rows(dsn: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:

@@ -5,30 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from switchboard.errors import SwitchboardError
+from sbdeliveries import generic_webhook
+
 from switchboard.runtime import Runtime
 from switchboard.secrets_box import hash_token
-from switchboard.service import identity, webhooks
-
-
-async def _webhook(rt: Runtime, name: str) -> tuple[dict[str, Any], str]:
-    """A generic webhook of a fresh endpoint, and its ingest token."""
-    try:
-        await identity.add_human(rt, "alice")
-    except SwitchboardError:  # added by an earlier call
-        pass
-    made = await identity.vend_endpoint(
-        rt,
-        owner="alice",
-        name=name,
-        queues=["inbox"],
-        webhook_queues=["inbox"],
-        source_types=["generic"],
-        webhook_max=1,
-    )
-    owner = await rt.store.get_endpoint(made["endpoint_id"])
-    hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
-    return hook, hook["ingest_url"].rsplit("/", 1)[-1]
+from switchboard.service import webhooks
 
 
 def _count_queries(rt: Runtime) -> list[list[str]]:
@@ -55,8 +36,8 @@ def _count_queries(rt: Runtime) -> list[list[str]]:
 async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
     runtime: Runtime,
 ) -> None:
-    one, one_token = await _webhook(runtime, "one")
-    two, two_token = await _webhook(runtime, "two")
+    one, one_token = await generic_webhook(runtime, "one")
+    two, two_token = await generic_webhook(runtime, "two")
     queries = _count_queries(runtime)
     asked = [one_token, two_token, "no-such-token", one_token, two_token, one_token]
     got = await asyncio.gather(*[runtime.store.resolve_webhook(hash_token(t)) for t in asked])
@@ -87,7 +68,7 @@ async def test_concurrent_resolutions_share_one_query_and_get_their_own_rows(
 
 
 async def test_the_batch_cap_splits_a_crowd(runtime: Runtime) -> None:
-    hook, token = await _webhook(runtime, "capped")
+    hook, token = await generic_webhook(runtime, "capped")
     runtime.store.resolver.max_size = 3
     queries = _count_queries(runtime)
     got = await asyncio.gather(
@@ -98,7 +79,7 @@ async def test_the_batch_cap_splits_a_crowd(runtime: Runtime) -> None:
 
 
 async def test_the_previous_token_resolves_only_inside_its_window(runtime: Runtime) -> None:
-    hook, old = await _webhook(runtime, "rotated")
+    hook, old = await generic_webhook(runtime, "rotated")
     row = await runtime.store.get_webhook(hook["webhook_id"])
     assert row is not None
     owner = await runtime.store.get_endpoint(row["endpoint_id"])
@@ -144,7 +125,7 @@ async def test_a_routing_document_is_parsed_once_and_each_delivery_gets_its_own(
     from switchboard.service import rules as rules_service
     from switchboard.store import webhooks as store_webhooks
 
-    hook, token = await _webhook(runtime, "docs")
+    hook, token = await generic_webhook(runtime, "docs")
     rule = {"name": "r", "expr": '.kind == "x"', "action": {"queue": "inbox"}}
     await rules_service.set_rules(runtime, None, hook["webhook_id"], [rule])
     parsed: list[str] = []

@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 from prometheus_client import REGISTRY
 
+from switchboard.errors import SwitchboardError
 from switchboard.runtime import Runtime
-from switchboard.service import identity
+from switchboard.service import identity, webhooks
 from switchboard.store import DeliveryOutcome
 
 
@@ -77,3 +78,24 @@ def count(dsn: str, sql: str, *args: Any) -> int:
         row = conn.execute(sql, args).fetchone()
         assert row is not None
         return int(row[0])
+
+
+async def generic_webhook(rt: Runtime, name: str) -> tuple[dict[str, Any], str]:
+    """A generic webhook of alice's fresh endpoint ``name`` (its row under ``"owner"``), and
+    its ingest token."""
+    try:
+        await identity.add_human(rt, "alice")
+    except SwitchboardError:  # added by an earlier call
+        pass
+    made = await identity.vend_endpoint(
+        rt,
+        owner="alice",
+        name=name,
+        queues=["inbox"],
+        webhook_queues=["inbox"],
+        source_types=["generic"],
+        webhook_max=1,
+    )
+    owner = await rt.store.get_endpoint(made["endpoint_id"])
+    hook = await webhooks.create_webhook(rt, owner, "generic", "inbox")
+    return {**hook, "owner": owner}, hook["ingest_url"].rsplit("/", 1)[-1]
