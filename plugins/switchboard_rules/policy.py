@@ -66,6 +66,22 @@ class Resume:
 BUSY = MatchResult(None, (Fault(-1, "sandbox_busy"),))
 
 
+def clean(att: Attempt) -> MatchResult | None:
+    """The answer of an attempt that ended without a fault (no error, no compile error, no
+    budget spent: most of them), else None (:func:`judge` it). What :func:`judge` makes of
+    that attempt alone, in fewer steps."""
+    if (
+        att.done
+        and att.status is None
+        and att.garbage is None
+        and att.budget_at is None
+        and not att.errors
+        and not att.compile_errors
+    ):
+        return MatchResult(att.matched)
+    return None
+
+
 def swept_out(att: Attempt) -> bool:
     """Whether ``att`` is a sweep that died before answering (its alarm, or a crash)."""
     return att.armed is not None and att.armed[1] == SWEEP and not att.done and att.garbage is None

@@ -321,7 +321,7 @@ class Pool:
         that began and then failed is the attempt's answer (the policy judges it). Each
         envelope gets its attempt; those after a death are left empty (never began).
         """
-        atts = [Attempt(garbage="sandbox unreachable")] + [Attempt() for _ in range(count - 1)]
+        atts: list[Attempt] = []
         for _ in range(3):
             ev = self._take(key)
             fresh = ev is None
@@ -329,7 +329,8 @@ class Pool:
                 try:
                     ev = await self._spawn(key, spec)
                 except OSError as exc:  # the fork server or the zygote went away: again
-                    atts[0] = Attempt(garbage=f"sandbox unreachable: {exc}")
+                    atts = [Attempt(garbage=f"sandbox unreachable: {exc}")]
+                    atts += [Attempt() for _ in range(count - 1)]
                     continue
             busy = self.busy.get(key, 0)
             if busy and not self.idle.get(key):
@@ -367,4 +368,4 @@ class Pool:
             if answered(att, fresh=fresh):
                 return atts
             # never began: a warm one that had exited meanwhile, or a broken new one
-        return atts
+        return atts  # each of the three tries made its own

@@ -74,10 +74,16 @@ def rule_set_reads(exprs: tuple[str, ...]) -> frozenset[Path] | None:
 
 def project(envelope: Mapping[str, Any], paths: Iterable[Path]) -> dict[str, Any]:
     """``envelope`` with only ``paths``, each kept whole (a shorter path wins)."""
+    return cut(envelope, trie_of(paths))
+
+
+def trie_of(paths: Iterable[Path]) -> dict[str, Any] | None:
+    """``paths`` as :func:`cut` walks them (None: the whole envelope), built once per rule
+    set rather than per delivery."""
     trie: dict[str, Any] = {}
     for path in sorted(set(paths), key=len):
         if not path:
-            return dict(envelope)
+            return None
         node = trie
         for key in path[:-1]:
             node = node.setdefault(key, {})
@@ -85,7 +91,12 @@ def project(envelope: Mapping[str, Any], paths: Iterable[Path]) -> dict[str, Any
                 break
         else:
             node[path[-1]] = _WHOLE
-    return _cut(envelope, trie)
+    return trie
+
+
+def cut(envelope: Mapping[str, Any], trie: dict[str, Any] | None) -> dict[str, Any]:
+    """``envelope`` with only the paths of ``trie`` (:func:`trie_of`)."""
+    return dict(envelope) if trie is None else _cut(envelope, trie)
 
 
 _WHOLE: Any = object()

@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from switchboard.plugin import MatchResult, RuleVerdict
@@ -38,10 +39,22 @@ __all__ = [
     "PARSE_S_PER_BYTE",
     "Attempt",
     "Limits",
+    "RuleSetRef",
     "Sandbox",
     "SandboxUnavailable",
     "parse_line",
 ]
+
+
+@dataclass(frozen=True)
+class RuleSetRef:
+    """A rule set as the sandbox evaluates it: each rule's id, its canonical bytes and its
+    zygote's key (:meth:`Sandbox.rule_set`; a caller evaluating one rule set for many
+    deliveries keeps it rather than having it worked out again each time)."""
+
+    ids: tuple[str | None, ...]
+    spec: bytes
+    key: str
 
 
 class Sandbox:
@@ -124,10 +137,19 @@ class Sandbox:
         """
         if not rules:
             return MatchResult(None)
-        ids = [rid for rid, _ in rules]
-        spec, key = self._spec(scope, [e for _, e in rules], params or {})
         env = envelope if isinstance(envelope, bytes) else proto.encode_envelope(envelope)
-        return await self._scheduler.evaluate(ids, key, spec, env, owner)
+        return await self.evaluate_rule_set(self.rule_set(rules, params, scope=scope), env, owner)
+
+    def rule_set(
+        self, rules: Sequence[tuple[str | None, str]], params: dict[str, Any], *, scope: str = ""
+    ) -> RuleSetRef:
+        """``rules`` (``(id, expr)`` pairs, at least one) with ``params``, in ``scope``."""
+        spec, key = self._spec(scope, [e for _, e in rules], params or {})
+        return RuleSetRef(tuple(rid for rid, _ in rules), spec, key)
+
+    async def evaluate_rule_set(self, ref: RuleSetRef, env: bytes, owner: str = "") -> MatchResult:
+        """:meth:`evaluate` of the encoded ``env`` by a rule set from :meth:`rule_set`."""
+        return await self._scheduler.evaluate(ref.ids, ref.key, ref.spec, env, owner)
 
     async def verdicts(
         self,

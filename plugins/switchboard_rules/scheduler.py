@@ -15,7 +15,7 @@ from switchboard.plugin import MatchResult
 from . import protocol as proto
 from . import sandbox_metrics
 from .limits import PARSE_S_PER_BYTE, Limits
-from .policy import BUSY, Attempt, judge, swept_out
+from .policy import BUSY, Attempt, clean, judge, swept_out
 from .pool import Pool
 from .resume import carried, sweeps, swept_s
 
@@ -143,7 +143,7 @@ class Scheduler:
     # -- frames ------------------------------------------------------------------------------
 
     async def evaluate(
-        self, ids: list[str | None], key: str, spec: bytes, env: bytes, owner: str
+        self, ids: Sequence[str | None], key: str, spec: bytes, env: bytes, owner: str
     ) -> MatchResult:
         """The first of ``key``'s rules (``ids``) matching the encoded ``env``, plus faults.
 
@@ -207,7 +207,7 @@ class Scheduler:
 
     def _hand_over(
         self,
-        ids: list[str | None],
+        ids: Sequence[str | None],
         key: str,
         spec: bytes,
         env: bytes,
@@ -233,7 +233,7 @@ class Scheduler:
 
     async def _evaluate(
         self,
-        ids: list[str | None],
+        ids: Sequence[str | None],
         key: str,
         spec: bytes,
         env: bytes,
@@ -254,10 +254,13 @@ class Scheduler:
             body = proto.frame(proto.encode_eval(header, env))
             # a sweep that ran out costs the event nothing: the deadline moves on by its time
             deadline = base + swept_s(tried)
-            tried.append((await self._attempts(key, spec, body, deadline))[0])
+            att = (await self._attempts(key, spec, body, deadline))[0]
+            if not tried and (answer := clean(att)) is not None:
+                return answer
+            tried.append(att)
 
     async def _evaluate_many(
-        self, ids: list[str | None], key: str, spec: bytes, envs: list[bytes]
+        self, ids: Sequence[str | None], key: str, spec: bytes, envs: list[bytes]
     ) -> list[MatchResult]:
         """Several envelopes of one rule set in one frame; each one's budget is its own.
 
@@ -272,7 +275,10 @@ class Scheduler:
         self.pool.stats["grouped"] += len(envs)
         out = []
         for env, att in zip(envs, atts, strict=True):
-            out.append(await self._evaluate(ids, key, spec, env, [att] if carried(att) else ()))
+            answer = clean(att)
+            if answer is None:
+                answer = await self._evaluate(ids, key, spec, env, [att] if carried(att) else ())
+            out.append(answer)
         return out
 
     async def frame(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from switchboard.plugin import (
@@ -19,8 +22,8 @@ from switchboard.plugin import (
 from . import protocol as wire
 from . import sandbox_metrics
 from .jqscan import forbidden_names, wrapper_names
-from .reads import project, rule_set_reads
-from .sandbox import Limits, Sandbox
+from .reads import cut, project, rule_set_reads, trie_of
+from .sandbox import Limits, RuleSetRef, Sandbox
 
 #: ``[plugins.rules]``: the operator's limits. The only place their defaults are written.
 #: Counts and budgets are per server worker (each worker has its own sandbox tree).
@@ -78,6 +81,20 @@ def _encoded(envelope: dict[str, Any], paths: frozenset[tuple[str, ...]] | None)
     return wire.encode_envelope(envelope if paths is None else project(envelope, paths))
 
 
+_EXPR = itemgetter("expr")
+_ID = methodcaller("get", "id")
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What every delivery to one rule set needs of it, worked out once."""
+
+    ref: RuleSetRef
+    #: what of the envelope the sandbox is sent (:func:`.reads.trie_of`; None: all of it)
+    trie: dict[str, Any] | None
+    whole: bool  # no proof of what the rules read: the whole envelope goes
+
+
 def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
     """(owner, scope): whose share of the sandbox, and which rule sets may share processes."""
     return str(webhook.get("owner_human") or ""), str(webhook.get("id") or "")
@@ -93,6 +110,7 @@ class RulesStage:
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings: dict[str, Any] = {**DEFAULTS, **(settings or {})}
         self._sandbox: Sandbox | None = None
+        self._prepared: OrderedDict[tuple[Any, ...], _Prepared] = OrderedDict()
         self.history_max_events = int(self.settings["history_max_events"])
         self.history_deadline_s = float(self.settings["history_deadline_s"])
 
@@ -150,22 +168,37 @@ class RulesStage:
         if not rules:
             return StageResult()
         owner, scope = tenant(ctx.webhook)
+        prepared = self._prepare(rules, ctx.config.params, scope)
         # only the paths the rules can read reach the sandbox (reads.py proves it, or the
         # whole envelope goes): parsing a big payload costs more than the rules themselves
-        paths = rule_set_reads(tuple(r["expr"] for r in rules))
-        envelope = _encoded(ctx.envelope, paths)
-        sandbox_metrics.sent(len(envelope), "whole" if paths is None else "paths")
-        match: MatchResult = await self.sandbox.evaluate(
-            [(r.get("id"), r["expr"]) for r in rules],
-            dict(ctx.config.params),
-            envelope,
-            owner=owner,
-            scope=scope,
-        )
+        trie = prepared.trie
+        envelope = wire.encode_envelope(ctx.envelope if trie is None else cut(ctx.envelope, trie))
+        sandbox_metrics.sent(len(envelope), "whole" if prepared.whole else "paths")
+        match: MatchResult = await self.sandbox.evaluate_rule_set(prepared.ref, envelope, owner)
         if match.rule_index is None:
             # No match: later stages (LLM triage) or the default decide; faults carry on.
             return StageResult(None, match.faults)
         return StageResult(decide(ctx.config, match, ctx.grant))
+
+    def _prepare(
+        self, rules: Sequence[Mapping[str, Any]], params: Mapping[str, Any], scope: str
+    ) -> _Prepared:
+        """``rules`` with ``params`` in ``scope``, as :meth:`route` evaluates them
+        (remembered: a webhook's every delivery asks again, with a config of its own)."""
+        exprs = tuple(map(_EXPR, rules))
+        ids = tuple(map(_ID, rules))
+        memo = (scope, exprs, ids, json.dumps(params, sort_keys=True) if params else "")
+        found = self._prepared.get(memo)
+        if found is not None:
+            self._prepared.move_to_end(memo)
+            return found
+        paths = rule_set_reads(exprs)
+        ref = self.sandbox.rule_set(list(zip(ids, exprs, strict=True)), dict(params), scope=scope)
+        trie = None if paths is None else trie_of(paths)
+        found = self._prepared[memo] = _Prepared(ref, trie, paths is None)
+        while len(self._prepared) > 2 * self.sandbox.limits.cache_size:
+            self._prepared.popitem(last=False)
+        return found
 
     def prepare(self, envelope: dict[str, Any]) -> bytes:
         """The envelope as the sandbox reads it (:meth:`verdicts` takes it in its place)."""

@@ -6,7 +6,7 @@ import signal
 from typing import Any
 
 import pytest
-from switchboard_rules.policy import BUSY, Attempt, Resume, judge
+from switchboard_rules.policy import BUSY, Attempt, Resume, clean, judge
 from switchboard_rules.protocol import BUDGET_LIMIT, RULE_LIMIT, SWEEP
 
 from switchboard.plugin import Fault, MatchResult
@@ -131,6 +131,35 @@ TABLE: list[tuple[str, list[str | None], list[Attempt], Any]] = [
 )
 def test_judge(ids: list[str | None], attempts: list[Attempt], expected: Any) -> None:
     assert judge(ids, attempts, rule_ms=50, event_ms=250) == expected
+
+
+@pytest.mark.parametrize(
+    ("ids", "attempts", "expected"),
+    [t[1:] for t in TABLE if len(t[2]) == 1],
+    ids=[t[0] for t in TABLE if len(t[2]) == 1],
+)
+def test_a_clean_answer_is_what_judge_makes_of_it(
+    ids: list[str | None], attempts: list[Attempt], expected: Any
+) -> None:
+    """The hot path's shortcut (an attempt that ended with no fault) never answers
+    otherwise than the policy: it answers as judge does, or leaves it to judge."""
+    answer = clean(attempts[0])
+    assert answer is None or answer == expected == judge(ids, attempts, rule_ms=50, event_ms=250)
+
+
+def test_clean_answers_the_common_cases_and_nothing_faulted() -> None:
+    assert clean(att(done=True)) == MatchResult(None)
+    assert clean(att(matched=2, done=True)) == MatchResult(2)
+    for faulted in (
+        att(matched=1, done=True, errors=[(0, "boom")]),
+        att(done=True, compile_errors={0: "bad"}),
+        att(done=True, budget_at=1),
+        att(matched=0, garbage="late"),
+        att(done=True, status=3),
+        att(armed=(0, SWEEP), status=ALARM),
+        att(matched=0),  # no done line yet
+    ):
+        assert clean(faulted) is None, faulted
 
 
 def test_no_slot_is_busy() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import jq
 import pytest
 from sbjqgen import KEYS, gen_envelope
-from switchboard_rules.reads import project, rule_reads, rule_set_reads
+from switchboard_rules.reads import cut, project, rule_reads, rule_set_reads, trie_of
 
 PARAMS = {"k": "a", "n": 1}
 
@@ -246,6 +246,22 @@ def gen_derived(r: random.Random, depth: int) -> str:
     if depth < 3 and r.random() < 0.25:
         return f"{r.choice(DERIVED)} | {gen_derived(r, depth + 1)}"
     return r.choice(DERIVED)
+
+
+def test_a_trie_built_once_cuts_as_project_does() -> None:
+    """The stage builds a rule set's trie once and cuts each delivery with it."""
+    env = {"kind": "push", "headers": {"a": "1", "b": "2"}, "payload": {"n": {"m": 1}, "o": 2}}
+    for paths in (
+        [("payload", "n", "m"), ("headers", "a")],
+        [("payload",), ("payload", "n")],
+        [("kind", "z"), ("payload", "n", "m"), ("nope",)],
+        [],
+    ):
+        trie = trie_of(paths)
+        assert cut(env, trie) == project(env, paths)
+        assert cut({"kind": "other"}, trie) == project({"kind": "other"}, paths)
+    assert trie_of([("payload",), ()]) is None  # the empty path: the whole envelope
+    assert cut(env, None) == env and cut(env, None) is not env
 
 
 def test_jq_cannot_tell_a_projected_envelope_from_the_whole() -> None:

@@ -45,6 +45,41 @@ async def test_match_decides_and_no_match_passes_to_the_next_stage() -> None:
         await stage.close()
 
 
+async def test_a_rule_set_is_worked_out_once_and_again_when_anything_of_it_changes() -> None:
+    """Each delivery's config is its own copy: the stage keeps what it works out of a rule
+    set (ids, zygote key, the paths read) by the rules' ids and expressions, the params
+    and the webhook, so a change to any of them is a rule set of its own."""
+    stage = stage_of(Runtime(load_config(env={})))
+
+    def config(rid: str, expr: str, **params: int) -> RoutingConfig:
+        return RoutingConfig(
+            ({"id": rid, "expr": expr, "action": {"queue": "triage"}},), params=params
+        )
+
+    async def rule_id(cfg: RoutingConfig, webhook: str = "w1") -> str | None:
+        ctx = RoutingContext({"id": webhook, "owner_human": "h"}, ENVELOPE, GRANT, cfg)
+        hit = await stage.route(ctx)
+        return None if hit.decision is None else hit.decision.trace["rule_id"]
+
+    try:
+        assert await rule_id(config("one", ".payload.n == 2")) == "one"
+        assert await rule_id(config("one", ".payload.n == 2")) == "one"
+        assert len(stage._prepared) == 1
+        assert await rule_id(config("two", ".payload.n == 2")) == "two"  # a new id
+        assert await rule_id(config("two", ".payload.n == 3")) is None  # a new expression
+        assert await rule_id(config("two", ".payload.n == $params.n", n=2)) == "two"
+        assert await rule_id(config("two", ".payload.n == $params.n", n=3)) is None  # params
+        assert await rule_id(config("two", ".payload.n == 2"), webhook="w2") == "two"
+        refs = list(stage._prepared.values())
+        assert len(refs) == 6
+        assert refs[0].ref.key != refs[-1].ref.key  # another webhook: another zygote
+        for i in range(2 * stage.sandbox.limits.cache_size + 5):  # kept within bounds
+            stage._prepare(({"id": "x", "expr": f".n == {i}"},), {}, "w3")
+        assert len(stage._prepared) == 2 * stage.sandbox.limits.cache_size
+    finally:
+        await stage.close()
+
+
 def test_every_plugins_rules_key_reaches_the_sandbox(tmp_path: Path) -> None:
     config = tmp_path / "sb.toml"
     config.write_text(
