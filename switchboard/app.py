@@ -101,7 +101,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # From the stop signal on, no new request starts (see arrival.BoundedHttp._admit) and every response
         # closes its connection; in-flight requests and their sinks finish.
         app.ctx.draining = True
-        from .service.ingest import drain_sinks
+        from .service.sinkrun import drain_sinks
 
         pruner = getattr(app.ctx, "pruner", None)
         if pruner is not None:

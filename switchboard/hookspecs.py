@@ -253,7 +253,9 @@ def switchboard_register_sinks(register: SinkRegistry, config: PluginConfig) -> 
         :class:`switchboard.plugin.SinkTodo` rows (``id``, ``endpoint_id``,
         ``queue``). Sinks see newly created todos only (never a redelivery's, never a
         drop's). A failing sink is logged with its plugin's name and never fails the
-        delivery.
+        delivery. A sink that also has ``async deliver_many(runtime, batch)`` (``batch``:
+        ``(event, todos)`` pairs) is called once per turn of the event loop with all the
+        events that committed in it, instead of through ``deliver``.
     :param config: this plugin's section.
     """
 

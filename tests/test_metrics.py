@@ -26,7 +26,8 @@ from switchboard.plugin import hookimpl
 from switchboard.plugins import build_registries, make_plugin_manager
 from switchboard.runtime import Runtime
 from switchboard.service import rules as rules_svc
-from switchboard.service.ingest import drain_sinks, ingest
+from switchboard.service.ingest import ingest
+from switchboard.service.sinkrun import drain_sinks
 from switchboard.sources import REASONS, Delivery, Headers
 
 _tenant = itertools.count()

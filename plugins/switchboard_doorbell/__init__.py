@@ -32,8 +32,14 @@ class Doorbell:
         self._flushing: asyncio.Task[None] | None = None
 
     async def deliver(self, runtime: Runtime, event: SinkEvent, todos: list[SinkTodo]) -> None:
-        for t in todos:
-            self._pending[f"{t['endpoint_id']}:{t['queue']}"] = None
+        await self.deliver_many(runtime, [(event, todos)])
+
+    async def deliver_many(
+        self, runtime: Runtime, batch: list[tuple[SinkEvent, list[SinkTodo]]]
+    ) -> None:
+        for _, todos in batch:
+            for t in todos:
+                self._pending[f"{t['endpoint_id']}:{t['queue']}"] = None
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush(runtime))
         await asyncio.shield(self._flushing)

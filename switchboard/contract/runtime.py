@@ -249,7 +249,10 @@ class Sink(Protocol):
 
         Called off the response path, after commit, never for a redelivery or a drop. An
         exception is logged with the plugin's name and never fails the delivery; the
-        service waits for in-flight calls when it stops.
+        service waits for in-flight calls when it stops. A sink may also have
+        ``async deliver_many(runtime, batch)``: then it is called once with the
+        ``(event, todos)`` pairs of every event that committed in one turn of the event
+        loop, and not through this method.
         """
         ...
 

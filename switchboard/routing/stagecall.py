@@ -10,6 +10,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from ..contract.errors import StoreUnavailable
+from .deadline import within
 from .model import (
     CAUSE_STAGE_ERROR,
     CAUSE_STAGE_TIMEOUT,
@@ -54,9 +55,7 @@ async def call_stage(
     """What ``stage`` answered for ``ctx``, or the fault it earned (which the caller turns
     into the default)."""
     try:
-        # asyncio's own timeout: the cheapest deadline on the hot path (one timer handle).
-        async with asyncio.timeout(timeout_ms / 1000):
-            result = await stage.route(ctx)
+        result = await within(stage.route(ctx), timeout_ms / 1000)
     except TimeoutError:
         return Fault.of_stage(stage.name, CAUSE_STAGE_TIMEOUT, f"no answer within {timeout_ms} ms")
     except NotYet:
@@ -104,8 +103,7 @@ async def stage_defers(stage: RoutingStage, ctx: RoutingContext, timeout_ms: int
     if ask is None:
         return True
     try:
-        async with asyncio.timeout(timeout_ms / 1000):
-            return bool(await ask(ctx))
+        return bool(await within(ask(ctx), timeout_ms / 1000))
     except Exception:
         return True
 

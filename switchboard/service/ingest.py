@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from .. import metrics
-from ..contract.sinks import SinkEvent, SinkTodo
 from ..errors import NotFound, StoreUnavailable, SwitchboardError, error_body, http_status
 from ..pgtext import clean_json, clean_text, key_text, raw_bytes
 from ..registry import ProjectionRegistry
@@ -32,13 +30,12 @@ from ..secrets_box import hash_token
 from ..sources import Delivery, Headers, body_key
 from ..store import OnceClaim, StaleResolution
 from . import liveload
-from .observe import Observation, observe_delivery, sink_failed
+from .observe import Observation, observe_delivery
 from .refusals import record_refusal
+from .sinkrun import ring_sinks
 from .wake import wake_triage
 
 log = logging.getLogger("switchboard.ingest")
-
-_background: set[asyncio.Task[None]] = set()
 
 
 @dataclass(frozen=True)
@@ -332,70 +329,3 @@ def subject_and_claim(
     validate_trace(repeat_trace)
     ttl = config_of(webhook).once_ttl_s(decision.queue)
     return subject, OnceClaim(str(webhook["id"]), key, repeat_trace, ttl)
-
-
-def ring_sinks(rt: Runtime, event: dict[str, Any], created: list[dict[str, Any]]) -> None:
-    """The sinks (the doorbell) for the todos a committed decision ``created``, if any."""
-    ring_sinks_many(rt, [(event, created)])
-
-
-def ring_sinks_many(rt: Runtime, rings: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
-    """:func:`ring_sinks` for each (event, created) pair, in one background task: a re-route
-    rings for a whole batch of events, where a task each would cost more than the ringing."""
-    batch = [
-        (
-            cast(SinkEvent, event),
-            [
-                SinkTodo(
-                    id=str(t["id"]),
-                    endpoint_id=str(t["endpoint_id"]),
-                    queue=t["queue"],
-                    created=True,
-                )
-                for t in created
-            ],
-        )
-        for event, created in rings
-        if created
-    ]
-    if batch:
-        _run_sinks(rt, batch)
-
-
-def _run_sinks(rt: Runtime, batch: list[tuple[SinkEvent, list[SinkTodo]]]) -> None:
-    """Sinks run after commit, off the response path; a failure is logged, never raised."""
-    sinks = list(rt.registries.sinks)
-    if not sinks:
-        return
-
-    async def run() -> None:
-        for event, todos in batch:
-            for sink in sinks:
-                try:
-                    await sink.deliver(rt, event, todos)
-                except StoreUnavailable as exc:
-                    # An outage is expected and said elsewhere: a line, not a traceback.
-                    sink_failed(sink.name)
-                    log.warning(
-                        "sink %r (plugin %r) failed: %s",
-                        sink.name,
-                        rt.registries.sinks.owner(sink.name),
-                        exc,
-                    )
-                except Exception:
-                    sink_failed(sink.name)
-                    log.exception(
-                        "sink %r (plugin %r) failed",
-                        sink.name,
-                        rt.registries.sinks.owner(sink.name),
-                    )
-
-    task = asyncio.get_running_loop().create_task(run())
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-
-
-async def drain_sinks() -> None:
-    """Wait for in-flight sink calls (used at shutdown so no doorbell is cut short)."""
-    if _background:
-        await asyncio.gather(*list(_background), return_exceptions=True)

@@ -37,9 +37,9 @@ from ..store.db import is_uuid
 from . import liveload
 from .common import jsonable
 from .history import DEFAULT_LAST, _Replay, _Totals, _webhook, decision_view
-from .ingest import ring_sinks_many
 from .replay import Clock, Only, Progress, count_window, evaluated, window_of
 from .reroute_apply import Taken, prepared
+from .sinkrun import ring_sinks_many
 from .versions import author_of, config_hash
 
 
@@ -251,7 +251,7 @@ async def reroute_events(
             if len(listed) < page:
                 listed.append(item)
                 state_at[0] = (row, at)
-        ring_sinks_many(rt, rings)  # the sinks, for the batch's new todos: one task
+        ring_sinks_many(rt, rings)  # the sinks, for the batch's new todos: one turn
 
     stream = evaluated(
         rt,

@@ -41,7 +41,8 @@ from ..routing.stagecall import budget_ms, stage_timeout_ms
 from ..routing.trace import validate_trace
 from ..runtime import Runtime
 from . import wake
-from .ingest import ring_sinks, subject_and_claim, todo_fields
+from .ingest import subject_and_claim, todo_fields
+from .sinkrun import ring_sinks
 
 log = logging.getLogger("switchboard.triage")
 

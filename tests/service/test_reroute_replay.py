@@ -12,8 +12,9 @@ import pytest
 from switchboard.errors import InvalidArgument
 from switchboard.runtime import Runtime
 from switchboard.service import history, identity, rules, webhooks
-from switchboard.service.ingest import drain_sinks, ingest
+from switchboard.service.ingest import ingest
 from switchboard.service.reroute import release_held, reroute_events
+from switchboard.service.sinkrun import drain_sinks
 from switchboard.sources import Headers
 
 WRONG = [{"id": "thirds", "expr": ".payload.n % 3 == 0", "action": {"drop": True}}]
