@@ -102,6 +102,25 @@ SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by
 REASONS = CONTRACT_REASONS
 
 
+#: The labelled series asked for on every delivery, kept (see :func:`series`).
+_SERIES: dict[tuple[object, tuple[str, ...]], Any] = {}
+#: Past this many, the kept series are dropped and asked for again (labels are bounded by
+#: design: this only caps a bug).
+_SERIES_MAX = 4096
+
+
+def series(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, kept: prometheus-client checks and converts the labels
+    and takes a lock on every call, for the same few series each delivery."""
+    key = (metric, labels)
+    found = _SERIES.get(key)
+    if found is None:
+        if len(_SERIES) >= _SERIES_MAX:
+            _SERIES.clear()
+        found = _SERIES[key] = metric.labels(*labels)
+    return found
+
+
 def verification_reason(reason: object, source: object = None) -> str:
     """The ``reason`` label of a refusal with code ``reason`` from ``source``.
 

@@ -483,3 +483,18 @@ def test_a_failing_sink_is_counted_and_the_next_sink_still_runs(dsn: str, tmp_pa
             await rt.shutdown()
 
     assert asyncio.run(deliver()) == [1.0, 1.0]
+
+
+def test_kept_series_are_the_labelled_series_and_stay_bounded(monkeypatch: Any) -> None:
+    from switchboard import metrics
+
+    one = metrics.series(metrics.DELIVERIES, "generic", "202", "none")
+    assert one is metrics.series(metrics.DELIVERIES, "generic", "202", "none")
+    assert one is metrics.DELIVERIES.labels("generic", "202", "none")
+    assert metrics.series(metrics.DELIVERIES, "generic", "401", "none") is not one
+    monkeypatch.setattr(metrics, "_SERIES_MAX", 3)
+    for status in ("500", "503", "404", "413"):
+        metrics.series(metrics.DELIVERIES, "generic", status, "none")
+    assert len(metrics._SERIES) <= 3
+    # a dropped series is asked for again: still the same labelled series
+    assert metrics.series(metrics.DELIVERIES, "generic", "202", "none") is one

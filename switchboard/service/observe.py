@@ -77,9 +77,9 @@ def _observe(d: Observation, now: float, per_webhook: bool, summary: bool) -> No
     latency = None if d.started is None else max(0.0, now - d.started)
     status = str(d.status)
     reason = d.verify_reason if d.status == 401 else "none"
-    metrics.DELIVERIES.labels(d.source, status, reason).inc()
+    metrics.series(metrics.DELIVERIES, d.source, status, reason).inc()
     if latency is not None:
-        metrics.INGEST_LATENCY.labels(status).observe(latency)
+        metrics.series(metrics.INGEST_LATENCY, status).observe(latency)
     if per_webhook and d.webhook_id:
         metrics.WEBHOOK_DELIVERIES.labels(d.webhook_id, status).inc()
     faults = _fault_causes(d.trace)
@@ -89,7 +89,8 @@ def _observe(d: Observation, now: float, per_webhook: bool, summary: bool) -> No
         # Labels come from the trace's enums (schemas/trace.schema.json), so they are bounded.
         stage = str(d.trace.get("stage") or "unknown")
         cause = str(d.trace.get("cause") or ("drop" if d.disposition == "dropped" else "none"))
-        metrics.OUTCOMES.labels(stage, cause, d.disposition, faults[0] if faults else "none").inc()
+        fault = faults[0] if faults else "none"
+        metrics.series(metrics.OUTCOMES, stage, cause, d.disposition, fault).inc()
         if per_webhook and d.webhook_id:
             metrics.WEBHOOK_OUTCOMES.labels(d.webhook_id, stage, cause).inc()
         failed = _failed_stages(d.trace)

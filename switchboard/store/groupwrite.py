@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,6 +140,18 @@ def _row(ord_: int, event_id: str, params: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def new_ids(n: int) -> list[str]:
+    """``n`` random (version 4) UUIDs as text: ``str(uuid.uuid4())`` each, from one read of
+    the system's random source (a third of the time per id: one per delivery)."""
+    text = os.urandom(16 * n).hex()
+    ids = []
+    for i in range(0, 32 * n, 32):
+        h = text[i : i + 32]
+        variant = "89ab"[int(h[16], 16) & 3]
+        ids.append(f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}")
+    return ids
+
+
 def _bytes(value: bytes | bytearray | memoryview | None) -> bytes:
     """A bytea array element: never NULL (an absent header block is stored empty)."""
     return b"" if value is None else bytes(value)
@@ -155,7 +167,7 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
     for i in sorted(range(len(writes)), key=lambda i: writes[i].key):
         leaders.setdefault(writes[i].key, i)
     lead = [writes[i] for i in leaders.values()]
-    ids = [str(uuid.uuid4()) for _ in lead]
+    ids = new_ids(len(lead))
     rows = [_row(n, i, w.params) for n, (i, w) in enumerate(zip(ids, lead, strict=True))]
     params: dict[str, Any] = {
         "rows": dumps(rows),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from switchboard.errors import ConfigError, NotFound, StoreUnavailable
 from switchboard.routing.model import DISPOSITION_DROPPED
 from switchboard.runtime import Runtime
 from switchboard.store import Database, DeliveryOutcome, OnceClaim, Store
+from switchboard.store.groupwrite import new_ids
 
 
 async def test_a_lone_delivery_is_written_at_once_in_a_batch_of_one(runtime: Runtime) -> None:
@@ -313,3 +315,16 @@ async def test_a_live_todo_with_the_key_is_reported_not_made_again(
     )
     assert again == await runtime.store.record_delivery(event("kept"), TODO, eps)
     assert count(dsn, "SELECT count(*) FROM todos WHERE idempotency_key = 'kept'") == 2
+
+
+def test_new_ids_are_distinct_version_4_uuids_as_uuid4_writes_them() -> None:
+    ids = new_ids(2000)
+    assert len(set(ids)) == 2000
+    variants = set()
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text  # uuid4's own spelling: lower case, dashed
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        variants.add(text[19])
+    assert variants == set("89ab")  # the variant's two free bits are random too
+    assert new_ids(0) == []
