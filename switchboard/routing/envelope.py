@@ -72,7 +72,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
 #: A UTF-8 byte order mark: one leading it is dropped before parsing (jq reads past it too).
 _BOM = b"\xef\xbb\xbf"
 #: Every ASCII digit to ``0``, ``.`` to itself, ``e``/``E`` to ``e``, a sign to ``+`` and
-#: every other byte to a space: a digit run long enough to leave 64 bits shows as
+#: an opening bracket of either kind to ``[`` and every other byte to a space: a digit run long enough to leave 64 bits shows as
 #: :data:`_LONG_RUN` in the translation, and a float's text as one of :data:`_FLOAT_MARKS`.
 #: A translate and a substring search cost ~3 us on a 5 KB body, where
 #: ``re.search(b"[0-9]{19}")`` costs ~45 us.
@@ -81,6 +81,7 @@ _CLASSES = bytes(
     else byte if byte == 0x2E
     else 0x65 if byte in b"eE"
     else 0x2B if byte in b"+-"
+    else 0x5B if byte in b"[{"
     else 0x20
     for byte in range(256)
 )  # fmt: skip
@@ -118,7 +119,9 @@ def _parse_fast(body: bytes, classes: bytes | None = None) -> Any:
     and a number past the largest double, which the json path accepts, and nesting past
     orjson's own limit).
     """
-    if _LONG_RUN in (body.translate(_CLASSES) if classes is None else classes):
+    if classes is None:
+        classes = body.translate(_CLASSES)
+    if _LONG_RUN in classes:
         return _SLOW
     try:
         value = orjson.loads(body)
@@ -126,7 +129,7 @@ def _parse_fast(body: bytes, classes: bytes | None = None) -> Any:
         # orjson.JSONDecodeError, or RecursionError from 3.9 on deep nesting: the json path
         # decides each for itself.
         return _SLOW
-    return _within_depth(body, value)
+    return _within_depth(body, value, classes)
 
 
 def _parse_json(body: bytes, floats: list[str] | None) -> Any:
@@ -165,11 +168,13 @@ def _parse_json(body: bytes, floats: list[str] | None) -> Any:
     return _within_depth(body, value)
 
 
-def _within_depth(body: bytes, value: Any) -> Any:
-    """``value``, or None when it nests deeper than :data:`MAX_DEPTH`."""
+def _within_depth(body: bytes, value: Any, classes: bytes | None = None) -> Any:
+    """``value``, or None when it nests deeper than :data:`MAX_DEPTH` (``classes``: the
+    body's :data:`_CLASSES` translation, when there is one)."""
     # Every level of nesting opens with its own bracket: a body with no more brackets than
     # the limit (in strings or not) cannot be deeper, and needs no walk (most bodies).
-    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+    opened = body.count(b"[") + body.count(b"{") if classes is None else classes.count(b"[")
+    if opened <= MAX_DEPTH:
         return value
     return None if _deeper_than(value, MAX_DEPTH) else value
 

@@ -63,6 +63,10 @@ def raw_header_block(headers: Headers, clean: list[tuple[str, str]]) -> bytes:
     """The header block in arrival order: names lower-cased, secret values redacted, other
     bytes exact; ``clean`` is ``sanitize_pairs(headers.items())``."""
     # Pair by pair, so a repeated header keeps its own line and position.
+    pairs = zip(headers.items(), clean, strict=True)
+    text = "\r\n".join(f"{name}: {value}" for (name, _), (_, value) in pairs)
+    if text.isascii():
+        return text.encode()  # what every pair's raw_bytes would give, in one call
     return b"\r\n".join(
         raw_bytes(name) + b": " + raw_bytes(value)
         for (name, _), (_, value) in zip(headers.items(), clean, strict=True)
