@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import metrics
 from ..loghygiene import redact
-from ..logsetup import clean_fields
+from ..logsetup import clean_fields, write_clean_info
 from ..pgtext import clean_text
 from ..routing.model import STAGE_CAUSES
 
@@ -133,7 +133,7 @@ def _emit(msg: str, args: tuple[Any, ...], line: dict[str, Any]) -> None:
     """An INFO record on the delivery logger, its fields already clean. Built here rather
     than by ``log.info``: that would walk the stack for the caller's file and line (a tenth
     of the line's cost), which the delivery line never prints."""
-    if log.isEnabledFor(logging.INFO):
+    if log.isEnabledFor(logging.INFO) and not write_clean_info(log, msg, args, line):
         log.handle(
             log.makeRecord(
                 log.name, logging.INFO, __file__, 0, msg, args, None, "observe_delivery",
