@@ -62,12 +62,20 @@ class BoundedHttp(Http):
     async def http1_request_header(self) -> None:
         # Called once the request's first bytes are in the buffer.
         protocol = cast("BoundedProtocol", self.protocol)
-        self._arm(protocol.header_timeout, "Request Timeout: headers took too long")
+        # A deadline only for what is still to come: most requests arrive whole, in one
+        # read, and would only set a timer to cancel it at once (twice a request).
+        if b"\r\n\r\n" not in self.recv_buffer:
+            self._arm(protocol.header_timeout, "Request Timeout: headers took too long")
         await super().http1_request_header()
         self._disarm()
         self._admit()
-        if self.request_body:
+        if self.request_body and not self._body_in():
             self._arm(protocol.body_timeout, "Request Timeout: body took too long")
+
+    def _body_in(self) -> bool:
+        """The whole declared body is already in the buffer (none of it chunked)."""
+        left = self.request_bytes_left
+        return isinstance(left, int) and len(self.recv_buffer) >= left
 
     def _admit(self) -> None:
         """Refuse at the headers, before a byte of the body is read (and before routing:
