@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -50,9 +51,15 @@ def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+@functools.lru_cache(maxsize=2)
+def _second(epoch_s: int) -> str:
+    """The UTC second a line is in: written once for all the lines of that second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s))
+
+
 def _json_doc(created: float, msecs: float, level: str, name: str, message: str) -> dict[str, Any]:
     return {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(msecs):03d}Z",
+        "time": f"{_second(int(created))}.{int(msecs):03d}Z",
         "level": level.lower(),
         "logger": name,
         "message": message,

@@ -371,3 +371,20 @@ def test_host_imports_no_first_party_plugin() -> None:
         if pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+def test_a_sources_projections_follow_registration_though_kept() -> None:
+    from switchboard.plugin import Projection
+
+    def build(source: str, kind: str | None, payload: Any) -> dict[str, Any]:
+        return {}
+
+    reg = ProjectionRegistry()
+    first = reg.add(Projection(name="one", sources=("acme", "other"), keys=("k",), build=build))
+    assert reg.for_source("acme") == [first]
+    listed = reg.for_source("acme")
+    listed.append(first)  # the caller's own list: what is kept does not change
+    assert reg.for_source("acme") == [first]
+    second = reg.add(Projection(name="two", sources=("acme",), keys=("k",), build=build))
+    assert reg.for_source("acme") == [first, second]  # a later registration is seen
+    assert reg.for_source("other") == [first] and reg.for_source("none") == []

@@ -72,11 +72,13 @@ class ProjectionRegistry(NamedRegistry[Projection]):
     def __init__(self) -> None:
         super().__init__()
         self._names: dict[str, None] = {}
+        self._by_source: dict[str, tuple[Projection, ...]] = {}  # asked on every delivery
 
     def add(self, item: Projection) -> Projection:
         for source in item.sources:
             self._put(f"{item.name}:{source}", item)
         self._names[item.name] = None
+        self._by_source.clear()
         return item
 
     def envelope_keys(self) -> list[str]:
@@ -84,7 +86,11 @@ class ProjectionRegistry(NamedRegistry[Projection]):
         return list(self._names)
 
     def for_source(self, source: str) -> list[Projection]:
-        return [p for k, p in self._items.items() if k.endswith(":" + source)]
+        found = self._by_source.get(source)
+        if found is None:
+            found = tuple(p for k, p in self._items.items() if k.endswith(":" + source))
+            self._by_source[source] = found
+        return list(found)
 
 
 class SubjectRegistry(NamedRegistry[SubjectExtractor]):

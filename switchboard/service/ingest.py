@@ -75,7 +75,8 @@ def raw_header_block(headers: Headers, clean: list[tuple[str, str]]) -> bytes:
 
 def todo_payload(envelope: dict[str, Any], event_ref: dict[str, Any]) -> dict[str, Any]:
     """What a worker claims: the delivery's facts, projections and payload (no headers)."""
-    doc = {k: v for k, v in envelope.items() if k != "headers"}
+    doc = dict(envelope)
+    doc.pop("headers", None)
     doc.update(event_ref)
     return doc
 
