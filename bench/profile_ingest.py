@@ -48,14 +48,19 @@ def workers(pid: int) -> list[psutil.Process]:
 
 
 def cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
+    return sum(cpus(procs))
+
+
+def cpus(procs: list[psutil.Process]) -> list[float]:
+    """Each process's CPU seconds so far (0 for one that has gone)."""
+    out = []
     for proc in procs:
         try:
             t = proc.cpu_times()
-            total += t.user + t.system
+            out.append(t.user + t.system)
         except psutil.Error:
-            pass
-    return total
+            out.append(0.0)
+    return out
 
 
 def frames(raw: Path) -> tuple[Counter[str], Counter[str], int]:
@@ -138,9 +143,10 @@ def main() -> None:
                     )
                 )  # fmt: skip
             time.sleep(1.0)  # py-spy attached
-            before = cpu(procs)
+            before = cpus(procs)
             elapsed, lat = asyncio.run(load(hook["ingest_url"], BODY, args.clients, args.total))
-            used = cpu(procs) - before
+            each = [b - a for a, b in zip(before, cpus(procs), strict=True)]
+            used = sum(each)
             for _, p in spies:
                 p.send_signal(2)  # SIGINT: py-spy writes its file and exits
             for _, p in spies:
@@ -165,7 +171,13 @@ def main() -> None:
         f"{' to 32 rules' if args.rules else ''}: {s['per_s']:.0f}/s, p50 {s['p50_ms']:.2f} ms,"
         f" p99 {s['p99_ms']:.2f} ms"
     )
-    print(f"workers' CPU per delivery: {used / args.total * 1e6:.0f} µs ({used:.2f} s in all)")
+    # Which worker took the clients' connections decides much: all of them on one (the
+    # kernel hands a burst of connections to the first worker awake) or shared.
+    shares = "/".join(f"{c / used:.0%}" for c in sorted(each, reverse=True) if c > 0.005 * used)
+    print(
+        f"workers' CPU per delivery: {used / args.total * 1e6:.0f} µs ({used:.2f} s in all;"
+        f" by worker {shares})"
+    )
     print(f"\n{samples} samples; top {args.top} frames by self time:")
     for frame, n in own.most_common(args.top):
         print(f"  {n / max(1, samples):6.1%}  {frame}")

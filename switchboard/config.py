@@ -39,7 +39,12 @@ DEFAULTS: dict[str, Any] = {
         "body_timeout_ms": 30000,
         "shutdown_grace_s": 15,
     },
-    "ingest": {"max_body_bytes": 5 * 1024 * 1024, "rotation_overlap_hours": 24, "batch_max": 256},
+    "ingest": {
+        "max_body_bytes": 5 * 1024 * 1024,
+        "rotation_overlap_hours": 24,
+        "batch_max": 256,
+        "writes_in_flight": 1,
+    },
     "routing": {
         "stages": ["rules", "llm"],
         "stage_timeout_ms": 5000,

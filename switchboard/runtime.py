@@ -123,6 +123,7 @@ class Runtime:
             self._store = Store(
                 db,
                 batch_max=int(ingest.get("batch_max", 256)),
+                writes_in_flight=int(ingest.get("writes_in_flight", 1)),
                 refusals_kept=int(ingest.get("refusals_kept", DEFAULT_REFUSALS_KEPT)),
             )
         return self._store

@@ -37,7 +37,12 @@ class Store(
     """Every query the service layer may run, over one pool."""
 
     def __init__(
-        self, db: Database, *, batch_max: int = 256, refusals_kept: int = DEFAULT_REFUSALS_KEPT
+        self,
+        db: Database,
+        *,
+        batch_max: int = 256,
+        writes_in_flight: int = 1,
+        refusals_kept: int = DEFAULT_REFUSALS_KEPT,
     ) -> None:
         self.db = db
         # Refused deliveries are recorded off the response path, the last N per webhook.
@@ -46,8 +51,11 @@ class Store(
         self.resolver = Batcher(self.resolve_webhooks, max_size=batch_max, step="resolve")
         # ... and while nothing behind them changed, not looked up again (rescache).
         self.resolutions = ResolutionCache()
-        # Group commit: concurrent deliveries of this worker share one write transaction.
-        self.writes = Batcher(self._flush_writes, max_size=batch_max, step="write")
+        # Group commit: concurrent deliveries of this worker share one write transaction
+        # (``writes_in_flight`` of them under way at once).
+        self.writes = Batcher(
+            self._flush_writes, max_size=batch_max, step="write", flights=writes_in_flight
+        )
 
 
 __all__ = ["Database", "DeliveryOutcome", "OnceClaim", "Refusal", "Row", "StaleResolution", "Store"]

@@ -1,4 +1,4 @@
-"""Group work of concurrent requests: one flusher per event loop takes everything waiting."""
+"""Group work of concurrent requests: a flusher per event loop takes everything waiting."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ Flush = Callable[[Sequence[T]], Awaitable[Sequence["R | BaseException"]]]
 class _LoopState(Generic[T, R]):
     loop: asyncio.AbstractEventLoop
     waiting: list[tuple[T, asyncio.Future[R]]] = field(default_factory=list)
-    flusher: asyncio.Task[None] | None = None
+    #: The tasks flushing what waits (at most ``flights``, less one while ``inline``).
+    flushers: set[asyncio.Task[None]] = field(default_factory=set)
     #: A caller is flushing its own lone item in its own task (see ``submit``).
     inline: bool = False
 
@@ -38,15 +39,28 @@ class Batcher(Generic[T, R]):
     instead (see ``store.events``). A flush that fails with StoreUnavailable fails the
     items waiting for the next one with it too: they would wait a whole second deadline
     for the same answer (README: every request answers within ``database_timeout_ms``).
-    The state is per event loop, so a runtime used from
-    several loops (tests, the CLI) never mixes their futures.
+
+    ``flights``: how many flushes may be under way at once (a lone caller's, from its turn
+    of the loop on, is one of them). With one, a worker's requests and its flushes take
+    turns when every client waits on the same flush: the database idles while the worker
+    makes the next batch, and the worker while the database commits. With two, an item
+    submitted while only one flush is under way starts another at once (a lone caller
+    then keeps its own item to itself): the next batch goes to the database while the
+    worker still answers the last one. Batches get smaller, and the worker and the
+    database work at the same time (bench/README.md, ``[ingest] writes_in_flight``).
+
+    The state is per event loop, so a runtime used from several loops (tests, the CLI)
+    never mixes their futures.
     """
 
-    def __init__(self, flush: Flush[T, R], *, max_size: int, step: str) -> None:
+    def __init__(self, flush: Flush[T, R], *, max_size: int, step: str, flights: int = 1) -> None:
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
+        if flights < 1:
+            raise ValueError("flights must be at least 1")
         self._flush = flush
         self.max_size = max_size
+        self.flights = flights
         self._step = step
         self._state: _LoopState[T, R] | None = None
 
@@ -59,15 +73,14 @@ class Batcher(Generic[T, R]):
     async def submit(self, item: T) -> R:
         """``item``'s result once the flush that took it has finished."""
         state = self._here()
-        if state.flusher is None and not state.inline and not state.waiting:
+        if not state.flushers and not state.inline and not state.waiting:
             return await self._alone(state, item)
         future: asyncio.Future[R] = state.loop.create_future()
         # Read the outcome even when the caller has gone, so an abandoned item's failure
         # is not reported again as "never retrieved".
         future.add_done_callback(_consume)
         state.waiting.append((item, future))
-        if state.flusher is None and not state.inline:
-            state.flusher = state.loop.create_task(self._run(state))
+        self._start(state)
         # Shielded: a caller that gives up (client gone) must not cancel the flush that
         # carries other callers' items; its own item is still written (and deduplicated
         # when the producer retries).
@@ -76,16 +89,17 @@ class Batcher(Generic[T, R]):
     async def _alone(self, state: _LoopState[T, R], item: T) -> R:
         """Flush a lone item in the caller's own task: no task to start, so an idle server
         pays one turn of the loop for batching. Items arriving during that turn join it (see
-        :meth:`_lead`); items arriving during its flush wait and are flushed together by a
-        task once it is done. Cancelling a lone caller cancels only its own item's flush (it
-        carries nobody else's)."""
+        :meth:`_lead`), unless one of them started a flush of its own (``flights`` above
+        one); items arriving during its flush wait and are flushed together by a task.
+        Cancelling a lone caller cancels only its own item's flush (it carries nobody
+        else's)."""
         state.inline = True
         try:
             # One turn of the loop first: the tasks woken with this one (a resolve batch
             # answered, a sandbox frame answered together) submit meanwhile, and all go in
             # one flush instead of this one alone and theirs after it.
             await asyncio.sleep(0)
-            if state.waiting:
+            if state.waiting and not state.flushers:
                 return await self._lead(state, item)
             metrics.STORE_BATCH.labels(self._step).observe(1)
             [result] = await self._flush([item])
@@ -94,8 +108,8 @@ class Batcher(Generic[T, R]):
             raise
         finally:
             state.inline = False
-            if state.waiting and state.flusher is None:
-                state.flusher = state.loop.create_task(self._run(state))
+            if state.waiting:
+                self._start(state)
         if isinstance(result, BaseException):
             raise result
         return result
@@ -107,8 +121,14 @@ class Batcher(Generic[T, R]):
         future.add_done_callback(_consume)
         state.waiting.insert(0, (item, future))
         state.inline = False
-        state.flusher = state.loop.create_task(self._run(state))
+        self._start(state)
         return await asyncio.shield(future)
+
+    def _start(self, state: _LoopState[T, R]) -> None:
+        """A flusher for what waits, unless ``flights`` flushes are under way already (each
+        flusher takes what waits until nothing does)."""
+        if len(state.flushers) + state.inline < self.flights:
+            state.flushers.add(state.loop.create_task(self._run(state)))
 
     async def _run(self, state: _LoopState[T, R]) -> None:
         try:
@@ -140,7 +160,9 @@ class Batcher(Generic[T, R]):
                     else:
                         future.set_result(result)
         finally:
-            state.flusher = None
+            task = asyncio.current_task()
+            if task is not None:
+                state.flushers.discard(task)
 
     @staticmethod
     def _fail_waiting(state: _LoopState[T, R], exc: BaseException) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from switchboard.errors import StoreUnavailable
 from switchboard.store.batcher import Batcher
 
 
@@ -183,3 +184,132 @@ def test_max_size_must_be_positive() -> None:
 
     with pytest.raises(ValueError, match="max_size"):
         Batcher(flush, max_size=0, step="test")
+
+
+def test_flights_must_be_positive() -> None:
+    async def flush(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    with pytest.raises(ValueError, match="flights"):
+        Batcher(flush, max_size=4, step="test", flights=0)
+
+
+def test_with_two_flights_the_next_batch_goes_while_the_first_is_in_the_database() -> None:
+    """One flight: what arrives during a flush waits for it (the test above). Two: it goes
+    at once, and a third batch waits for either to finish."""
+    flushes: list[list[int]] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            flushes.append(list(items))
+            await release.wait()
+            return [i * 2 for i in items]
+
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test", flights=2)
+        first = asyncio.create_task(b.submit(0))
+        await asyncio.sleep(0.01)
+        second = [asyncio.create_task(b.submit(i)) for i in (1, 2)]
+        await asyncio.sleep(0.01)
+        assert flushes == [[0], [1, 2]]  # both in the database at once
+        third = [asyncio.create_task(b.submit(i)) for i in (3, 4, 5)]
+        await asyncio.sleep(0.01)
+        assert flushes == [[0], [1, 2]]  # no third flight
+        release.set()
+        assert await first == 0
+        assert [await t for t in second + third] == [2, 4, 6, 8, 10]
+
+    run(main())
+    assert sorted(map(sorted, flushes)) == [[0], [1, 2], [3, 4, 5]]
+
+
+def test_with_two_flights_a_burst_goes_in_two_flushes_and_the_first_caller_keeps_its_own() -> None:
+    """Items submitted in one turn: with one flight they join the first caller's flush (the
+    test above); with two, the second starts the other flight and takes the rest, so the
+    first caller's flush carries only its own item and cancelling it cancels nothing else."""
+    flushes: list[list[int]] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            flushes.append(list(items))
+            await release.wait()
+            return [i * 2 for i in items]
+
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test", flights=2)
+        tasks = [asyncio.create_task(b.submit(i)) for i in (1, 2, 3)]
+        await asyncio.sleep(0.01)
+        assert sorted(map(sorted, flushes)) == [[1], [2, 3]]
+        tasks[0].cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        assert [await t for t in tasks[1:]] == [4, 6]
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
+
+    run(main())
+
+
+def test_flights_bound_the_flushes_under_way_and_every_item_gets_its_answer() -> None:
+    under_way = [0, 0]  # now, most
+
+    async def main() -> None:
+        async def flush(items: Sequence[int]) -> list[int]:
+            under_way[0] += 1
+            under_way[1] = max(under_way[1], under_way[0])
+            await asyncio.sleep(0.002)
+            under_way[0] -= 1
+            return [i + 1000 for i in items]
+
+        b: Batcher[int, int] = Batcher(flush, max_size=4, step="test", flights=3)
+
+        async def client(c: int) -> list[int]:
+            got = []
+            for n in range(20):
+                got.append(await b.submit(c * 100 + n))
+                await asyncio.sleep(0.0005 * (c % 3))
+            return got
+
+        answers = await asyncio.gather(*(client(c) for c in range(12)))
+        for c, got in enumerate(answers):
+            assert got == [c * 100 + n + 1000 for n in range(20)]
+        assert not b._here().flushers and not b._here().waiting
+
+    run(main())
+    assert under_way[1] == 3
+
+
+def test_a_lost_database_fails_what_waits_but_not_the_other_flight() -> None:
+    """A flush failing with StoreUnavailable fails the items waiting for a next flush (they
+    would wait a whole deadline for the same answer); the batch already in the database
+    in the other flight gets its own answer."""
+
+    async def main() -> None:
+        fail, release = asyncio.Event(), asyncio.Event()
+
+        async def flush(items: Sequence[int]) -> list[int]:
+            if items[0] == 0:
+                await fail.wait()
+                raise StoreUnavailable("gone")
+            await release.wait()
+            return list(items)
+
+        b: Batcher[int, int] = Batcher(flush, max_size=8, step="test", flights=2)
+        lone = asyncio.create_task(b.submit(0))
+        await asyncio.sleep(0.01)
+        other = asyncio.create_task(b.submit(1))
+        await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(b.submit(i)) for i in (2, 3)]
+        await asyncio.sleep(0.01)
+        fail.set()
+        with pytest.raises(StoreUnavailable):
+            await lone
+        for t in waiting:
+            with pytest.raises(StoreUnavailable):
+                await t
+        release.set()
+        assert await other == 1
+
+    run(main())

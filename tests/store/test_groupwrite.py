@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,72 @@ def test_ingest_batch_max_out_of_range_names_the_key(tmp_path: Path, value: str)
     path = tmp_path / "bad.toml"
     path.write_text(f"[ingest]\nbatch_max = {value}\n")
     with pytest.raises(ConfigError, match=": ingest.batch_max:"):
+        load_config(path, env={})
+
+
+async def test_two_writes_in_flight_lose_and_double_nothing(dsn: str, tmp_path: Path) -> None:
+    """``writes_in_flight = 2``: a worker's batches overlap in the database, each in its own
+    transaction, as two workers' do; the same delivery in both is one event."""
+    path = tmp_path / "switchboard.toml"
+    path.write_text("[ingest]\nwrites_in_flight = 2\n")
+    rt = Runtime(load_config(path, env=make_env(dsn, tmp_path / "data")))
+    await rt.open_store(migrate=False)
+    under_way = [0, 0]  # now, most
+    flush = rt.store.writes._flush
+
+    async def counted(items: Any) -> Any:
+        under_way[0] += 1
+        under_way[1] = max(under_way[1], under_way[0])
+        try:
+            return await flush(items)
+        finally:
+            under_way[0] -= 1
+
+    rt.store.writes._flush = counted  # type: ignore[method-assign]
+    try:
+        assert rt.store.writes.flights == 2
+        eps = await endpoints(rt, 2)
+        keys = [f"f{i}" for i in range(30)]
+
+        async def producer(order: list[str], pause: float) -> list[DeliveryOutcome]:
+            outs = []
+            for k in order:
+                outs.append(await rt.store.record_delivery(event(k), TODO, eps))
+                await asyncio.sleep(pause)
+            return outs
+
+        # Every key from six producers in different orders and at different paces: its
+        # copies land in different batches, under way at the same time.
+        orders = [
+            keys,
+            keys[::-1],
+            *(random.Random(seed).sample(keys, len(keys)) for seed in range(4)),
+        ]
+        runs = await asyncio.gather(
+            *(producer(order, 0.0005 * (i % 3)) for i, order in enumerate(orders))
+        )
+        by_key: dict[str, list[DeliveryOutcome]] = {}
+        for order, outs in zip(orders, runs, strict=True):
+            for k, o in zip(order, outs, strict=True):
+                by_key.setdefault(k, []).append(o)
+        assert sorted(by_key) == sorted(keys)
+        for k, outs in by_key.items():
+            assert sum(o.new_event for o in outs) == 1, k
+            assert len({o.event_id for o in outs}) == 1, k
+            assert len({tuple(t["id"] for t in o.todos) for o in outs}) == 1, k
+    finally:
+        await rt.shutdown()
+    assert under_way[1] == 2
+    assert count(dsn, "SELECT count(*) FROM events") == len(by_key)
+    assert count(dsn, "SELECT count(*) FROM todos") == 2 * len(by_key)
+    assert load_config(env={}).section("ingest")["writes_in_flight"] == 1
+
+
+@pytest.mark.parametrize("value", ["0", "9", '"two"'])
+def test_ingest_writes_in_flight_out_of_range_names_the_key(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[ingest]\nwrites_in_flight = {value}\n")
+    with pytest.raises(ConfigError, match=": ingest.writes_in_flight:"):
         load_config(path, env={})
 
 
