@@ -1,7 +1,7 @@
 """Group commit under load: deliveries with duplicates at 32 clients, checked in the database.
 
 Run: python bench/load.py [--total N (10000)] [--dups 0.10] [--clients 32] [--workers 2]
-       [--batch-max 256]
+       [--batch-max 256] [--writes-in-flight 1]
 Sends N distinct deliveries to a generic webhook with two targets, plus a share of them
 again (half right behind the original, so concurrently, half later), then prints
 deliveries/s, p50/p99, what was lost or duplicated (events and todos counted in
@@ -90,11 +90,18 @@ def main() -> None:
         default=None,
         help="[ingest] batch_max (default: the server's, 256)",
     )
+    ap.add_argument(
+        "--writes-in-flight",
+        type=int,
+        default=None,
+        help="[ingest] writes_in_flight (default: the server's, 1)",
+    )
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
+        ingest = {"batch_max": args.batch_max, "writes_in_flight": args.writes_in_flight}
         config.write_text(
-            f"[ingest]\nbatch_max = {args.batch_max}\n" if args.batch_max is not None else ""
+            "[ingest]\n" + "".join(f"{k} = {v}\n" for k, v in ingest.items() if v is not None)
         )
         srv = serve(dsn, Path(tmp), workers=args.workers, config=config)
         try:
@@ -150,6 +157,7 @@ def main() -> None:
     print(
         f"load: {args.total} deliveries + {len(ids) - args.total} duplicates, {args.clients}"
         f" clients, {args.workers} worker(s), batch_max {args.batch_max or 'default'},"
+        f" writes_in_flight {args.writes_in_flight or 'default'},"
         " 2 targets"
     )
     print(
