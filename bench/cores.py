@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
 import sys
 import tempfile
 import time
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,67 +34,50 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import (  # noqa: E402
-    _exchange,
     batch_line,
     cli,
     database,
+    drive,
     generic_webhook,
     histogram_diff,
     scrape_histogram,
     serve,
     summary,
 )
+from ingest import BODY as BODY_SMALL  # noqa: E402
 from profile_ingest import workers  # noqa: E402
 from routing import BODY as BODY_5K  # noqa: E402
 
-BODY_SMALL = json.dumps(
-    {"action": "opened", "number": 7, "title": "bench", "text": "x" * 512}
-).encode()  # ingest.py's body
 
-
-async def _load(url: str, body: bytes, clients: int, total: int, spread_s: float) -> Any:
-    """``clients`` connections, opened ``spread_s`` apart."""
+async def _load(
+    url: str, body: bytes, clients: int, total: int, spread_s: float, opened: Callable[[], Any]
+) -> tuple[Any, float, list[float]]:
+    """Open ``clients`` connections ``spread_s`` apart, call ``opened`` once every one is
+    accepted, then POST ``total`` deliveries over them: (what ``opened`` returned, the
+    seconds the deliveries took, their latencies)."""
     parts = urlsplit(url)
-    host, port, path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     conns = []
     for _ in range(clients):
         conns.append(await asyncio.open_connection(host, port))
         if spread_s:
             await asyncio.sleep(spread_s)
     await asyncio.sleep(0.2)  # every connection accepted before the count and the run
-    return conns, host, path
-
-
-async def _send(conns: Any, host: str, path: str, body: bytes, total: int) -> Any:
-    left = [total]
+    taken = opened()
+    bodies: asyncio.Queue[bytes] = asyncio.Queue()
+    for _ in range(total):
+        bodies.put_nowait(body)
     latencies: list[float] = []
-
-    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while left[0] > 0:
-            left[0] -= 1
-            start = time.perf_counter()
-            status, _ = await _exchange(reader, writer, host, path, str(uuid.uuid4()), "", body)
-            latencies.append(time.perf_counter() - start)
-            if b" 202 " not in status:
-                raise RuntimeError(f"unexpected status {status!r}")
-
     start = time.perf_counter()
-    await asyncio.gather(*(one(r, w) for r, w in conns))
-    elapsed = time.perf_counter() - start
-    for _, w in conns:
-        w.close()
-    return elapsed, latencies
+    await asyncio.gather(*(drive(r, w, host, parts.path, bodies, latencies) for r, w in conns))
+    return taken, time.perf_counter() - start, latencies
 
 
 def _postgres(dsn: str) -> list[psutil.Process]:
     """The embedded server's processes (its socket directory is in their command line), or
     every process named postgres for a database elsewhere."""
     host = psycopg.conninfo.conninfo_to_dict(dsn).get("host") or ""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        if proc.info["name"] != "postgres":
-            continue
-        found.append(proc)
+    found = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "postgres"]
     mine = [p for p in found if host and any(host in a for a in p.info["cmdline"] or [])]
     if not mine:
         return found
@@ -153,30 +135,30 @@ def main() -> None:
             hook = generic_webhook(srv.env)
             url = hook["ingest_url"]
             port = urlsplit(url).port or 80
-
-            async def run(total: int, measured: bool) -> Any:
-                conns, host, path = await _load(url, body, args.clients, total, args.spread / 1e3)
-                if measured:
-                    held.update(_held(answering, port))
-                    before.update(_times(answering + pg))
-                    state["stat"], state["self"] = _stat(), resource.getrusage(resource.RUSAGE_SELF)
-                return await _send(conns, host, path, body, total)
-
+            spread = args.spread / 1e3
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("ALTER SYSTEM SET track_wal_io_timing = on")
                 conn.execute("SELECT pg_reload_conf()")
-            uvloop.run(run(500, False))  # warm up
+            uvloop.run(_load(url, body, args.clients, 500, spread, lambda: None))  # warm up
             answering = workers(srv.proc.pid)
             pg = _postgres(dsn)
-            held: dict[int, int] = {}
-            before: dict[int, tuple[float, float, int, int]] = {}
-            state: dict[str, Any] = {}
+
+            def opened() -> Any:
+                return (
+                    _held(answering, port),
+                    _times(answering + pg),
+                    _stat(),
+                    resource.getrusage(resource.RUSAGE_SELF),
+                )
+
             batches = scrape_histogram(srv.base_url)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_stat_reset_shared('wal')")
-            elapsed, latencies = uvloop.run(run(args.total, True))
+            (held, before, stat0, self0), elapsed, latencies = uvloop.run(
+                _load(url, body, args.clients, args.total, spread, opened)
+            )
             client = resource.getrusage(resource.RUSAGE_SELF)
-            stat = [b - a for a, b in zip(state["stat"], _stat(), strict=False)]
+            stat = [b - a for a, b in zip(stat0, _stat(), strict=False)]
             after = _times(answering + pg)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 wal = conn.execute("SELECT wal_sync, wal_sync_time FROM pg_stat_wal").fetchone()
@@ -215,10 +197,10 @@ def main() -> None:
         f"{'postgres (all)':<16} {'':>5} {(pg_user + pg_sys) / n * 1e6:>7.0f}"
         f" {pg_sys / n * 1e6:>12.0f}"
     )
-    own = client.ru_utime + client.ru_stime - state["self"].ru_utime - state["self"].ru_stime
+    own = client.ru_utime + client.ru_stime - self0.ru_utime - self0.ru_stime
     print(
         f"{'load client':<16} {'':>5} {own / n * 1e6:>7.0f}"
-        f" {(client.ru_stime - state['self'].ru_stime) / n * 1e6:>12.0f}"
+        f" {(client.ru_stime - self0.ru_stime) / n * 1e6:>12.0f}"
     )
     if wal is not None and wal[0]:
         print(

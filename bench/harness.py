@@ -176,6 +176,20 @@ async def _client(
     headers: str,
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
+    await drive(reader, writer, host, path, bodies, latencies, headers)
+
+
+async def drive(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    host: str,
+    path: str,
+    bodies: asyncio.Queue[bytes],
+    latencies: list[float],
+    headers: str = "",
+) -> None:
+    """POST the queue's bodies over one open keep-alive connection until it is empty, then
+    close it; each exchange's time into ``latencies``."""
     try:
         while True:
             try:

@@ -47,10 +47,6 @@ def workers(pid: int) -> list[psutil.Process]:
     return out
 
 
-def cpu(procs: list[psutil.Process]) -> float:
-    return sum(cpus(procs))
-
-
 def cpus(procs: list[psutil.Process]) -> list[float]:
     """Each process's CPU seconds so far (0 for one that has gone)."""
     out = []
