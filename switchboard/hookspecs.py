@@ -255,7 +255,10 @@ def switchboard_register_sinks(register: SinkRegistry, config: PluginConfig) -> 
         drop's). A failing sink is logged with its plugin's name and never fails the
         delivery. A sink that also has ``async deliver_many(runtime, batch)`` (``batch``:
         ``(event, todos)`` pairs) is called once per turn of the event loop with all the
-        events that committed in it, instead of through ``deliver``.
+        events that committed in it, instead of through ``deliver``. A sink that only
+        wakes listeners declares ``at_commit = CommitNotify(channel)`` instead of
+        ``deliver`` (:class:`switchboard.plugin.CommitSink`): the statement that creates
+        the todos sends its ``NOTIFY``, heard when they commit.
     :param config: this plugin's section.
     """
 

@@ -23,6 +23,7 @@ from .store import Database, Store
 from .store import migrate as migrations
 from .store.embedded import EmbeddedPostgres, embedded_exists
 from .store.refusals import DEFAULT_REFUSALS_KEPT
+from .store.rings import Rings
 
 log = logging.getLogger("switchboard")
 
@@ -125,6 +126,7 @@ class Runtime:
                 batch_max=int(ingest.get("batch_max", 256)),
                 writes_in_flight=int(ingest.get("writes_in_flight", 1)),
                 refusals_kept=int(ingest.get("refusals_kept", DEFAULT_REFUSALS_KEPT)),
+                rings=Rings(self.registries.sinks.notifies()),
             )
         return self._store
 

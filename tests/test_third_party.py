@@ -9,6 +9,7 @@ import hmac
 import json
 import os
 import re
+import select
 import shutil
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sbmcp import agent
 from sbtest import CLI, HELLO, Server, install_hello, make_env
 from sbworld import World
@@ -161,12 +163,14 @@ async def _sink_lines(path: Path, count: int) -> list[dict[str, Any]]:
 def acme_world(
     hello_site: Path, server_factory: Any, dsn: str, tmp_path: Path
 ) -> tuple[Server, World, dict[str, Any], Path]:
-    """A server with hello installed, its sink on and its stage before ``rules``."""
+    """A server with hello installed, its sinks on (one called after commit, one rung at
+    commit on ``acme_ready``) and its stage before ``rules``."""
     sink = tmp_path / "sink.jsonl"
     config = tmp_path / "sb.toml"
     config.write_text(
         f'[routing]\nstages = ["hello", "rules"]\n\n'
         f"[plugins.hello]\nsink_path = {json.dumps(str(sink))}\n"
+        'bell_channel = "acme_ready"\n'
     )
     srv = server_factory(dsn, config=config, env_extra=with_hello(hello_site))
     w = World(CLI(srv.env))
@@ -182,12 +186,31 @@ def acme_world(
     return srv, w, hook, sink
 
 
+def _heard(conn: psycopg.Connection[Any]) -> list[str]:
+    """The payloads heard until half a second passes without one."""
+    got: list[str] = []
+    while select.select([conn.fileno()], [], [], 0.5) != ([], [], []):
+        got += [n.payload for n in conn.notifies(timeout=0.05, stop_after=100)]
+    return got
+
+
+def _metric(base_url: str, name: str) -> float:
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    return 0.0
+
+
 async def test_acme_source_live_dry_runs_send_and_sink(
     acme_world: tuple[Server, World, dict[str, Any], Path],
     dsn: str,
     tmp_path: Path,
 ) -> None:
     srv, w, hook, sink = acme_world
+    bell = psycopg.connect(dsn, autocommit=True)
+    bell.execute("LISTEN acme_ready")
     owner = w.endpoints["owner"]
     secret = hook["signing_secret"]
     wid = hook["webhook_id"]
@@ -225,6 +248,16 @@ async def test_acme_source_live_dry_runs_send_and_sink(
         )
         assert kind == "ticket.opened" and disposition == "routed"
         assert trace["rule_id"] == "urgent"
+        # The plugin's bell was rung by the write's own transaction: heard by now.
+        assert _heard(bell) == [f"{owner['endpoint_id']}:triage"]
+        again = httpx.post(
+            hook["ingest_url"],
+            content=URGENT,
+            headers=acme_headers(secret, URGENT, "d-1"),
+            timeout=30,
+        ).json()
+        assert again["created"] == 0  # the same todo, not created again: no bell
+        assert [t["id"] for t in again["todos"]] == [t["id"] for t in live["todos"]]
 
         # A bad or missing signature is a 401 and stores nothing.
         forged = acme_headers("not-the-secret", URGENT, "d-2")
@@ -337,6 +370,12 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     )
     assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == 401
 
+    # The bell rang for the sent delivery only: never for the redelivery, the drop, the 401s
+    # or the dry runs; and the plugin's counter says so on /metrics.
+    assert _heard(bell) == [f"{owner['endpoint_id']}:inbox"]
+    bell.close()
+    assert _metric(srv.base_url, "hello_bells_rung_total") == 2
+
     # (e) The sink got each routed event (never the drop) with the documented keys.
     first, second = await _sink_lines(sink, 2)
     assert first == {
@@ -352,7 +391,7 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     assert second["kind"] == "ticket.opened" and second["title"] == "Low toner"
 
     # Start-up ran in the server, and the never-deciding stage saw every routed delivery
-    # (three live, two MCP dry runs) without deciding any.
+    # (four live, one of them a redelivery, and two MCP dry runs) without deciding any.
     status = httpx.get(srv.base_url + "/hello", timeout=10).json()
     assert status["state"]["started"] is True and "acme" in status["state"]["sources"]
-    assert status["stage_seen"] == 5
+    assert status["stage_seen"] == 6

@@ -94,6 +94,7 @@ from .routing import (
     replay_of,
 )
 from .runtime import (
+    CommitSink,
     Registries,
     RoutingContext,
     RoutingStage,
@@ -107,6 +108,7 @@ from .runtime import (
 )
 from .schemaerrors import SchemaProblem, first_schema_problem, schema_path, schema_problem
 from .sinks import (
+    CommitNotify,
     SinkEvent,
     SinkTodo,
 )
@@ -154,6 +156,8 @@ __all__ = [
     "CeilingExceeded",
     "Command",
     "CommandRegistry",
+    "CommitNotify",
+    "CommitSink",
     "ConfigError",
     "Conflict",
     "DISPOSITIONS",

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from .errors import PluginError
 from .registry import (
     CommandRegistry,
     LLMProviderRegistry,
@@ -26,7 +27,7 @@ from .registry import (
     SubjectRegistry,
 )
 from .routing import Fault, Grant, RoutingConfig, StageResult
-from .sinks import SinkEvent, SinkTodo
+from .sinks import CHANNEL_MAX_BYTES, CommitNotify, SinkEvent, SinkTodo
 
 if TYPE_CHECKING:
     import psycopg
@@ -257,6 +258,18 @@ class Sink(Protocol):
         ...
 
 
+@runtime_checkable
+class CommitSink(Protocol):
+    """A sink PostgreSQL rings itself, in the transaction that creates the todos.
+
+    ``at_commit`` says the channel: see :class:`CommitNotify`. The transaction's NOTIFY is
+    all such a sink does; it is never called after the commit (it needs no ``deliver``).
+    """
+
+    name: str
+    at_commit: CommitNotify
+
+
 # --------------------------------------------------------------------------------------
 # The registries of those, and all of them together
 # --------------------------------------------------------------------------------------
@@ -266,8 +279,57 @@ class StageRegistry(NamedRegistry[RoutingStage]):
     kind = "routing stage"
 
 
-class SinkRegistry(NamedRegistry[Sink]):
+class SinkRegistry(NamedRegistry[Sink | CommitSink]):
+    """Sinks called after commit, and sinks rung in the transaction (``at_commit``)."""
+
     kind = "sink"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls: tuple[Sink, ...] = ()  # asked on every delivery
+        self._notifies: tuple[tuple[str, CommitNotify], ...] = ()
+
+    def add(self, item: Sink | CommitSink) -> Sink | CommitSink:
+        notify = getattr(item, "at_commit", None)
+        if notify is not None:
+            _check_notify(self.current_plugin, getattr(item, "name", None), notify)
+        elif not callable(getattr(item, "deliver", None)):
+            raise PluginError(
+                f"plugin {self.current_plugin!r}: sink {getattr(item, 'name', None)!r} has "
+                "neither `async deliver(runtime, event, todos)` nor `at_commit`"
+            )
+        super().add(item)
+        if notify is not None:
+            self._notifies += ((f"sink {item.name!r} (plugin {self.current_plugin!r})", notify),)
+        else:
+            self._calls += (cast(Sink, item),)
+        return item
+
+    def called(self) -> tuple[Sink, ...]:
+        """The sinks called after commit (with ``deliver`` or ``deliver_many``)."""
+        return self._calls
+
+    def notifies(self) -> tuple[tuple[str, CommitNotify], ...]:
+        """What the sinks rung at commit declared, in registration order, each beside a
+        label naming the sink and its plugin (``sink 'doorbell' (plugin 'doorbell')``)."""
+        return self._notifies
+
+
+def _check_notify(plugin: str, name: object, notify: object) -> None:
+    """A sink's ``at_commit`` is a :class:`CommitNotify` PostgreSQL can send."""
+    where = f"plugin {plugin!r}: sink {name!r}: at_commit"
+    if not isinstance(notify, CommitNotify):
+        raise PluginError(f"{where} must be a CommitNotify, not {type(notify).__name__}")
+    channel = notify.channel
+    if not isinstance(channel, str) or not channel:
+        raise PluginError(f"{where}: the channel must be a non-empty string")
+    if len(channel.encode()) > CHANNEL_MAX_BYTES or "\x00" in channel:
+        raise PluginError(
+            f"{where}: the channel {channel[:80]!r} is not a PostgreSQL channel name "
+            f"(at most {CHANNEL_MAX_BYTES} bytes, no NUL)"
+        )
+    if notify.rung is not None and not callable(notify.rung):
+        raise PluginError(f"{where}: rung must be callable")
 
 
 @dataclass

@@ -1,8 +1,14 @@
-"""What a sink is handed besides the runtime: the committed event and the todos it made."""
+"""What a sink is handed besides the runtime (the committed event and the todos it made),
+and what a sink that rings at commit declares instead."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
+
+#: The longest channel name PostgreSQL takes (an identifier: ``NAMEDATALEN - 1`` bytes).
+CHANNEL_MAX_BYTES = 63
 
 
 class SinkEvent(TypedDict):
@@ -41,3 +47,17 @@ class SinkTodo(TypedDict):
     endpoint_id: str
     queue: str
     created: bool
+
+
+@dataclass(frozen=True)
+class CommitNotify:
+    """A sink's ``at_commit``: ``NOTIFY <channel>, '<endpoint_id>:<queue>'`` for each endpoint
+    and queue a transaction gives new todos, sent by PostgreSQL from that transaction.
+
+    Listeners hear it when the todos commit, and never when they roll back: the ring costs
+    the delivery no round trip of its own. ``rung``, if given, is called after each commit
+    with the number of notifications it sent (a counter's ``inc``).
+    """
+
+    channel: str
+    rung: Callable[[int], None] | None = None

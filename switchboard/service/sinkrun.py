@@ -30,7 +30,12 @@ def ring_sinks(rt: Runtime, event: dict[str, Any], created: list[dict[str, Any]]
 
 
 def ring_sinks_many(rt: Runtime, rings: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
-    """:func:`ring_sinks` for each (event, created) pair: added to this turn's task."""
+    """:func:`ring_sinks` for each (event, created) pair: added to this turn's task.
+
+    Sinks rung at commit (``at_commit``: the doorbell) are not called: the transaction that
+    created the todos rang them (``store.rings``)."""
+    if not rt.registries.sinks.called():
+        return
     batch: Batch = [
         (
             cast(SinkEvent, event),
@@ -47,7 +52,7 @@ def ring_sinks_many(rt: Runtime, rings: list[tuple[dict[str, Any], list[dict[str
         for event, created in rings
         if created
     ]
-    if not batch or not rt.registries.sinks.names():
+    if not batch:
         return
     loop = asyncio.get_running_loop()
     turn = _open.get(id(rt))
@@ -79,7 +84,7 @@ class _Turn:
         self.loop = loop
         self.batch: Batch = []
         self.started = False
-        self.sinks = list(rt.registries.sinks)  # those of the turn's first ring
+        self.sinks = rt.registries.sinks.called()  # those of the turn's first ring
 
     def open(self, rt: Runtime, loop: asyncio.AbstractEventLoop) -> bool:
         return not self.started and self.rt is rt and self.loop is loop

@@ -15,6 +15,7 @@ from .refusals import DEFAULT_REFUSALS_KEPT, Refusal, RefusalQueries, RefusalWri
 from .reroute import RerouteQueries
 from .rescache import ResolutionCache
 from .retention import RetentionQueries
+from .rings import Rings
 from .todos import TodoQueries
 from .versions import VersionQueries
 from .webhooks import WebhookQueries
@@ -43,8 +44,11 @@ class Store(
         batch_max: int = 256,
         writes_in_flight: int = 1,
         refusals_kept: int = DEFAULT_REFUSALS_KEPT,
+        rings: Rings | None = None,
     ) -> None:
         self.db = db
+        # The sinks PostgreSQL rings from the statements that create todos (``at_commit``).
+        self.rings = rings or Rings()
         # Refused deliveries are recorded off the response path, the last N per webhook.
         self.refusals = RefusalWriter(db, refusals_kept)
         # Token lookups of concurrent deliveries share one query (resolve_webhook).

@@ -19,6 +19,7 @@ from .db import Database, Row, is_uuid
 from .groupwrite import Write, firsts, write_many
 from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim, StaleResolution
 from .rescache import ResolutionCache
+from .rings import RUNG, Rings
 
 log = logging.getLogger("switchboard.store")
 
@@ -28,8 +29,10 @@ _TX_TRIES = 5
 
 # One statement, one round trip, atomic: the event, then one todo per target (in target
 # order) unless the decision is a drop, or its place in the deferred stage's queue when it
-# is pending. A conflicting event (a redelivery) inserts nothing.
-_RECORD = """
+# is pending; the sinks' rings for the new todos. A conflicting event (a redelivery)
+# inserts nothing.
+_RECORD = (
+    """
     WITH ev AS (
         INSERT INTO events (id, source, kind, external_id, headers, raw_headers, body,
                             content_type, size, verified, trust_mode, verify_detail,
@@ -56,13 +59,17 @@ _RECORD = """
         SELECT ev.id, %(routing_trace)s::jsonb ->> 'pending',
                (SELECT endpoint_id FROM endpoint_webhooks WHERE id = %(webhook_id)s)
         FROM ev WHERE %(disposition)s::text = 'pending'
-    )
+    ), """
+    + RUNG
+    + """
     SELECT (SELECT id FROM ev) AS event_id, (SELECT n FROM resolve_epoch) AS epoch,
+           (SELECT n FROM rung) AS rung,
            coalesce((SELECT json_agg(json_build_object(
                         'id', id, 'endpoint_id', endpoint_id, 'queue', queue)
                         ORDER BY array_position(%(endpoints)s::uuid[], endpoint_id))
                      FROM td), '[]'::json) AS todos
 """
+)
 
 
 def _own_failure(exc: Exception) -> Exception:
@@ -86,6 +93,8 @@ class EventQueries:
     resolutions: ResolutionCache
     #: The per-Store group commit of deliveries (see ``Store.__init__``).
     writes: Batcher[Write, DeliveryOutcome]
+    #: The sinks rung in the statements that create todos (see ``Store.__init__``).
+    rings: Rings
 
     async def record_delivery(
         self,
@@ -189,7 +198,9 @@ class EventQueries:
                 try:
                     if not claims:
                         # Autocommit: the statement has committed when it returns.
-                        return await self._write_plain(conn, writes)
+                        done = await self._write_plain(conn, writes)
+                        self.rings.committed(t for o in done for t in o.todos if t["created"])
+                        return done
                     answers: dict[int, DeliveryOutcome] = {}
                     async with conn.transaction():
                         if plain:
@@ -198,6 +209,9 @@ class EventQueries:
                         for i in claims:
                             answers[i] = await self._record_once(conn, writes[i])
                     # Only now, after COMMIT: each producer's 202 stands on committed rows.
+                    self.rings.committed(
+                        t for o in answers.values() for t in o.todos if t["created"]
+                    )
                     return [answers[i] for i in range(len(writes))]
                 except (errors.DeadlockDetected, errors.SerializationFailure):
                     if attempt == _TX_TRIES - 1:
@@ -210,7 +224,7 @@ class EventQueries:
         if len(writes) == 1:
             w = writes[0]
             return [await self._record(conn, w.params, w.endpoints, drop=w.drop)]
-        return await write_many(conn, writes)
+        return await write_many(conn, writes, self.rings.channels)
 
     async def _record_once(self, conn: Any, write: Write) -> DeliveryOutcome:
         """A delivery with a ``once`` claim, by its own statements in the batch's transaction."""
@@ -250,7 +264,7 @@ class EventQueries:
     async def _record(
         self, conn: Any, params: dict[str, Any], endpoints: list[str], *, drop: bool
     ) -> DeliveryOutcome:
-        cur = await conn.execute(_RECORD, params)
+        cur = await conn.execute(_RECORD, {**params, "ring": self.rings.channels})
         row = await cur.fetchone()
         assert row is not None
         if row["event_id"] is None:

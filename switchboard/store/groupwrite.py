@@ -13,6 +13,7 @@ from ..jsontext import dumps
 from ..routing.model import DISPOSITION_PENDING
 from .db import Row
 from .outcome import DeliveryOutcome, OnceClaim, redelivery_outcome
+from .rings import RUNG
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,15 @@ class Write:
 
 # The batch's events (sorted by their dedup key, so concurrent batches of two workers take
 # the unique index's locks in one order), then the todos of the events that were inserted
-# (and the pending ones' places in their deferred stage's queue):
+# (and the pending ones' places in their deferred stage's queue), and the sinks' rings:
 # one todo per (event, endpoint) row of the flattened target list, in target order. A
 # conflicting event (a redelivery) inserts nothing, a live todo with the key is kept.
 # The rows come as one JSON document: PostgreSQL parses it in C, where psycopg would adapt
 # seventeen arrays element by element in Python. The bytes (body, header block) come beside
 # it as two binary bytea arrays, the row's ``ord`` its index: copied as they are, where
 # base64 in the document cost a third more bytes and an encoding and a decoding each.
-_BATCH = """
+_BATCH = (
+    """
     WITH d AS (
         SELECT * FROM json_to_recordset(%(rows)s::json) AS d(
             ord int, id uuid, source text, kind text, external_id text, headers jsonb,
@@ -85,13 +87,16 @@ _BATCH = """
         SELECT d.id, d.routing_trace ->> 'pending', w.endpoint_id
         FROM d JOIN ev ON ev.id = d.id LEFT JOIN endpoint_webhooks w ON w.id = d.webhook_id
         WHERE d.disposition = 'pending'
-    )
-    SELECT (SELECT n FROM now_epoch) AS epoch,
+    ), """
+    + RUNG
+    + """
+    SELECT (SELECT n FROM now_epoch) AS epoch, (SELECT n FROM rung) AS rung,
            coalesce((SELECT json_agg(id) FROM ev), '[]'::json) AS events,
            coalesce((SELECT json_agg(json_build_object('id', id, 'endpoint_id', endpoint_id,
                                                        'queue', queue, 'event_id', event_id))
                      FROM td), '[]'::json) AS todos
 """
+)
 
 # What the first deliveries of these keys did: redeliveries report it (one query for all).
 _FIRSTS = """
@@ -157,8 +162,9 @@ def _bytes(value: bytes | bytearray | memoryview | None) -> bytes:
     return b"" if value is None else bytes(value)
 
 
-async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome]:
+async def write_many(conn: Any, writes: Sequence[Write], ring: list[str]) -> list[DeliveryOutcome]:
     """Write ``writes`` (none of them claims) with one statement; each one's outcome.
+    ``ring``: the channels rung for the new todos (``rings.RUNG``).
 
     The same key twice resolves as a redelivery does across batches: the first is
     written, the later ones report its todos with ``created: False`` (or its drop).
@@ -173,6 +179,7 @@ async def write_many(conn: Any, writes: Sequence[Write]) -> list[DeliveryOutcome
         "rows": dumps(rows),
         "raw_headers": [_bytes(w.params["raw_headers"]) for w in lead],
         "bodies": [_bytes(w.params["body"]) for w in lead],
+        "ring": ring,
     }
     params["t_event"] = [i for i, w in zip(ids, lead, strict=True) for _ in w.params["endpoints"]]
     params["t_endpoint"] = [e for w in lead for e in w.params["endpoints"]]

@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
 from .db import Database, Row
 from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim
+from .rings import RUNG, Rings
 
 # Up to ``n`` free events of ``stage``, oldest first in turns: every endpoint's oldest,
 # then every endpoint's second oldest ... (one endpoint's backlog never starves another's).
@@ -47,17 +48,25 @@ _CLAIM = """
               e.webhook_id, e.routing_trace
 """
 
-_TODOS = """
-    INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
-                       routing_trace, work_order)
-    SELECT t.endpoint_id, %(queue)s, %(external_id)s, %(title)s, %(payload)s, %(event_id)s,
-           %(routing_trace)s, %(work_order)s
-    FROM unnest(%(endpoints)s::uuid[]) WITH ORDINALITY AS t(endpoint_id, ord)
-    ORDER BY t.ord
-    ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
-    DO NOTHING
-    RETURNING id, endpoint_id, queue
+# The decision's todos, and the sinks' rings for them (``rings``).
+_TODOS = (
+    """
+    WITH td AS (
+        INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
+                           routing_trace, work_order)
+        SELECT t.endpoint_id, %(queue)s, %(external_id)s, %(title)s, %(payload)s,
+               %(event_id)s, %(routing_trace)s, %(work_order)s
+        FROM unnest(%(endpoints)s::uuid[]) WITH ORDINALITY AS t(endpoint_id, ord)
+        ORDER BY t.ord
+        ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
+        DO NOTHING
+        RETURNING id, endpoint_id, queue
+    ), """
+    + RUNG
+    + """
+    SELECT td.* FROM td, rung
 """
+)
 
 #: What a scrape reads (``switchboard_pending_events{stage}``), bounded like the todo counts.
 PENDING_COUNTS = "SELECT stage, count(*) AS n FROM pending_events GROUP BY stage"
@@ -73,6 +82,7 @@ def pending_counts_sync(dsn: str, timeout_s: float = 2.0) -> dict[str, int]:
 
 class PendingQueries:
     db: Database
+    rings: Rings
 
     async def claim_pending(self, stage: str, owner: str, n: int, lease_s: float) -> list[Row]:
         """Lease up to ``n`` free pending events of ``stage`` to ``owner`` for ``lease_s``:
@@ -137,49 +147,67 @@ class PendingQueries:
         its ``once`` claim. None, writing nothing, when ``owner`` no longer holds the lease
         (it ran out and another worker took the event over: that one decides)."""
         async with self.db.tx() as conn:
+            outcome = await self._finish(
+                conn, event_id, owner, trace, disposition, todo, endpoints, once
+            )
+        if outcome is not None:  # committed: the rung callbacks of the sinks it rang
+            self.rings.committed(t for t in outcome.todos if t["created"])
+        return outcome
+
+    async def _finish(
+        self,
+        conn: Any,
+        event_id: str,
+        owner: str,
+        trace: dict[str, Any],
+        disposition: str,
+        todo: dict[str, Any],
+        endpoints: list[str],
+        once: OnceClaim | None,
+    ) -> DeliveryOutcome | None:
+        """:meth:`finish_pending`'s statements, in its transaction."""
+        cur = await conn.execute(
+            "DELETE FROM pending_events WHERE event_id = %s AND lease_owner = %s"
+            " RETURNING event_id",
+            (event_id, owner),
+        )
+        if await cur.fetchone() is None:
+            return None
+        if once is not None and disposition != DISPOSITION_DROPPED:
+            cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
+            holder = await cur.fetchone()
+            assert holder is not None
+            if str(holder["event_id"]) != event_id:
+                trace, disposition, endpoints = once.repeat_trace, DISPOSITION_REPEAT, []
+        await conn.execute(
+            "UPDATE events SET routing_trace = %s, disposition = %s WHERE id = %s",
+            (Jsonb(trace), disposition, event_id),
+        )
+        if disposition == DISPOSITION_DROPPED:
+            return DeliveryOutcome(event_id, True, True)
+        if disposition == DISPOSITION_REPEAT:
+            return DeliveryOutcome(event_id, True, False, repeat=True)
+        cur = await conn.execute(
+            _TODOS,
+            {
+                "queue": todo.get("queue"),
+                "external_id": todo["external_id"],
+                "title": todo.get("title", ""),
+                "payload": Jsonb(todo.get("payload") or {}),
+                "event_id": event_id,
+                "routing_trace": Jsonb(trace),
+                "work_order": Jsonb(todo["work_order"]) if todo.get("work_order") else None,
+                "endpoints": endpoints,
+                "ring": self.rings.channels,
+            },
+        )
+        by_endpoint = {t["endpoint_id"]: {**t, "created": True} for t in await cur.fetchall()}
+        if len(by_endpoint) < len(endpoints):
             cur = await conn.execute(
-                "DELETE FROM pending_events WHERE event_id = %s AND lease_owner = %s"
-                " RETURNING event_id",
-                (event_id, owner),
+                "SELECT id, endpoint_id, queue FROM todos WHERE endpoint_id = ANY(%s::uuid[])"
+                " AND idempotency_key = %s AND state IN ('pending', 'claimed')",
+                ([e for e in endpoints if e not in by_endpoint], todo["external_id"]),
             )
-            if await cur.fetchone() is None:
-                return None
-            if once is not None and disposition != DISPOSITION_DROPPED:
-                cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
-                holder = await cur.fetchone()
-                assert holder is not None
-                if str(holder["event_id"]) != event_id:
-                    trace, disposition, endpoints = once.repeat_trace, DISPOSITION_REPEAT, []
-            await conn.execute(
-                "UPDATE events SET routing_trace = %s, disposition = %s WHERE id = %s",
-                (Jsonb(trace), disposition, event_id),
-            )
-            if disposition == DISPOSITION_DROPPED:
-                return DeliveryOutcome(event_id, True, True)
-            if disposition == DISPOSITION_REPEAT:
-                return DeliveryOutcome(event_id, True, False, repeat=True)
-            cur = await conn.execute(
-                _TODOS,
-                {
-                    "queue": todo.get("queue"),
-                    "external_id": todo["external_id"],
-                    "title": todo.get("title", ""),
-                    "payload": Jsonb(todo.get("payload") or {}),
-                    "event_id": event_id,
-                    "routing_trace": Jsonb(trace),
-                    "work_order": Jsonb(todo["work_order"]) if todo.get("work_order") else None,
-                    "endpoints": endpoints,
-                },
-            )
-            made: list[Row] = [{**t, "created": True} for t in await cur.fetchall()]
-            if len(made) < len(endpoints):
-                have = {t["endpoint_id"] for t in made}
-                cur = await conn.execute(
-                    "SELECT id, endpoint_id, queue FROM todos WHERE endpoint_id = ANY(%s::uuid[])"
-                    " AND idempotency_key = %s AND state IN ('pending', 'claimed')",
-                    ([e for e in endpoints if e not in have], todo["external_id"]),
-                )
-                live = {r["endpoint_id"]: {**r, "created": False} for r in await cur.fetchall()}
-                by_endpoint = {t["endpoint_id"]: t for t in made} | live
-                made = [by_endpoint[e] for e in endpoints if e in by_endpoint]
-            return DeliveryOutcome(event_id, True, False, made)
+            by_endpoint |= {r["endpoint_id"]: {**r, "created": False} for r in await cur.fetchall()}
+        made = [by_endpoint[e] for e in endpoints if e in by_endpoint]  # in target order
+        return DeliveryOutcome(event_id, True, False, made)

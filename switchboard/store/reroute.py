@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 from ..routing.workorder import ONCE_REPEAT
 from .db import Database, Row
 from .outcome import ONCE_CLAIM, OnceClaim
+from .rings import RUNG, Rings
 
 #: What a scrape reads (``switchboard_held_events``): by ``idx_events_held`` (migration
 #: 0090), bounded like the todo counts.
@@ -28,6 +29,7 @@ def held_count_sync(dsn: str, timeout_s: float = 2.0) -> int:
 
 class RerouteQueries:
     db: Database
+    rings: Rings
 
     async def held_count(self) -> int:
         """Deliveries stored ``held`` (``on_fault = "hold"``), every webhook's."""
@@ -101,9 +103,12 @@ class RerouteQueries:
                 await conn.execute(_TRACES, (Jsonb([_trace_row(i) for i in writes]),))
                 todos = [_todo_row(i["event_id"], t) for i in writes for t in i["todos"]]
                 if todos:
-                    cur = await conn.execute(_TODOS, (Jsonb(todos),))
+                    cur = await conn.execute(
+                        _TODOS, {"todos": Jsonb(todos), "ring": self.rings.channels}
+                    )
                     for row in await cur.fetchall():
                         created[row["event_id"]].append(row)
+        self.rings.committed(t for made in created.values() for t in made)
         return [
             (created[i["event_id"]], holders.get(i["event_id"]))
             if i["event_id"] in created
@@ -129,21 +134,28 @@ _TRACES = """
 """
 
 # A todo per (event, endpoint) at most, whatever its state; never beside a live one with
-# the same key (the partial unique index), as a live delivery's.
-_TODOS = """
-    INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
-                       routing_trace, work_order)
-    SELECT t.endpoint_id, t.queue, t.idempotency_key, t.title, t.payload, t.event_id,
-           t.routing_trace, t.work_order
-    FROM jsonb_to_recordset(%s::jsonb) AS t(endpoint_id uuid, queue text,
-         idempotency_key text, title text, payload jsonb, event_id uuid,
-         routing_trace jsonb, work_order jsonb)
-    WHERE NOT EXISTS (SELECT 1 FROM todos o
-                      WHERE o.event_id = t.event_id AND o.endpoint_id = t.endpoint_id)
-    ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
-    DO NOTHING
-    RETURNING id::text, endpoint_id::text, queue, event_id::text
+# the same key (the partial unique index), as a live delivery's; the sinks' rings for them.
+_TODOS = (
+    """
+    WITH td AS (
+        INSERT INTO todos (endpoint_id, queue, idempotency_key, title, payload, event_id,
+                           routing_trace, work_order)
+        SELECT t.endpoint_id, t.queue, t.idempotency_key, t.title, t.payload, t.event_id,
+               t.routing_trace, t.work_order
+        FROM jsonb_to_recordset(%(todos)s::jsonb) AS t(endpoint_id uuid, queue text,
+             idempotency_key text, title text, payload jsonb, event_id uuid,
+             routing_trace jsonb, work_order jsonb)
+        WHERE NOT EXISTS (SELECT 1 FROM todos o
+                          WHERE o.event_id = t.event_id AND o.endpoint_id = t.endpoint_id)
+        ON CONFLICT (endpoint_id, idempotency_key) WHERE state IN ('pending', 'claimed')
+        DO NOTHING
+        RETURNING id::text, endpoint_id::text, queue, event_id::text
+    ), """
+    + RUNG
+    + """
+    SELECT td.* FROM td, rung
 """
+)
 
 
 def _trace_row(item: Reroute) -> dict[str, Any]:

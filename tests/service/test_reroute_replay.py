@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import psycopg
 import pytest
 
 from switchboard.errors import InvalidArgument
@@ -202,7 +203,7 @@ class _Recorder:
         self.calls.append((event, todos))
 
 
-async def test_the_sinks_and_the_doorbell_get_a_reroutes_todos(runtime: Runtime) -> None:
+async def test_the_sinks_and_the_doorbell_get_a_reroutes_todos(runtime: Runtime, dsn: str) -> None:
     from prometheus_client import REGISTRY
 
     rt = runtime
@@ -211,7 +212,12 @@ async def test_the_sinks_and_the_doorbell_get_a_reroutes_todos(runtime: Runtime)
     assert "doorbell" in [s.name for s in rt.registries.sinks]
     rung = REGISTRY.get_sample_value("switchboard_doorbells_rung_total") or 0.0
     await rules.set_rules(rt, owner, hook, FIXED)
-    done = await reroute_events(rt, owner, hook, plan=False)
+    with psycopg.connect(dsn, autocommit=True) as bell:
+        bell.execute("LISTEN todo_ready")
+        done = await reroute_events(rt, owner, hook, plan=False)
+        # The apply's transaction rang the doorbell: heard as soon as it committed.
+        rings = [n.payload for n in bell.notifies(timeout=2, stop_after=1)]
+    assert rings == [f"{owner['id']}:review"]
     assert done["todos_created"] == 1
     await drain_sinks()
     [(event, todos)] = recorder.calls

@@ -28,6 +28,7 @@ from switchboard.plugin import (
 from .acme import ACME_PROJECTION, AcmeSource, JsonLinesSink
 from .extras import (
     ACME_URGENT_PACK,
+    AcmeBell,
     AcmeSubjects,
     EchoProvider,
     HelloStage,
@@ -44,13 +45,15 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "properties": {
         "greeting": {"type": "string", "maxLength": 40, "default": "hello"},
         "sink_path": {"type": "string", "minLength": 1},
+        "bell_channel": {"type": "string", "minLength": 1},
     },
 }
 
 
 @hookimpl
 def switchboard_config_schema() -> dict[str, Any]:
-    """``[plugins.hello]``: a greeting, and where the sink writes (no sink without it)."""
+    """``[plugins.hello]``: a greeting, where the sink writes (no sink without it) and the
+    channel the bell rings on (no bell without it)."""
     return CONFIG_SCHEMA
 
 
@@ -68,6 +71,8 @@ def switchboard_register_projections(register: ProjectionRegistry) -> None:
 def switchboard_register_sinks(register: SinkRegistry, config: dict[str, Any]) -> None:
     if "sink_path" in config:
         register.add(JsonLinesSink(config["sink_path"]))
+    if "bell_channel" in config:
+        register.add(AcmeBell(config["bell_channel"]))
 
 
 # The rest of the contract ------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The rest of the contract: a subject extractor, a routing stage, an LLM provider, an MCP
-tool, a CLI command and an HTTP route. Each is small and harmless where it is installed."""
+tool, a CLI command, an HTTP route and a sink rung at commit. Each is small and harmless
+where it is installed."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from prometheus_client import Counter
+
 from switchboard.plugin import (
+    CommitNotify,
     RoutingConfig,
     RoutingContext,
     RuleValidationError,
@@ -27,6 +31,19 @@ class AcmeSubjects:
             return None
         ticket = payload.get("id")
         return f"acme:{ticket}" if isinstance(ticket, str) and ticket else None
+
+
+BELLS_RUNG = Counter("hello_bells_rung", "Acme bells PostgreSQL rang at commit")
+
+
+class AcmeBell:
+    """``NOTIFY <channel>, '<endpoint_id>:<queue>'`` for new todos, sent by PostgreSQL from
+    the transaction that creates them; counted in ``hello_bells_rung_total``."""
+
+    name = "acme-bell"
+
+    def __init__(self, channel: str) -> None:
+        self.at_commit = CommitNotify(channel, rung=BELLS_RUNG.inc)
 
 
 class HelloStage:
