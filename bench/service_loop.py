@@ -1,11 +1,12 @@
 """A delivery's CPU without HTTP: ``ingest()`` called in process, on a real database.
 
-Run: python bench/service_loop.py [--total N] [--clients C] [--profile FILE]
-Creates one generic webhook (no rules) through a short-lived ``switchboard serve`` on an
+Run: python bench/service_loop.py [--total N] [--clients C] [--rules] [--profile FILE]
+Creates one generic webhook (no rules; ``--rules``: routing.py's 32) through a short-lived ``switchboard serve`` on an
 embedded PostgreSQL, then calls the service layer's ``ingest()`` for N unique ~5 KB
 deliveries from C concurrent tasks in this process (uvloop, the workers' garbage
 collector setting, the delivery log to a file, the metrics as a worker keeps them) and
-prints deliveries/s and this process's CPU per delivery. With no HTTP, no other worker
+prints deliveries/s and this process's CPU per delivery (with ``--rules``, the rules
+sandbox's processes apart: only what routing costs the worker itself). With no HTTP, no other worker
 and no load client in the process, the figure holds to about 1 % run to run, where the
 end-to-end benches swing ±10 %: made to compare two trees of the code
 (``PYTHONPATH=<tree>:<tree>/plugins``) one change at a time. ``--profile`` samples it with
@@ -28,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import cli, database, generic_webhook, serve  # noqa: E402
-from routing import BODY  # noqa: E402
+from routing import BODY, set_rules  # noqa: E402
 
 
 async def _run(env: dict[str, str], token: str, total: int, clients: int, spy: Path | None) -> None:
@@ -89,6 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=6000)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--rules", action="store_true", help="32 rules on the webhook")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy's raw samples here")
     args = ap.parse_args()
     import uvloop
@@ -102,6 +104,8 @@ def main() -> None:
         try:
             cli(srv.env, "human", "add", "bench")
             hook = generic_webhook(srv.env)
+            if args.rules:
+                asyncio.run(set_rules(srv.env, hook["webhook_id"]))
         finally:
             srv.stop()
         env = {**os.environ, **srv.env}
