@@ -147,67 +147,52 @@ class PendingQueries:
         its ``once`` claim. None, writing nothing, when ``owner`` no longer holds the lease
         (it ran out and another worker took the event over: that one decides)."""
         async with self.db.tx() as conn:
-            outcome = await self._finish(
-                conn, event_id, owner, trace, disposition, todo, endpoints, once
-            )
-        if outcome is not None:  # committed: the rung callbacks of the sinks it rang
-            self.rings.committed(t for t in outcome.todos if t["created"])
-        return outcome
-
-    async def _finish(
-        self,
-        conn: Any,
-        event_id: str,
-        owner: str,
-        trace: dict[str, Any],
-        disposition: str,
-        todo: dict[str, Any],
-        endpoints: list[str],
-        once: OnceClaim | None,
-    ) -> DeliveryOutcome | None:
-        """:meth:`finish_pending`'s statements, in its transaction."""
-        cur = await conn.execute(
-            "DELETE FROM pending_events WHERE event_id = %s AND lease_owner = %s"
-            " RETURNING event_id",
-            (event_id, owner),
-        )
-        if await cur.fetchone() is None:
-            return None
-        if once is not None and disposition != DISPOSITION_DROPPED:
-            cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
-            holder = await cur.fetchone()
-            assert holder is not None
-            if str(holder["event_id"]) != event_id:
-                trace, disposition, endpoints = once.repeat_trace, DISPOSITION_REPEAT, []
-        await conn.execute(
-            "UPDATE events SET routing_trace = %s, disposition = %s WHERE id = %s",
-            (Jsonb(trace), disposition, event_id),
-        )
-        if disposition == DISPOSITION_DROPPED:
-            return DeliveryOutcome(event_id, True, True)
-        if disposition == DISPOSITION_REPEAT:
-            return DeliveryOutcome(event_id, True, False, repeat=True)
-        cur = await conn.execute(
-            _TODOS,
-            {
-                "queue": todo.get("queue"),
-                "external_id": todo["external_id"],
-                "title": todo.get("title", ""),
-                "payload": Jsonb(todo.get("payload") or {}),
-                "event_id": event_id,
-                "routing_trace": Jsonb(trace),
-                "work_order": Jsonb(todo["work_order"]) if todo.get("work_order") else None,
-                "endpoints": endpoints,
-                "ring": self.rings.channels,
-            },
-        )
-        by_endpoint = {t["endpoint_id"]: {**t, "created": True} for t in await cur.fetchall()}
-        if len(by_endpoint) < len(endpoints):
             cur = await conn.execute(
-                "SELECT id, endpoint_id, queue FROM todos WHERE endpoint_id = ANY(%s::uuid[])"
-                " AND idempotency_key = %s AND state IN ('pending', 'claimed')",
-                ([e for e in endpoints if e not in by_endpoint], todo["external_id"]),
+                "DELETE FROM pending_events WHERE event_id = %s AND lease_owner = %s"
+                " RETURNING event_id",
+                (event_id, owner),
             )
-            by_endpoint |= {r["endpoint_id"]: {**r, "created": False} for r in await cur.fetchall()}
-        made = [by_endpoint[e] for e in endpoints if e in by_endpoint]  # in target order
+            if await cur.fetchone() is None:
+                return None
+            if once is not None and disposition != DISPOSITION_DROPPED:
+                cur = await conn.execute(ONCE_CLAIM, once.params(event_id))
+                holder = await cur.fetchone()
+                assert holder is not None
+                if str(holder["event_id"]) != event_id:
+                    trace, disposition, endpoints = once.repeat_trace, DISPOSITION_REPEAT, []
+            await conn.execute(
+                "UPDATE events SET routing_trace = %s, disposition = %s WHERE id = %s",
+                (Jsonb(trace), disposition, event_id),
+            )
+            if disposition == DISPOSITION_DROPPED:
+                return DeliveryOutcome(event_id, True, True)
+            if disposition == DISPOSITION_REPEAT:
+                return DeliveryOutcome(event_id, True, False, repeat=True)
+            cur = await conn.execute(
+                _TODOS,
+                {
+                    "queue": todo.get("queue"),
+                    "external_id": todo["external_id"],
+                    "title": todo.get("title", ""),
+                    "payload": Jsonb(todo.get("payload") or {}),
+                    "event_id": event_id,
+                    "routing_trace": Jsonb(trace),
+                    "work_order": Jsonb(todo["work_order"]) if todo.get("work_order") else None,
+                    "endpoints": endpoints,
+                    "ring": self.rings.channels,
+                },
+            )
+            by_endpoint = {t["endpoint_id"]: {**t, "created": True} for t in await cur.fetchall()}
+            if len(by_endpoint) < len(endpoints):
+                cur = await conn.execute(
+                    "SELECT id, endpoint_id, queue FROM todos WHERE endpoint_id = ANY(%s::uuid[])"
+                    " AND idempotency_key = %s AND state IN ('pending', 'claimed')",
+                    ([e for e in endpoints if e not in by_endpoint], todo["external_id"]),
+                )
+                by_endpoint |= {
+                    r["endpoint_id"]: {**r, "created": False} for r in await cur.fetchall()
+                }
+            made = [by_endpoint[e] for e in endpoints if e in by_endpoint]  # in target order
+        # Committed: the sinks it rang (``at_commit``) hear of it now.
+        self.rings.committed(t for t in made if t["created"])
         return DeliveryOutcome(event_id, True, False, made)
