@@ -138,6 +138,7 @@ class EventQueries:
             work_order=Jsonb(todo["work_order"]) if todo.get("work_order") else None,
             endpoints=[] if drop or pending else list(endpoints),
             epoch=epoch,
+            ring=self.rings.channels,  # the single-row statement's (a batch passes its own)
         )
         outcome = await self.writes.submit(Write(params, list(endpoints), drop, once))
         if outcome.stale_epoch is not None:
@@ -264,7 +265,7 @@ class EventQueries:
     async def _record(
         self, conn: Any, params: dict[str, Any], endpoints: list[str], *, drop: bool
     ) -> DeliveryOutcome:
-        cur = await conn.execute(_RECORD, {**params, "ring": self.rings.channels})
+        cur = await conn.execute(_RECORD, params)
         row = await cur.fetchone()
         assert row is not None
         if row["event_id"] is None:
