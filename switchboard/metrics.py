@@ -96,6 +96,12 @@ REFUSALS_UNRECORDED = Counter(
     "Refused deliveries that could not be recorded (the database failed; they were answered)",
 )
 SINK_FAILURES = Counter("switchboard_sink_failures", "Sink calls that raised, by sink", ["sink"])
+SINK_RINGS = Counter(
+    "switchboard_sink_rings",
+    "NOTIFYs sent at commit for sinks rung there (at_commit), by sink: one per endpoint and"
+    " queue a committed transaction gave new todos",
+    ["sink"],
+)
 
 #: Every documented value of the ``reason`` label of a 401 (``none`` for every other
 #: status): the sources' refusal codes. A source's own codes (``refusal_reasons``) add to it.

@@ -254,6 +254,7 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
         series("switchboard_sandbox_envelope_bytes_count", cut="paths"): 1,
         series("switchboard_sandbox_envelope_bytes_count", cut="whole"): 1,
         series("switchboard_doorbells_rung_total"): 3,
+        series("switchboard_sink_rings_total", sink="doorbell"): 3,
     }
     for status, n in (("202", 4), ("401", 2), ("404", 1)):  # a 413 has no latency
         expected[series("switchboard_ingest_latency_seconds_count", status=status)] = n

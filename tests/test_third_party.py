@@ -194,11 +194,11 @@ def _heard(conn: psycopg.Connection[Any]) -> list[str]:
     return got
 
 
-def _metric(base_url: str, name: str) -> float:
+def _metric(base_url: str, name: str, **labels: str) -> float:
     text = httpx.get(base_url + "/metrics", timeout=10).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name:
+            if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     return 0.0
 
@@ -371,10 +371,11 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == 401
 
     # The bell rang for the sent delivery only: never for the redelivery, the drop, the 401s
-    # or the dry runs; and the plugin's counter says so on /metrics.
+    # or the dry runs; the host's series for it says so on /metrics, and the plugin's
+    # callback was told as much.
     assert _heard(bell) == [f"{owner['endpoint_id']}:inbox"]
     bell.close()
-    assert _metric(srv.base_url, "hello_bells_rung_total") == 2
+    assert _metric(srv.base_url, "switchboard_sink_rings_total", sink="acme-bell") == 2
 
     # (e) The sink got each routed event (never the drop) with the documented keys.
     first, second = await _sink_lines(sink, 2)
@@ -395,3 +396,4 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     status = httpx.get(srv.base_url + "/hello", timeout=10).json()
     assert status["state"]["started"] is True and "acme" in status["state"]["sources"]
     assert status["stage_seen"] == 6
+    assert status["bells_rung"] == 2

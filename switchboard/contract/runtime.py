@@ -287,7 +287,7 @@ class SinkRegistry(NamedRegistry[Sink | CommitSink]):
     def __init__(self) -> None:
         super().__init__()
         self._calls: tuple[Sink, ...] = ()  # asked on every delivery
-        self._notifies: tuple[tuple[str, CommitNotify], ...] = ()
+        self._notifies: tuple[tuple[str, str, CommitNotify], ...] = ()
 
     def add(self, item: Sink | CommitSink) -> Sink | CommitSink:
         notify = getattr(item, "at_commit", None)
@@ -300,7 +300,7 @@ class SinkRegistry(NamedRegistry[Sink | CommitSink]):
             )
         super().add(item)
         if notify is not None:
-            self._notifies += ((f"sink {item.name!r} (plugin {self.current_plugin!r})", notify),)
+            self._notifies += ((item.name, self.current_plugin, notify),)
         else:
             self._calls += (cast(Sink, item),)
         return item
@@ -309,9 +309,9 @@ class SinkRegistry(NamedRegistry[Sink | CommitSink]):
         """The sinks called after commit (with ``deliver`` or ``deliver_many``)."""
         return self._calls
 
-    def notifies(self) -> tuple[tuple[str, CommitNotify], ...]:
-        """What the sinks rung at commit declared, in registration order, each beside a
-        label naming the sink and its plugin (``sink 'doorbell' (plugin 'doorbell')``)."""
+    def notifies(self) -> tuple[tuple[str, str, CommitNotify], ...]:
+        """What the sinks rung at commit declared, in registration order: (the sink's name,
+        its plugin's, its ``at_commit``)."""
         return self._notifies
 
 

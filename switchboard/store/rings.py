@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
+from .. import metrics
 from ..contract.sinks import CommitNotify
 from .db import Row
 
@@ -24,23 +25,31 @@ RUNG = """rung AS (
 class Rings:
     """The ``at_commit`` declarations of the registered sinks, for the store's statements."""
 
-    def __init__(self, notifies: Sequence[tuple[str, CommitNotify]] = ()) -> None:
-        """``notifies``: each sink's ``at_commit``, beside what a log line calls the sink."""
+    def __init__(self, notifies: Sequence[tuple[str, str, CommitNotify]] = ()) -> None:
+        """``notifies``: (sink, plugin, its ``at_commit``) for each sink rung at commit."""
         #: The ``%(ring)s`` parameter of a statement with :data:`RUNG`.
-        self.channels = [n.channel for _, n in notifies]
-        self._counted = tuple((who, n) for who, n in notifies if n.rung is not None)
+        self.channels = [n.channel for _, _, n in notifies]
+        # each sink's series of switchboard_sink_rings_total, and its callback
+        self._sinks = tuple(
+            (f"sink {sink!r} (plugin {plugin!r})", metrics.SINK_RINGS.labels(sink), n.rung)
+            for sink, plugin, n in notifies
+        )
 
     def committed(self, created: Iterable[Row]) -> None:
-        """After a commit: each ``rung`` callback with the notifications it sent (one per
-        endpoint and queue of the todos it ``created``; PostgreSQL folds a transaction's
-        identical ones). A callback that raises is logged, never the write's failure."""
-        if not self._counted:
+        """After a commit: the notifications it sent (one per endpoint and queue of the
+        todos it ``created``; PostgreSQL folds a transaction's identical ones) counted for
+        each sink, and handed to its ``rung`` callback. A callback that raises is logged,
+        never the write's failure."""
+        if not self._sinks:
             return
         n = len({(t["endpoint_id"], t["queue"]) for t in created})
         if not n:
             return
-        for who, notify in self._counted:
+        for who, series, rung in self._sinks:
+            series.inc(n)
+            if rung is None:
+                continue
             try:
-                notify.rung(n)  # type: ignore[misc]
+                rung(n)
             except Exception:
                 log.exception("%s: its at_commit rung callback failed", who)

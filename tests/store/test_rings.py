@@ -10,12 +10,17 @@ from contextlib import contextmanager
 
 import psycopg
 import pytest
+from prometheus_client import REGISTRY
 from sbdeliveries import TODO, endpoints, event, in_one_batch
 
 from switchboard.plugin import CommitNotify
 from switchboard.routing.model import DISPOSITION_DROPPED
 from switchboard.runtime import Runtime
 from switchboard.store.rings import Rings
+
+
+def rings_counted(sink: str) -> float:
+    return REGISTRY.get_sample_value("switchboard_sink_rings_total", {"sink": sink}) or 0.0
 
 
 @contextmanager
@@ -60,10 +65,11 @@ async def test_a_batch_rings_each_channel_once_per_endpoint_and_queue(
     counted: list[tuple[str, int]] = []
     runtime.store.rings = Rings(
         [
-            ("sink 'a'", CommitNotify("bell_a", rung=lambda n: counted.append(("a", n)))),
-            ("sink 'b'", CommitNotify("bell b")),  # any channel name PostgreSQL takes
+            ("a", "p", CommitNotify("bell_a", rung=lambda n: counted.append(("a", n)))),
+            ("b", "p", CommitNotify("bell b")),  # any channel name PostgreSQL takes
         ]
     )
+    before = rings_counted("a"), rings_counted("b")
     with listening(dsn, "bell_a", "bell b", "todo_ready") as conn:
         outs = await in_one_batch(
             runtime,
@@ -79,6 +85,8 @@ async def test_a_batch_rings_each_channel_once_per_endpoint_and_queue(
         got = heard(conn)
         assert sorted(got) == sorted((c, r) for c in ("bell_a", "bell b") for r in rings)
         assert counted == [("a", 3)]
+        # Each sink's series counts them, with a callback or without.
+        assert (rings_counted("a"), rings_counted("b")) == (before[0] + 3, before[1] + 3)
 
 
 async def test_a_write_that_rolls_back_at_commit_rings_nothing(runtime: Runtime, dsn: str) -> None:
@@ -114,14 +122,14 @@ async def test_a_failing_rung_callback_is_logged_and_the_delivery_stands(
     def boom(n: int) -> None:
         raise RuntimeError("counter broke")
 
-    label = "sink 'bell' (plugin 'acme-bells')"
-    runtime.store.rings = Rings([(label, CommitNotify("bell", rung=boom))])
+    runtime.store.rings = Rings([("bell", "acme-bells", CommitNotify("bell", rung=boom))])
     with listening(dsn, "bell") as conn, caplog.at_level(logging.ERROR, "switchboard.store"):
         out = await runtime.store.record_delivery(event("x"), TODO, eps)
         assert out.new_event and out.todos[0]["created"]
         assert heard(conn) == [("bell", f"{eps[0]}:inbox")]
     [record] = [r for r in caplog.records if "rung callback" in r.getMessage()]
-    assert record.getMessage().startswith(label) and "counter broke" in caplog.text
+    assert record.getMessage().startswith("sink 'bell' (plugin 'acme-bells')")
+    assert "counter broke" in caplog.text
 
 
 async def test_without_a_commit_sink_nothing_is_rung(runtime: Runtime, dsn: str) -> None:

@@ -8,8 +8,6 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client import Counter
-
 from switchboard.plugin import (
     CommitNotify,
     RoutingConfig,
@@ -33,17 +31,19 @@ class AcmeSubjects:
         return f"acme:{ticket}" if isinstance(ticket, str) and ticket else None
 
 
-BELLS_RUNG = Counter("hello_bells_rung", "Acme bells PostgreSQL rang at commit")
-
-
 class AcmeBell:
     """``NOTIFY <channel>, '<endpoint_id>:<queue>'`` for new todos, sent by PostgreSQL from
-    the transaction that creates them; counted in ``hello_bells_rung_total``."""
+    the transaction that creates them (the host counts them in
+    ``switchboard_sink_rings_total{sink="acme-bell"}``); ``rung`` adds them up here too."""
 
     name = "acme-bell"
 
     def __init__(self, channel: str) -> None:
-        self.at_commit = CommitNotify(channel, rung=BELLS_RUNG.inc)
+        self.rung = 0
+        self.at_commit = CommitNotify(channel, rung=self._rang)
+
+    def _rang(self, notifications: int) -> None:
+        self.rung += notifications
 
 
 class HelloStage:
@@ -108,15 +108,18 @@ def greeting_command(greeting: str) -> Callable[[Any, Runtime], Awaitable[int]]:
 
 
 def add_status_route(app: Any, runtime: Runtime) -> None:
-    """``GET /hello``: whether start-up ran and how many deliveries the stage saw."""
+    """``GET /hello``: whether start-up ran, how many deliveries the stage saw and how many
+    notifications the bell was told of."""
     from sanic.response import json as json_response
 
     async def status(request: Any) -> Any:
         stage = runtime.registries.stages.get("hello")
+        bell = runtime.registries.sinks.get("acme-bell")
         return json_response(
             {
                 "state": runtime.state.get("hello"),
                 "stage_seen": stage.seen if isinstance(stage, HelloStage) else None,
+                "bells_rung": bell.rung if isinstance(bell, AcmeBell) else None,
             }
         )
 
