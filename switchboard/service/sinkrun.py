@@ -66,9 +66,13 @@ def ring_sinks_many(rt: Runtime, rings: list[tuple[dict[str, Any], list[dict[str
 
 
 async def drain_sinks() -> None:
-    """Wait for in-flight sink calls (used at shutdown so no doorbell is cut short)."""
+    """Wait for in-flight sink calls (used at shutdown so no sink call is cut short)."""
     while _background:
         await asyncio.gather(*list(_background), return_exceptions=True)
+        # Dropped here, not only by their done callbacks: those are merely scheduled, and
+        # a gather of finished tasks returns without yielding to the loop (Python 3.12),
+        # so waiting for them would spin.
+        _background.difference_update([t for t in _background if t.done()])
 
 
 class _Turn:

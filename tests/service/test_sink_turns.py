@@ -154,3 +154,22 @@ def test_rings_after_a_turn_started_go_to_the_next(dsn: str, tmp_path: Path) -> 
 
     asyncio.run(two_waves())
     assert [len(c) for c in together.calls] == [1, 1]
+
+
+async def test_drain_ends_with_tasks_done_whose_callbacks_have_not_run() -> None:
+    """A sink task that has finished but is still in the set (its done callback, which
+    drops it, is only scheduled): draining must not wait on it again and again (under
+    Python 3.12 a gather of finished tasks returns without yielding, and would spin)."""
+    from switchboard.service import sinkrun
+
+    async def quick() -> None:
+        pass
+
+    task = asyncio.get_running_loop().create_task(quick())
+    await task
+    sinkrun._background.add(task)  # finished, its drop never scheduled
+    try:
+        await asyncio.wait_for(drain_sinks(), 5)
+    finally:
+        sinkrun._background.discard(task)
+    assert task not in sinkrun._background
