@@ -1,13 +1,13 @@
 """A delivery's CPU without HTTP: ``ingest()`` called in process, on a real database.
 
 Run: python bench/service_loop.py [--total N] [--clients C] [--rules] [--profile FILE]
-Creates one generic webhook (no rules; ``--rules``: routing.py's 32) through a short-lived ``switchboard serve`` on an
-embedded PostgreSQL, then calls the service layer's ``ingest()`` for N unique ~5 KB
-deliveries from C concurrent tasks in this process (uvloop, the workers' garbage
-collector setting, the delivery log to a file, the metrics as a worker keeps them) and
-prints deliveries/s and this process's CPU per delivery (with ``--rules``, the rules
-sandbox's processes apart: only what routing costs the worker itself). With no HTTP, no other worker
-and no load client in the process, the figure holds to about 1 % run to run, where the
+Creates one generic webhook (no rules; ``--rules``: routing.py's 32) through a short-lived
+``switchboard serve`` on an embedded PostgreSQL, then calls the service layer's
+``ingest()`` for N unique ~5 KB deliveries from C concurrent tasks in this process (uvloop,
+the workers' garbage collector setting, the delivery log to a file, the metrics as a
+worker keeps them) and prints deliveries/s and this process's CPU per delivery (with
+``--rules``, the rules sandbox's processes apart: only what routing costs the worker
+itself). With no HTTP, no other worker and no load client in the process, the figure holds to about 1 % run to run, where the
 end-to-end benches swing ±10 %: made to compare two trees of the code
 (``PYTHONPATH=<tree>:<tree>/plugins``) one change at a time. ``--profile`` samples it with
 py-spy (raw format) meanwhile.

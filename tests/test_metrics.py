@@ -15,8 +15,7 @@ import httpx
 import psutil
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from sbtest import CLI, Server, free_port, make_env
+from sbtest import CLI, Samples, Server, free_port, make_env, scrape
 from sbworld import World, on_runtime
 
 from switchboard.cli.send import build_request
@@ -31,20 +30,6 @@ from switchboard.service.sinkrun import drain_sinks
 from switchboard.sources import REASONS, Delivery, Headers
 
 _tenant = itertools.count()
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> Samples:
-    """Every sample of a scrape, by name and sorted labels."""
-    resp = httpx.get(url, timeout=10)
-    assert resp.status_code == 200, resp.text
-    assert resp.headers["content-type"].startswith("text/plain")
-    out: Samples = {}
-    for family in text_string_to_metric_families(resp.text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def moved(before: Samples, after: Samples) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -9,7 +9,6 @@ import hmac
 import json
 import os
 import re
-import select
 import shutil
 import time
 from collections.abc import Iterator
@@ -19,9 +18,9 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from sbmcp import agent
-from sbtest import CLI, HELLO, Server, install_hello, make_env
+from sbnotify import heard
+from sbtest import CLI, HELLO, Server, install_hello, make_env, scrape
 from sbworld import World
 
 from switchboard.plugin import SinkEvent
@@ -186,23 +185,6 @@ def acme_world(
     return srv, w, hook, sink
 
 
-def _heard(conn: psycopg.Connection[Any]) -> list[str]:
-    """The payloads heard until half a second passes without one."""
-    got: list[str] = []
-    while select.select([conn.fileno()], [], [], 0.5) != ([], [], []):
-        got += [n.payload for n in conn.notifies(timeout=0.05, stop_after=100)]
-    return got
-
-
-def _metric(base_url: str, name: str, **labels: str) -> float:
-    text = httpx.get(base_url + "/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
-
-
 async def test_acme_source_live_dry_runs_send_and_sink(
     acme_world: tuple[Server, World, dict[str, Any], Path],
     dsn: str,
@@ -249,7 +231,7 @@ async def test_acme_source_live_dry_runs_send_and_sink(
         assert kind == "ticket.opened" and disposition == "routed"
         assert trace["rule_id"] == "urgent"
         # The plugin's bell was rung by the write's own transaction: heard by now.
-        assert _heard(bell) == [f"{owner['endpoint_id']}:triage"]
+        assert heard(bell) == [("acme_ready", f"{owner['endpoint_id']}:triage")]
         again = httpx.post(
             hook["ingest_url"],
             content=URGENT,
@@ -373,9 +355,10 @@ async def test_acme_source_live_dry_runs_send_and_sink(
     # The bell rang for the sent delivery only: never for the redelivery, the drop, the 401s
     # or the dry runs; the host's series for it says so on /metrics, and the plugin's
     # callback was told as much.
-    assert _heard(bell) == [f"{owner['endpoint_id']}:inbox"]
+    assert heard(bell) == [("acme_ready", f"{owner['endpoint_id']}:inbox")]
     bell.close()
-    assert _metric(srv.base_url, "switchboard_sink_rings_total", sink="acme-bell") == 2
+    rings = scrape(srv.base_url + "/metrics")
+    assert rings[("switchboard_sink_rings_total", (("sink", "acme-bell"),))] == 2
 
     # (e) The sink got each routed event (never the drop) with the documented keys.
     first, second = await _sink_lines(sink, 2)

@@ -4,14 +4,12 @@ hear once the todos are committed, once per endpoint and queue, and never for a 
 from __future__ import annotations
 
 import logging
-import select
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
 from prometheus_client import REGISTRY
 from sbdeliveries import TODO, endpoints, event, in_one_batch
+from sbnotify import heard, listening
 
 from switchboard.plugin import CommitNotify
 from switchboard.routing.model import DISPOSITION_DROPPED
@@ -21,22 +19,6 @@ from switchboard.store.rings import Rings
 
 def rings_counted(sink: str) -> float:
     return REGISTRY.get_sample_value("switchboard_sink_rings_total", {"sink": sink}) or 0.0
-
-
-@contextmanager
-def listening(dsn: str, *channels: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for channel in channels:
-            conn.execute(f'LISTEN "{channel}"')
-        yield conn
-
-
-def heard(conn: psycopg.Connection, quiet_s: float = 0.5) -> list[tuple[str, str]]:
-    """Every (channel, payload) heard until ``quiet_s`` pass without one."""
-    got: list[tuple[str, str]] = []
-    while select.select([conn.fileno()], [], [], quiet_s) != ([], [], []):
-        got += [(n.channel, n.payload) for n in conn.notifies(timeout=0.05, stop_after=100)]
-    return got
 
 
 async def test_the_runtimes_doorbell_rings_from_the_write_and_not_for_a_redelivery(

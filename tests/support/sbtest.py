@@ -32,6 +32,25 @@ SHOWN_SECRETS: set[str] = set()
 _SECRET_SHAPES = re.compile(rb"(sbe_|whsec_)[0-9a-f]{8}|sha256=[0-9a-f]{64}")
 
 
+#: A scrape's samples, by name and sorted labels.
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of a scrape of ``url`` (a /metrics address), by name and sorted labels."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = httpx.get(url, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/plain")
+    out: Samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
 def remember_secrets(doc: Any) -> None:
     """Note every credential in a CLI or MCP answer (``token``, ``signing_secret``, URLs)."""
     if isinstance(doc, dict):
