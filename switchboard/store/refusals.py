@@ -53,6 +53,19 @@ _RING = """
 
 _COLS = "seq, received_at, reason, detail, delivery_id, source_ip, size, headers"
 
+# The count and the newest rows together (a count is written in the transaction of its
+# rows, before them: a webhook with rows always has a count row).
+_LIST = f"""
+    SELECT c.total AS count_total, c.last_at AS count_last_at, r.*
+    FROM webhook_refusal_counts c
+    LEFT JOIN LATERAL (
+        SELECT {_COLS} FROM webhook_refusals
+        WHERE webhook_id = c.webhook_id ORDER BY seq DESC LIMIT %(limit)s
+    ) r ON true
+    WHERE c.webhook_id = %(w)s
+    ORDER BY r.seq DESC
+"""
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -196,17 +209,17 @@ class RefusalQueries:
     db: Database
 
     async def list_refusals(self, webhook_id: str, limit: int) -> tuple[list[Row], Row | None]:
-        """The newest ``limit`` refusals of the webhook, and its count row (None: never)."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLS} FROM webhook_refusals WHERE webhook_id = %s"
-            " ORDER BY seq DESC LIMIT %s",
-            (webhook_id, limit),
-        )
-        count = await self.db.fetchone(
-            "SELECT total, last_at FROM webhook_refusal_counts WHERE webhook_id = %s",
-            (webhook_id,),
-        )
-        return rows, count
+        """The newest ``limit`` refusals of the webhook, and its count row (None: never).
+
+        One statement, so one snapshot: read apart, a batch committing between the two
+        reads gave a count that the rows did not show yet.
+        """
+        found = await self.db.fetchall(_LIST, {"w": webhook_id, "limit": limit})
+        if not found:
+            return [], None
+        count = {"total": found[0]["count_total"], "last_at": found[0]["count_last_at"]}
+        cols = _COLS.split(", ")
+        return [{c: r[c] for c in cols} for r in found if r["seq"] is not None], count
 
     async def find_refusal(self, webhook_id: str, delivery_id: str) -> Row | None:
         """The newest recorded refusal of the webhook with ``delivery_id``, if still kept."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from switchboard.runtime import Runtime
 from switchboard.service import identity, refusals, webhooks
 from switchboard.service.ingest import ingest
 from switchboard.sources import Delivery, Headers, Verification
+from switchboard.store import Refusal
 
 SECRET = "refusal-secret-0123456789abcdef"
 
@@ -172,3 +175,39 @@ async def test_the_cli_lists_what_mcp_lists(runtime: Runtime, cli: Any) -> None:
     assert "mismatch" in table and "1 refused in all" in table
     bad = cli.fast().run("webhook", "refusals", str(uuid.uuid4()), check=False)
     assert bad.returncode == 1 and "not found" in bad.stderr
+
+
+async def test_the_count_and_the_rows_are_read_together(runtime: Runtime) -> None:
+    """A listing never counts a refusal it does not show: the count and the rows are one
+    snapshot, however the writer's commits fall between a reader's reads (read apart,
+    ``total`` ran ahead of the rows and a caller that waited for it saw too few)."""
+    owner = await _owner(runtime)
+    hook_id, _ = await _hook(runtime, owner, "github")
+    writer = runtime.store.refusals
+    wrote = 60
+    done = asyncio.Event()
+
+    async def write() -> None:
+        try:
+            for n in range(wrote):
+                writer.add(
+                    Refusal(hook_id, datetime.now(UTC), "mismatch", None, f"d-{n}", None, 2, {})
+                )
+                await writer.drain()  # one transaction each: many commits to fall between
+        finally:
+            done.set()
+
+    async def read() -> int:
+        reads = 0
+        while not done.is_set():
+            rows, count = await runtime.store.list_refusals(hook_id, 100)
+            total = 0 if count is None else int(count["total"])
+            assert len(rows) == total, f"count {total}, rows {len(rows)}"
+            assert [r["seq"] for r in rows] == list(range(total, 0, -1))
+            reads += 1
+        return reads
+
+    _, *reads = await asyncio.gather(write(), read(), read(), read())
+    assert min(reads) > 5  # the readers really ran beside the writes
+    got = await refusals.list_refusals(runtime, owner, hook_id, limit=100)
+    assert got["total"] == wrote and len(got["refusals"]) == wrote
