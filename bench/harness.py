@@ -89,6 +89,8 @@ def serve(dsn: str, data_dir: Path, workers: int | None = 1, config: Path | None
         SWITCHBOARD_BASE_URL=f"http://127.0.0.1:{port}",
         SWITCHBOARD_SECRET_KEY="bench-secret-key-0123456789",
     )
+    if config is None and os.environ.get("BENCH_CONFIG"):
+        config = Path(os.environ["BENCH_CONFIG"])
     if config is not None:
         env["SWITCHBOARD_CONFIG"] = str(config)
     flags = ["--workers", str(workers)] if workers is not None else []
