@@ -7,7 +7,7 @@ from typing import Any
 
 from sanic import HTTPResponse, Request
 
-from switchboard.errors import InvalidArgument
+from switchboard.errors import Conflict, InvalidArgument
 from switchboard.service import reroute, versions
 
 from .surface import Surface
@@ -28,9 +28,17 @@ class Reroute:
         self.c = c
         self.rt = c.rt
 
-    async def _run(self, who: Row, webhook_id: str, held: bool, last: int, plan: bool) -> Row:
+    async def _run(
+        self,
+        who: Row,
+        webhook_id: str,
+        held: bool,
+        last: int,
+        plan: bool,
+        expect: int | None = None,
+    ) -> Row:
         verb = reroute.release_held if held else reroute.reroute_events
-        return await verb(self.rt, who, webhook_id, last=last, plan=plan)
+        return await verb(self.rt, who, webhook_id, last=last, plan=plan, expect_version=expect)
 
     async def page(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
         """GET: the form; POST ``step=plan``: the plan and a confirm form; POST
@@ -62,16 +70,24 @@ class Reroute:
             ctx["plan"] = await self._run(who, webhook_id, held, last, plan=True)
         elif step == "apply":
             planned = field("version") or ""
-            if planned != str(current):
+            try:
+                if planned != str(current):
+                    raise Conflict("the rules changed since the plan", current_version=current)
+                # applied only if the rules it reads are still that version (a save may land
+                # between the check above and the apply's own read of the rules)
+                ctx["done"] = await self._run(
+                    who, webhook_id, held, last, plan=False, expect=int(planned)
+                )
+            except Conflict as exc:
                 # the rules changed since the plan was shown: plan again, apply nothing
+                now = exc.details.get("current_version", current)
+                ctx["current"] = now
                 ctx["error"] = (
-                    f"The rules are now version {current}, not the planned version"
+                    f"The rules are now version {now}, not the planned version"
                     f" {planned or '?'}: nothing was applied. Here is the new plan."
                 )
                 ctx["plan"] = await self._run(who, webhook_id, held, last, plan=True)
                 status = 409
-            else:
-                ctx["done"] = await self._run(who, webhook_id, held, last, plan=False)
         elif step is not None:
             raise InvalidArgument("step: must be plan or apply")
         return self.c.render(request, "reroute.html", status, **ctx)

@@ -43,6 +43,14 @@ Plan = Annotated[
     bool,
     Field(description="true (default): what would change, saving nothing; false: apply it"),
 ]
+ApplyVersion = Annotated[
+    int | None,
+    Field(
+        description="Apply only if the rules are still this version (the plan's version),"
+        " else conflict and nothing applied",
+        ge=0,
+    ),
+]
 
 
 async def diff_webhook_rules(
@@ -134,6 +142,7 @@ async def reroute_webhook_events(
         Literal["routed", "dropped", "repeat", "held"] | None,
         Field(description="Only the events stored with this disposition"),
     ] = None,
+    expect_version: ApplyVersion = None,
 ) -> dict[str, Any]:
     """Re-route stored deliveries through the webhook's current rules, deciding exactly as
     diff_webhook_rules does (every stage replayed in order; the llm's stored verdicts taken):
@@ -159,6 +168,7 @@ async def reroute_webhook_events(
         disposition=disposition,
         plan=plan,
         progress=ctx.report_progress,
+        expect_version=expect_version,
     )
     return result
 
@@ -177,6 +187,7 @@ async def release_held_events(
     event_ids: Annotated[
         list[str] | None, Field(description="Only these held events (1 to 1000 ids)")
     ] = None,
+    expect_version: ApplyVersion = None,
 ) -> dict[str, Any]:
     """Release the webhook's held deliveries (on_fault: "hold") through its current rules:
     each goes where they say now, once (routed with its todos, dropped, or a repeat of a
@@ -195,6 +206,7 @@ async def release_held_events(
         event_ids=event_ids,
         plan=plan,
         progress=ctx.report_progress,
+        expect_version=expect_version,
     )
     return result
 

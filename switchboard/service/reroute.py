@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..errors import InvalidArgument, ServiceError
+from ..errors import Conflict, InvalidArgument, ServiceError
 from ..routing.model import (
     DISPOSITION_HELD,
     DISPOSITION_PENDING,
@@ -39,6 +39,7 @@ from .common import jsonable
 from .history import DEFAULT_LAST, _Replay, _Totals, _webhook, decision_view
 from .replay import Clock, Only, Progress, count_window, evaluated, window_of
 from .reroute_apply import Taken, prepared
+from .rules import expected_version
 from .sinkrun import ring_sinks_many
 from .versions import author_of, config_hash
 
@@ -113,6 +114,7 @@ async def reroute_events(
     progress: Progress | None = None,
     held_only: bool = False,
     page: int = LIST_MAX,
+    expect_version: Any = None,
 ) -> dict[str, Any]:
     """Plan (``plan`` True: saves nothing) or apply the current version over the window
     (``event_ids`` and ``disposition`` keep only those of its events; ``held_only``: only
@@ -135,12 +137,19 @@ async def reroute_events(
     if changes_cursor is not None and not plan:
         raise InvalidArgument("changes_cursor: lists a plan's changes (plan: true)")
     only = _only(event_ids, disposition, held_only)
+    expected = expected_version(expect_version)
     _stage(rt)
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
     rp = _Replay(rt, resolved, grant)
     hook = str(row["id"])
     config = config_of(row)
-    version = await rt.store.current_version(hook)
+    version = int(row["routing_version"])  # the version of these rules: read with them
+    if expected is not None and version != expected:
+        raise Conflict(
+            f"webhook {webhook_id} is at version {version}, not {expected}: its rules "
+            "changed since that version was planned; plan again",
+            current_version=version,
+        )
     listing = changes_cursor is not None
     window = window_of(
         last, since, changes_cursor if listing else cursor, default_last=DEFAULT_LAST
@@ -342,6 +351,7 @@ async def release_held(
     event_ids: Any = None,
     plan: Any = True,
     progress: Progress | None = None,
+    expect_version: Any = None,
 ) -> dict[str, Any]:
     """Re-route the ``held`` deliveries through the current rules: each goes where they say
     now (``routed`` with its todos, ``dropped``, or a ``repeat`` of a once claim another
@@ -359,6 +369,7 @@ async def release_held(
         plan=plan,
         progress=progress,
         held_only=True,
+        expect_version=expect_version,
     )
 
 

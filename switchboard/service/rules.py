@@ -49,11 +49,12 @@ async def _view(
 
 async def list_rules(rt: Runtime, caller: Row | None, webhook_id: str) -> dict[str, Any]:
     row = await owned_webhook(rt, caller, webhook_id)
-    version = await rt.store.current_version(row["id"])
+    version = int(row["routing_version"])  # read with the rules (store.webhooks)
     return await _view(rt, row["id"], config_of(row), await _grant(rt, row["id"]), version)
 
 
-def _expected(value: Any) -> int | None:
+def expected_version(value: Any) -> int | None:
+    """A caller's ``expect_version`` (None: not given), checked."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -104,7 +105,7 @@ async def save_config(
     each save is a new version. ``expect_version`` refuses with ``conflict`` when the
     current version is another (someone saved meanwhile); ``gated`` False (a rollback to a
     config that was live before) skips ``[routing] require_diff``."""
-    expected = _expected(expect_version)
+    expected = expected_version(expect_version)
     note = versions.checked_note(note)
     await owned_webhook(rt, caller, webhook_id)
     resolved = await rt.store.resolve_webhook_by_id(webhook_id)

@@ -119,7 +119,8 @@ async def list_versions(
     rows = await rt.store.list_routing_versions(str(row["id"]), limit=n + 1, before=before)
     out: dict[str, Any] = {
         "webhook_id": str(row["id"]),
-        "current_version": await rt.store.current_version(str(row["id"])),
+        # read with the page (one snapshot), so the newest listed is never past it
+        "current_version": int(rows[0]["current_version"] if rows else row["routing_version"]),
         "versions": [version_view(r, config=False) for r in rows[:n]],
     }
     if len(rows) > n:

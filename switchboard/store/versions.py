@@ -23,13 +23,6 @@ class VersionQueries:
         row = await cur.fetchone()
         return int(row["v"]) if row is not None else 0
 
-    async def current_version(self, webhook_id: str) -> int:
-        row = await self.db.fetchone(
-            "SELECT coalesce(max(version), 0) AS v FROM routing_versions WHERE webhook_id = %s",
-            (webhook_id,),
-        )
-        return int(row["v"]) if row is not None else 0
-
     async def add_routing_version(
         self,
         conn: Any,
@@ -54,12 +47,15 @@ class VersionQueries:
     async def list_routing_versions(
         self, webhook_id: str, *, limit: int, before: int | None = None
     ) -> list[Row]:
-        """Newest first, ``limit`` at most, below version ``before`` when given."""
+        """Newest first, ``limit`` at most, below version ``before`` when given; each row
+        with ``current_version``, the newest of all, read in the same snapshot."""
         return await self.db.fetchall(
-            f"SELECT {_VERSION_COLS} FROM routing_versions WHERE webhook_id = %s"
+            f"SELECT {_VERSION_COLS}, (SELECT max(c.version) FROM routing_versions c"
+            " WHERE c.webhook_id = %s) AS current_version"
+            " FROM routing_versions WHERE webhook_id = %s"
             " AND (%s::integer IS NULL OR version < %s::integer)"
             " ORDER BY version DESC LIMIT %s",
-            (webhook_id, before, before, limit),
+            (webhook_id, webhook_id, before, before, limit),
         )
 
     async def get_routing_version(self, webhook_id: str, version: int) -> Row | None:

@@ -16,11 +16,17 @@ from .identity import LIVE_ENDPOINT
 from .outcome import StaleResolution
 from .rescache import ResolutionCache
 
+# ``routing_version`` is read with ``routing`` (one statement, one snapshot): a save writes
+# both in one transaction, so the pair always matches. Read apart, a save committing
+# between the reads labelled the old rules with the new version, and a client editing
+# them with ``expect_version`` set to it undid that save.
 _WEBHOOK_COLS = (
     "w.id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, "
     "w.signing_secret_enc, w.created_at, w.rotated_at, w.routing, w.source_config, "
     "w.previous_until, "
-    "e.owner_human, e.webhook_queues AS owner_webhook_queues"
+    "e.owner_human, e.webhook_queues AS owner_webhook_queues, "
+    "(SELECT coalesce(max(v.version), 0) FROM routing_versions v"
+    " WHERE v.webhook_id = w.id) AS routing_version"
 )
 
 # Live, authorized targets in delivery order: the owner endpoint first, then routes by
@@ -380,7 +386,10 @@ class WebhookQueries:
         )
 
     async def lock_webhook(self, conn: Any, webhook_id: str) -> Row | None:
-        """``SELECT … FOR UPDATE``: mutations of one webhook's routing serialize here."""
+        """``SELECT … FOR UPDATE``: mutations of one webhook's routing serialize here.
+
+        The row's ``routing_version`` may predate the wait for the lock (a subquery keeps
+        the statement's snapshot): read the version after it (``routing_version``)."""
         cur = await conn.execute(
             f"SELECT {_WEBHOOK_COLS} FROM endpoint_webhooks w "
             "JOIN endpoints e ON e.id = w.endpoint_id WHERE w.id = %s FOR UPDATE OF w",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.errors import InvalidArgument, NotFound
+from switchboard.errors import Conflict, InvalidArgument, NotFound
 from switchboard.routing.trace import validate_trace
 from switchboard.routing.verdicts import verdict_stage
 from switchboard.runtime import Runtime
@@ -197,3 +197,21 @@ async def test_hold_keeps_faulted_deliveries_until_a_fix_releases_them(runtime: 
     assert {r["disposition"]: r["n"] for r in rows} == {"routed": 6}
     after = await _todos(rt, hook)
     assert len(after) == 6 and {t["event_id"] for t in after} >= {h["id"] for h in held}
+
+
+async def test_an_apply_of_a_planned_version_refuses_another(runtime: Runtime) -> None:
+    """``expect_version``: the apply re-routes with the rules of the version that was
+    planned or not at all (what the console's confirm step relies on: a save landing
+    between its check and the apply's own read of the rules)."""
+    rt = runtime
+    owner, _, hook, _ = await _seeded(rt, 6)
+    await rules.set_rules(rt, owner, hook, FIXED)  # version 2
+    with pytest.raises(Conflict) as refused:
+        await reroute_events(rt, owner, hook, last=100, plan=False, expect_version=1)
+    assert refused.value.details == {"current_version": 2}
+    assert "version 2, not 1" in str(refused.value)
+    with pytest.raises(Conflict):
+        await release_held(rt, owner, hook, last=100, plan=False, expect_version=3)
+    assert len(await _todos(rt, hook)) == 4  # nothing was applied
+    done = await reroute_events(rt, owner, hook, last=100, plan=False, expect_version=2)
+    assert done["version"] == 2 and done["todos_created"] == 2

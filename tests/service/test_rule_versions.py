@@ -170,3 +170,38 @@ async def test_expect_version_lets_one_of_two_racing_agents_win(runtime: Runtime
         await rules.rollback_rules(runtime, owner, hook, 1, expect_version=3)
     with pytest.raises(InvalidArgument):
         await rules.set_rules(runtime, owner, hook, [], expect_version=-1)
+
+
+async def test_a_listing_never_labels_rules_with_another_version(runtime: Runtime) -> None:
+    """The rules, their version and the version history are each read in one snapshot,
+    however saves commit between a reader's reads. Read apart, a save landing between the
+    rules and the version number labelled the old rules with the new number: a client
+    editing them with that ``expect_version`` would silently undo the save."""
+    owner = await _owner(runtime)
+    hook = (await webhooks.create_webhook(runtime, owner, "generic", "inbox"))["webhook_id"]
+    saves = 40
+    done = asyncio.Event()
+
+    async def save() -> None:
+        try:
+            for n in range(1, saves + 1):
+                await rules.set_rules(runtime, owner, hook, _rule(n))
+        finally:
+            done.set()
+
+    async def read() -> int:
+        reads = 0
+        while not done.is_set():
+            listed = await rules.list_rules(runtime, owner, hook)
+            # each save n holds rule r<n>: the rules shown are the version's own
+            ids = [r["id"] for r in listed["rules"]]
+            assert ids == ([f"r{listed['version']}"] if listed["version"] else []), listed
+            page = await versions.list_versions(runtime, owner, hook, limit=1)
+            newest = [v["version"] for v in page["versions"]]
+            assert newest == ([page["current_version"]] if page["current_version"] else [])
+            reads += 1
+        return reads
+
+    _, *reads = await asyncio.gather(save(), read(), read(), read())
+    assert min(reads) > 5  # the readers really ran beside the saves
+    assert (await rules.list_rules(runtime, owner, hook))["version"] == saves

@@ -481,6 +481,20 @@ async def test_versions_and_guarded_saves_over_mcp(seeded: Any) -> None:
         assert plan["evaluated"] == 0 and plan["events"] == [] and "candidate_hash" in plan
         bad = await me.fails("reroute_webhook_events", webhook_id=hook, event_ids=["nope"])
         assert "event_ids" in bad.text
+        # an apply of the version planned, or nothing (a save may land between the two)
+        assert plan["version"] == now + 2
+        moved = await me.fails(
+            "reroute_webhook_events",
+            webhook_id=hook,
+            disposition="held",
+            plan=False,
+            expect_version=now + 1,
+        )
+        assert moved.code == "conflict" and f"version {now + 2}, not {now + 1}" in moved.text
+        kept = await me.fails(
+            "release_held_events", webhook_id=hook, plan=False, expect_version=now + 1
+        )
+        assert kept.code == "conflict"
         policy = await me.call("diff_webhook_rules", webhook_id=hook, on_fault="hold", last=5)
         held = await me.call(
             "set_webhook_policy",
