@@ -327,11 +327,17 @@ async def add_route(
         target = await rt.store.get_endpoint(target_endpoint_id)
     except NotFound:
         raise Forbidden(_ROUTE_REFUSED) from None
-    if target["state"] != "active" or not await rt.store.may_route(
-        row["owner_human"], target["owner_human"]
-    ):
+    if target["state"] != "active":
         raise Forbidden(_ROUTE_REFUSED)
-    route = await rt.store.add_route(row["id"], target["id"], caller["id"] if caller else None)
+    route = await rt.store.add_route(
+        row["id"],
+        target["id"],
+        caller["id"] if caller else None,
+        owner_human=row["owner_human"],
+        target_human=target["owner_human"],
+    )
+    if route is None:
+        raise Forbidden(_ROUTE_REFUSED)
     resolved = await rt.store.resolve_webhook_by_id(row["id"])
     warnings = (
         []

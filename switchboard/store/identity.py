@@ -177,14 +177,3 @@ class IdentityQueries:
         )
         assert row is not None
         return row
-
-    async def may_route(self, owner_human: str, target_human: str) -> bool:
-        """Same human, or an approved friendship from the owner to the target's human."""
-        if owner_human == target_human:
-            return True
-        row = await self.db.fetchone(
-            "SELECT 1 AS ok FROM friendships WHERE from_human = %s AND to_human = %s "
-            "AND state = 'approved'",
-            (owner_human, target_human),
-        )
-        return row is not None

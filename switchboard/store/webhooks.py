@@ -7,8 +7,10 @@ import marshal
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg import errors
 from psycopg.types.json import Jsonb
 
+from ..errors import NotFound
 from ..routing.model import RoutingConfig
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
@@ -220,7 +222,8 @@ class WebhookQueries:
                 "id": webhook_id,
             },
         )
-        assert row is not None
+        if row is None:  # deleted since the caller read it
+            raise NotFound(f"webhook {webhook_id} not found")
         return row
 
     async def delete_webhook(self, webhook_id: str) -> bool:
@@ -346,17 +349,43 @@ class WebhookQueries:
     # -- routes ------------------------------------------------------------------------
 
     async def add_route(
-        self, webhook_id: str, target_endpoint_id: str, granted_by: str | None
-    ) -> Row:
-        row = await self.db.fetchone(
-            "INSERT INTO webhook_routes (webhook_id, target_endpoint_id, granted_by)"
-            " VALUES (%s, %s, %s) ON CONFLICT (webhook_id, target_endpoint_id)"
-            " DO UPDATE SET webhook_id = EXCLUDED.webhook_id"
-            " RETURNING webhook_id, target_endpoint_id, granted_by, granted_at",
-            (webhook_id, target_endpoint_id, granted_by),
-        )
-        assert row is not None
-        return row
+        self,
+        webhook_id: str,
+        target_endpoint_id: str,
+        granted_by: str | None,
+        *,
+        owner_human: str,
+        target_human: str,
+    ) -> Row | None:
+        """The route, or None when ``owner_human`` may not route to ``target_human`` (no
+        approved friendship); NotFound when the webhook is gone.
+
+        The friendship is checked under a share lock in the insert's transaction: a removal
+        (which deletes the routes it authorized) waits for it and then deletes this route
+        too, where a check made apart let a route outlive its friendship's removal.
+        """
+        async with self.db.tx() as conn:
+            if owner_human != target_human:
+                cur = await conn.execute(
+                    "SELECT 1 AS ok FROM friendships WHERE from_human = %s AND to_human = %s"
+                    " AND state = 'approved' FOR SHARE",
+                    (owner_human, target_human),
+                )
+                if await cur.fetchone() is None:
+                    return None
+            try:
+                cur = await conn.execute(
+                    "INSERT INTO webhook_routes (webhook_id, target_endpoint_id, granted_by)"
+                    " VALUES (%s, %s, %s) ON CONFLICT (webhook_id, target_endpoint_id)"
+                    " DO UPDATE SET webhook_id = EXCLUDED.webhook_id"
+                    " RETURNING webhook_id, target_endpoint_id, granted_by, granted_at",
+                    (webhook_id, target_endpoint_id, granted_by),
+                )
+            except errors.ForeignKeyViolation:
+                # deleted since the caller read it (or the target endpoint was)
+                raise NotFound(f"webhook {webhook_id} not found") from None
+            row: Row | None = await cur.fetchone()
+            return row
 
     async def remove_route(self, webhook_id: str, target_endpoint_id: str) -> bool:
         if not is_uuid(target_endpoint_id):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import pytest
+
+from switchboard.errors import Forbidden, NotFound
 from switchboard.runtime import Runtime
 from switchboard.secrets_box import hash_token
 from switchboard.service import identity, webhooks
@@ -97,3 +101,42 @@ async def test_no_overlap_when_the_operator_sets_none(runtime: Runtime) -> None:
     assert rotated["previous_until"] is None
     assert await _post(runtime, old, "d1") == 404
     assert await _post(runtime, _token(rotated), "d2") == 202
+
+
+async def test_a_webhook_deleted_meanwhile_is_not_found_not_an_error(runtime: Runtime) -> None:
+    """A rotation or a route whose webhook was deleted after the caller's ownership check
+    answers not_found (404), never an internal error."""
+    owner = await _owner(runtime)
+    hook = (await webhooks.create_webhook(runtime, owner, "github", "inbox"))["webhook_id"]
+    await webhooks.delete_webhook(runtime, owner, hook)
+    with pytest.raises(NotFound):
+        await runtime.store.rotate_webhook(hook, hash_token("fresh"), None, 60)
+    with pytest.raises(NotFound):
+        await runtime.store.add_route(
+            hook,
+            str(owner["id"]),
+            None,
+            owner_human=owner["owner_human"],
+            target_human=owner["owner_human"],
+        )
+
+
+async def test_a_route_never_outlives_the_removal_of_its_friendship(runtime: Runtime) -> None:
+    """The friendship is checked under a lock in the route's own transaction: a removal
+    racing the route either refuses it or deletes it too, never leaves it behind (it
+    would deliver again on a later befriending, which removal promises it will not)."""
+    owner = await _owner(runtime)
+    await identity.add_human(runtime, "bob")
+    bob = await identity.vend_endpoint(runtime, owner="bob", name="b", queues=["inbox"])
+    hook = (await webhooks.create_webhook(runtime, owner, "github", "inbox"))["webhook_id"]
+    for _ in range(25):
+        await identity.add_friend(runtime, "alice", "bob")
+        added, removed = await asyncio.gather(
+            webhooks.add_route(runtime, owner, hook, bob["endpoint_id"]),
+            identity.remove_friend(runtime, "alice", "bob"),
+            return_exceptions=True,
+        )
+        assert not isinstance(removed, BaseException), removed
+        assert added is None or isinstance(added, (dict, Forbidden)), added
+        routes = await runtime.store.list_routes(hook)
+        assert routes == [], "a route outlived its friendship's removal"
