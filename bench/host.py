@@ -20,6 +20,7 @@ each a median of three rounds:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -117,7 +118,7 @@ def main() -> None:
     print(f"8 KiB write + fdatasync:         {median(r, fdatasync_us):8.0f} µs")
     warm = median(r, lambda: job_cpu_us(0.0))
     for sleep_ms in (0.5, 2.0):
-        cold = median(r, lambda s=sleep_ms: job_cpu_us(s / 1000))  # type: ignore[misc]
+        cold = median(r, functools.partial(job_cpu_us, sleep_ms / 1000))
         print(
             f"wake-up tax, {sleep_ms:3.1f} ms asleep before:   {cold:6.1f} µs CPU against"
             f" {warm:.1f} back to back: {cold / warm:.2f} ×"

@@ -7,9 +7,10 @@ Creates one generic webhook (no rules; ``--rules``: routing.py's 32) through a s
 the workers' garbage collector setting, the delivery log to a file, the metrics as a
 worker keeps them) and prints deliveries/s and this process's CPU per delivery (with
 ``--rules``, the rules sandbox's processes apart: only what routing costs the worker
-itself). With no HTTP, no other worker and no load client in the process, the figure holds to about 1 % run to run, where the
-end-to-end benches swing ±10 %: made to compare two trees of the code
-(``PYTHONPATH=<tree>:<tree>/plugins``) one change at a time. ``--profile`` samples it with
+itself). With no HTTP, no other worker and no load client in the process, the figure holds
+to about 1 % run to run on a quiet host, where the end-to-end benches swing ±10 % (on a
+noisy one both swing more: bench/README.md, seventh pass): made to compare two trees of
+the code (``PYTHONPATH=<tree>:<tree>/plugins``) one change at a time. ``--profile`` samples it with
 py-spy (raw format) meanwhile.
 """
 
