@@ -212,6 +212,9 @@ async def test_an_apply_of_a_planned_version_refuses_another(runtime: Runtime) -
     assert "version 2, not 1" in str(refused.value)
     with pytest.raises(Conflict):
         await release_held(rt, owner, hook, last=100, plan=False, expect_version=3)
+    for bad in ("2", -1, True, 2.0):
+        with pytest.raises(InvalidArgument, match="expect_version: must be a version number"):
+            await reroute_events(rt, owner, hook, last=100, plan=False, expect_version=bad)
     assert len(await _todos(rt, hook)) == 4  # nothing was applied
     done = await reroute_events(rt, owner, hook, last=100, plan=False, expect_version=2)
     assert done["version"] == 2 and done["todos_created"] == 2
