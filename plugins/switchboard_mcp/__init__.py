@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 from switchboard import hookimpl
@@ -88,6 +89,8 @@ async def switchboard_startup(app: Runtime) -> None:
 @hookimpl
 async def switchboard_shutdown(app: Runtime) -> None:
     """Stop the session manager (in-flight requests are cancelled)."""
-    from . import streamable
-
-    await streamable.stop(app)
+    # Only a runtime that started it has one to stop: every CLI command shuts a runtime
+    # down, and importing the SDK here cost each of them more than half its run.
+    streamable = sys.modules.get(f"{__name__}.streamable")
+    if streamable is not None:
+        await streamable.stop(app)

@@ -1,5 +1,7 @@
-"""Every command but ``serve`` starts without Sanic and httpx: operators and the test suite
-pay for what a command imports on each run (about a third of a plain command's start)."""
+"""Every command but ``serve`` starts without Sanic, httpx and the MCP SDK: operators and the
+test suite pay for what a command imports on each run (Sanic and httpx were about a third of
+a plain command's start; the MCP SDK, imported by its plugin's shutdown hook, was more than
+half of a command that opens the database)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from sbtest import CLI
 
 #: Runs the real entry point as the console script does, then names what got imported.
 CHECK = (
@@ -16,14 +20,18 @@ CHECK = (
     "    main(sys.argv[1:])\n"
     "except SystemExit:\n"
     "    pass\n"
-    "print('loaded:', *[m for m in ('sanic', 'httpx') if m in sys.modules])\n"
+    "print('loaded:', *[m for m in ('sanic', 'httpx', 'mcp') if m in sys.modules])\n"
 )
 
 
-def loaded(tmp_path: Path, *argv: str, first: str = "") -> list[str]:
-    """What of Sanic and httpx ``switchboard ARGV`` imported (``first`` runs before it)."""
+def loaded(
+    tmp_path: Path, *argv: str, first: str = "", env_extra: dict[str, str] | None = None
+) -> list[str]:
+    """What of Sanic, httpx and the MCP SDK ``switchboard ARGV`` imported (``first`` runs
+    before it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
     env["SWITCHBOARD_DATA_DIR"] = str(tmp_path / "data")
+    env.update(env_extra or {})
     proc = subprocess.run(
         [sys.executable, "-c", first + CHECK, *argv],
         capture_output=True,
@@ -45,3 +53,13 @@ def test_a_command_other_than_serve_imports_neither_sanic_nor_httpx(tmp_path: Pa
         "sanic",
         "httpx",
     ]
+
+
+def test_a_command_on_the_database_never_imports_the_mcp_sdk(tmp_path: Path, cli: CLI) -> None:
+    """A command that opens (and so shuts down) a runtime: the MCP plugin's shutdown hook
+    stops a session manager only where one was started, without importing the SDK."""
+    database = {k: v for k, v in cli.env.items() if k.startswith("SWITCHBOARD_")}
+    assert loaded(tmp_path, "human", "add", "ada", env_extra=database) == []
+    assert loaded(tmp_path, "human", "list", env_extra=database) == []
+    # the probe sees it when it is there
+    assert loaded(tmp_path, "human", "list", first="import mcp\n", env_extra=database) == ["mcp"]
