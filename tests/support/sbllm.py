@@ -141,25 +141,38 @@ class Tenant:
 
 def event_of(t: Tenant, delivery: str) -> dict[str, Any]:
     """The stored event (disposition, trace) and its todos (queue, trace)."""
-    external_id = f"{t.hook['webhook_id']}:{delivery}"
+    return events_of(t, [delivery])[0]
+
+
+#: Each event with its todos and pending count, in one statement for a whole list.
+_EVENTS = """
+SELECT e.external_id, e.id, e.disposition, e.routing_trace,
+       coalesce((SELECT json_agg(json_build_array(d.queue, d.routing_trace))
+                 FROM todos d WHERE d.event_id = e.id), '[]'),
+       (SELECT count(*) FROM pending_events p WHERE p.event_id = e.id)
+FROM events e WHERE e.external_id = ANY(%s)
+"""
+
+
+def events_of(t: Tenant, deliveries: list[str]) -> list[dict[str, Any]]:
+    """:func:`event_of` of each delivery, on one connection in one statement (a poll over a
+    burst of 200 opened 200 connections each time, slowing the servers it waited for)."""
+    wanted = [f"{t.hook['webhook_id']}:{d}" for d in deliveries]
     with psycopg.connect(t.srv.env["SWITCHBOARD_DATABASE_URL"]) as conn:
-        ((event_id, disposition, trace),) = conn.execute(
-            "SELECT id, disposition, routing_trace FROM events WHERE external_id = %s",
-            (external_id,),
-        ).fetchall()
-        todos = conn.execute(
-            "SELECT queue, routing_trace FROM todos WHERE event_id = %s", (event_id,)
-        ).fetchall()
-        pending = conn.execute(
-            "SELECT count(*) FROM pending_events WHERE event_id = %s", (event_id,)
-        ).fetchone()
-    return {
-        "id": str(event_id),
-        "disposition": disposition,
-        "trace": trace,
-        "todos": [(q, tr) for q, tr in todos],
-        "queued": pending[0] if pending else 0,
-    }
+        rows = conn.execute(_EVENTS, (wanted,)).fetchall()
+    found: dict[str, dict[str, Any]] = {}
+    for external_id, event_id, disposition, trace, todos, pending in rows:
+        assert external_id not in found, f"two events for {external_id}"
+        found[external_id] = {
+            "id": str(event_id),
+            "disposition": disposition,
+            "trace": trace,
+            "todos": [(q, tr) for q, tr in todos],
+            "queued": pending,
+        }
+    missing = [w for w in wanted if w not in found]
+    assert not missing, f"no event for {missing[:5]}"
+    return [found[w] for w in wanted]
 
 
 def fresh_minute(need: float = 25.0) -> None:
@@ -174,7 +187,7 @@ def decided(t: Tenant, deliveries: list[str], timeout: float = 30.0) -> list[dic
     """The events of ``deliveries`` once none is pending (fails after ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
-        events = [event_of(t, d) for d in deliveries]
+        events = events_of(t, deliveries)
         if all(e["disposition"] != "pending" for e in events):
             return events
         if time.monotonic() > deadline:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import QUEUES, Tenant, burst, decided, event_of, fresh_minute, llm_toml
+from sbllm import QUEUES, Tenant, burst, decided, event_of, events_of, fresh_minute, llm_toml
 from sbtest import CLI
 
 from switchboard.routing.trace import validate_trace
@@ -285,12 +285,12 @@ async def test_a_token_budget_holds_against_calls_running_at_once(
     else:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            events = [event_of(t, d) for d in deliveries]
+            events = events_of(t, deliveries)
             if sum(e["disposition"] != "pending" for e in events) >= 3:
                 break
             time.sleep(0.1)
         time.sleep(2.0)  # time for a fourth call, were one let through
-        events = [event_of(t, d) for d in deliveries]
+        events = events_of(t, deliveries)
         assert sorted(e["disposition"] for e in events).count("pending") == n - 3
         assert all(e["trace"]["stage"] == "llm" for e in events if e["disposition"] != "pending")
     assert len(fake_ai.requests(model)) == 3  # the fake counts the calls that minute

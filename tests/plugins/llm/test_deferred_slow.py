@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, event_of, llm_toml
+from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, events_of, llm_toml
 from sbtest import CLI, Server, remember_secrets
 from sbworld import World
 
@@ -139,7 +139,7 @@ async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
 
 
 def _decided_or_not(t: Tenant, n: int) -> list[dict[str, Any]]:
-    return [event_of(t, f"c{i}") for i in range(n)]
+    return events_of(t, [f"c{i}" for i in range(n)])
 
 
 async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
