@@ -59,6 +59,12 @@ class Deliveries:
         )
 
     async def webhook(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
+        # One snapshot: the chart's counts, the deliveries, their todos, what waits and the
+        # refusals are the database at one moment, under live ingest too.
+        async with self.rt.store.db.snapshot():
+            return await self._webhook(request, who, webhook_id)
+
+    async def _webhook(self, request: Request, who: Row, webhook_id: str) -> HTTPResponse:
         now = dt.datetime.now(dt.UTC)
         hook = await webhooks.owned_webhook(self.rt, who, webhook_id)
         summary = await self._summary(who, webhooks.webhook_view(self.rt, hook), now)

@@ -24,10 +24,12 @@ class Queues:
 
     async def page(self, request: Request, who: Row, notice: str | None = None) -> HTTPResponse:
         now = dt.datetime.now(dt.UTC)
-        counts = await overview.queues(self.rt, who, now=now)
+        # One snapshot: a queue's count and the todos listed under it agree.
+        async with self.rt.store.db.snapshot():
+            counts = await overview.queues(self.rt, who, now=now)
+            listed = [await overview.queue_todos(self.rt, who, q["queue"]) for q in counts]
         shown = []
-        for q in counts:
-            rows = await overview.queue_todos(self.rt, who, q["queue"])
+        for q, rows in zip(counts, listed, strict=True):
             for t in rows:
                 lease = t.get("lease_expires_at")
                 t["lease"] = (

@@ -144,16 +144,20 @@ async def show_event(rt: Runtime, caller: Row | None, event_id: str) -> dict[str
     ``caller`` None is the operator (any event); an endpoint sees only its human's webhooks'
     events, another's is exactly not found. Each todo carries its endpoint, queue and state.
     """
-    row = await rt.store.get_event(event_id)
-    if row is not None and caller is not None:
-        try:
-            await owned_webhook(rt, caller, str(_webhook_of(row) or ""), deleted=True)
-        except NotFound:
-            row = None
-    if row is None:
-        raise NotFound(f"event {event_id} not found")
+    # One snapshot: a deferred decision committing between the reads would show the event
+    # pending beside the todos it made (or decided without them).
+    async with rt.store.db.snapshot():
+        row = await rt.store.get_event(event_id)
+        if row is not None and caller is not None:
+            try:
+                await owned_webhook(rt, caller, str(_webhook_of(row) or ""), deleted=True)
+            except NotFound:
+                row = None
+        if row is None:
+            raise NotFound(f"event {event_id} not found")
+        todos = await rt.store.todos_of_event(row["id"])
     view = event_view(row)
     view["headers"] = row.get("headers") or {}
     view.update(payload_view(bytes(row["body"])))
-    view["todos"] = [browsed_view(t) for t in await rt.store.todos_of_event(row["id"])]
+    view["todos"] = [browsed_view(t) for t in todos]
     return view

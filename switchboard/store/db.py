@@ -10,6 +10,7 @@ import time
 import uuid
 import weakref
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, AsyncIterator, Sequence
 
 import psycopg
@@ -38,6 +39,11 @@ IDLE_IN_TRANSACTION_MS = 60_000
 RECONNECT_S = 0.2
 
 log = logging.getLogger("switchboard.store")
+
+#: The connection of the snapshot the current task reads in (see :meth:`Database.snapshot`).
+_SNAPSHOT: ContextVar[psycopg.AsyncConnection[Any] | None] = ContextVar(
+    "switchboard_snapshot", default=None
+)
 
 
 def _row_factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Row]:
@@ -276,6 +282,24 @@ class Database:
             async with conn.transaction():
                 yield conn
 
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[None]:
+        """Every read the current task makes with :meth:`fetchone` or :meth:`fetchall` inside
+        the block sees one snapshot of the database (a REPEATABLE READ, READ ONLY
+        transaction on one connection), so an answer put together from several statements
+        never mixes two commits. Nested, the outermost holds; a write inside fails."""
+        if _SNAPSHOT.get() is not None:
+            yield
+            return
+        async with self.conn() as conn:
+            async with conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                token = _SNAPSHOT.set(conn)
+                try:
+                    yield
+                finally:
+                    _SNAPSHOT.reset(token)
+
     async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Row | None:
         rows = await self._fetch(sql, params, one=True)
         return rows[0] if rows else None
@@ -295,7 +319,14 @@ class Database:
         binary: bool = False,
     ) -> list[Row]:
         """One statement's rows. A plain read whose connection died under it is asked once
-        more on a fresh connection (see :func:`_rereadable`); a write never is."""
+        more on a fresh connection (see :func:`_rereadable`); a write never is. Inside a
+        :meth:`snapshot`, on its connection (and never asked again: a fresh one would read
+        another snapshot)."""
+        held = _SNAPSHOT.get()
+        if held is not None:
+            cur = await held.execute(sql, params, binary=binary)
+            rows = [await cur.fetchone()] if one else await cur.fetchall()
+            return [r for r in rows if r is not None]
         for last in (not _rereadable(sql), True):
             try:
                 async with self.conn() as conn:
