@@ -104,6 +104,25 @@ async def test_a_burst_against_a_slow_model_is_acknowledged_at_once(
     assert fake_ai.peak(model) <= cap
 
 
+async def test_a_slot_given_back_is_taken_by_a_waiting_call_without_a_postponement(
+    dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
+) -> None:
+    """Past the provider's cap a run waits (up to half a second) for a call to end: the
+    slot one of its own server's calls gives back is taken at once, so the event is not
+    sent back to pending to be claimed again half a second later (while the slot idles)."""
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    config = _config(tmp_path, fake_ai, fake_max_in_flight=1)
+    srv = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    async with _tenant(srv, 7) as t:
+        model = fake_ai.on(t.model("one"), GOOD, delay=0.15)
+        await t.triage(model, timeout_ms=4000)
+        await burst(t, 2, "one")
+        events = decided(t, ["one0", "one1"], timeout=30)
+    assert all(e["trace"]["stage"] == "llm" and len(e["todos"]) == 1 for e in events)
+    assert len(fake_ai.requests(model)) == 2 and fake_ai.peak(model) == 1
+    assert "calls in flight" not in srv.log.read_text()  # neither went back to pending
+
+
 async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
     dsn: str, server_factory: Any, tmp_path: Path, fake_ai: FakeAI, monkeypatch: Any
 ) -> None:
