@@ -48,8 +48,9 @@ class Deliveries:
 
     async def webhook_list(self, request: Request, who: Row) -> HTTPResponse:
         now = dt.datetime.now(dt.UTC)
-        listed = await webhooks.list_webhooks(self.rt, who)
-        hooks = [await self._summary(who, h, now) for h in listed["webhooks"]]
+        async with self.rt.store.db.snapshot():  # every webhook's summary at one moment
+            listed = await webhooks.list_webhooks(self.rt, who)
+            hooks = [await self._summary(who, h, now) for h in listed["webhooks"]]
         for h in hooks:
             h["chart"] = charts.svg(
                 h["hours"], width=260, height=72, label="deliveries per hour, last 24 h"
