@@ -114,7 +114,7 @@ async def test_a_slot_given_back_is_taken_by_a_waiting_call_without_a_postponeme
     config = _config(tmp_path, fake_ai, fake_max_in_flight=1)
     srv = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     async with _tenant(srv, 7) as t:
-        model = fake_ai.on(t.model("one"), GOOD, delay=0.15)
+        model = fake_ai.on(t.model("one"), GOOD, delay=0.1)
         await t.triage(model, timeout_ms=4000)
         await burst(t, 2, "one")
         events = decided(t, ["one0", "one1"], timeout=30)
