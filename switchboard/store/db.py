@@ -40,10 +40,36 @@ RECONNECT_S = 0.2
 
 log = logging.getLogger("switchboard.store")
 
-#: The connection of the snapshot the current task reads in (see :meth:`Database.snapshot`).
-_SNAPSHOT: ContextVar[psycopg.AsyncConnection[Any] | None] = ContextVar(
+#: The task that opened a snapshot, and the connection it reads in (see
+#: :meth:`Database.snapshot`). A task started inside the block copies the variable: only
+#: the task that opened it reads there (another, a batch flusher, may outlive the block).
+_SNAPSHOT: ContextVar[tuple[asyncio.Task[Any], psycopg.AsyncConnection[Any]] | None] = ContextVar(
     "switchboard_snapshot", default=None
 )
+
+
+def _snapshot_conn() -> psycopg.AsyncConnection[Any] | None:
+    """The current task's snapshot connection, if it opened one."""
+    held = _SNAPSHOT.get()
+    if held is None or held[0] is not asyncio.current_task():
+        return None
+    return held[1]
+
+
+async def _rows(
+    conn: psycopg.AsyncConnection[Any],
+    sql: str,
+    params: Sequence[Any] | dict[str, Any],
+    *,
+    one: bool,
+    binary: bool,
+) -> list[Row]:
+    """One statement's rows on ``conn`` (the first only, with ``one``)."""
+    cur = await conn.execute(sql, params, binary=binary)
+    if one:
+        row = await cur.fetchone()
+        return [] if row is None else [row]
+    return await cur.fetchall()
 
 
 def _row_factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Row]:
@@ -288,13 +314,14 @@ class Database:
         the block sees one snapshot of the database (a REPEATABLE READ, READ ONLY
         transaction on one connection), so an answer put together from several statements
         never mixes two commits. Nested, the outermost holds; a write inside fails."""
-        if _SNAPSHOT.get() is not None:
+        task = asyncio.current_task()
+        if _snapshot_conn() is not None or task is None:
             yield
             return
         async with self.conn() as conn:
             async with conn.transaction():
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                token = _SNAPSHOT.set(conn)
+                token = _SNAPSHOT.set((task, conn))
                 try:
                     yield
                 finally:
@@ -322,19 +349,13 @@ class Database:
         more on a fresh connection (see :func:`_rereadable`); a write never is. Inside a
         :meth:`snapshot`, on its connection (and never asked again: a fresh one would read
         another snapshot)."""
-        held = _SNAPSHOT.get()
+        held = _snapshot_conn()
         if held is not None:
-            cur = await held.execute(sql, params, binary=binary)
-            rows = [await cur.fetchone()] if one else await cur.fetchall()
-            return [r for r in rows if r is not None]
+            return await _rows(held, sql, params, one=one, binary=binary)
         for last in (not _rereadable(sql), True):
             try:
                 async with self.conn() as conn:
-                    cur = await conn.execute(sql, params, binary=binary)
-                    if one:
-                        row = await cur.fetchone()
-                        return [] if row is None else [row]
-                    return await cur.fetchall()
+                    return await _rows(conn, sql, params, one=one, binary=binary)
             except DeadConnection:
                 if last:
                     raise

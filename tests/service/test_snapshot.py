@@ -41,6 +41,23 @@ async def test_reads_in_a_snapshot_do_not_see_a_commit_between_them(
     assert outside["n"] == before["n"] + 1  # committed: seen once the snapshot is over
 
 
+async def test_a_task_started_inside_a_snapshot_reads_outside_it(
+    runtime: Runtime, dsn: str
+) -> None:
+    """Only the task that opened the snapshot reads in it: a task it starts (a batch
+    flusher, say) copies the context but may outlive the block and its connection."""
+    db = runtime.store.db
+    count = "SELECT count(*) AS n FROM humans"
+    with psycopg.connect(dsn, autocommit=True) as other:
+        async with db.snapshot():
+            before = await db.fetchone(count)
+            other.execute("INSERT INTO humans (name) VALUES ('carol')")
+            child = await asyncio.create_task(db.fetchone(count))
+            after = await db.fetchone(count)
+    assert before is not None and child is not None and after is not None
+    assert after["n"] == before["n"] and child["n"] == before["n"] + 1
+
+
 async def test_a_write_inside_a_snapshot_fails_and_leaves_nothing(
     runtime: Runtime, dsn: str
 ) -> None:
