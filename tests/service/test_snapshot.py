@@ -13,8 +13,17 @@ from sbdeliveries import TODO, event
 from switchboard.routing.model import DISPOSITION_PENDING
 from switchboard.runtime import Runtime
 from switchboard.service import events, identity
+from switchboard.store import Database
 
 PENDING = {"stage": "pending", "pending": "llm"}
+COUNT = "SELECT count(*) AS n FROM humans"
+
+
+async def _humans(db: Database) -> int:
+    """How many humans ``db`` reads (in the snapshot of the task asking, if any)."""
+    row = await db.fetchone(COUNT)
+    assert row is not None
+    return int(row["n"])
 
 
 async def _endpoint(rt: Runtime) -> str:
@@ -27,18 +36,16 @@ async def test_reads_in_a_snapshot_do_not_see_a_commit_between_them(
     runtime: Runtime, dsn: str
 ) -> None:
     db = runtime.store.db
-    count = "SELECT count(*) AS n FROM humans"
     with psycopg.connect(dsn, autocommit=True) as other:
         async with db.snapshot():
-            before = await db.fetchone(count)
+            before = await _humans(db)
             other.execute("INSERT INTO humans (name) VALUES ('bob')")
             async with db.snapshot():  # nested: the outer snapshot holds
-                inner = await db.fetchall(count)
-            after = await db.fetchone(count)
-        outside = await db.fetchone(count)
-    assert before is not None and after is not None and outside is not None
-    assert before["n"] == after["n"] == inner[0]["n"]
-    assert outside["n"] == before["n"] + 1  # committed: seen once the snapshot is over
+                inner = await db.fetchall(COUNT)
+            after = await _humans(db)
+        outside = await _humans(db)
+    assert before == after == inner[0]["n"]
+    assert outside == before + 1  # committed: seen once the snapshot is over
 
 
 async def test_a_task_started_inside_a_snapshot_reads_outside_it(
@@ -47,15 +54,13 @@ async def test_a_task_started_inside_a_snapshot_reads_outside_it(
     """Only the task that opened the snapshot reads in it: a task it starts (a batch
     flusher, say) copies the context but may outlive the block and its connection."""
     db = runtime.store.db
-    count = "SELECT count(*) AS n FROM humans"
     with psycopg.connect(dsn, autocommit=True) as other:
         async with db.snapshot():
-            before = await db.fetchone(count)
+            before = await _humans(db)
             other.execute("INSERT INTO humans (name) VALUES ('carol')")
-            child = await asyncio.create_task(db.fetchone(count))
-            after = await db.fetchone(count)
-    assert before is not None and child is not None and after is not None
-    assert after["n"] == before["n"] and child["n"] == before["n"] + 1
+            child = await asyncio.create_task(_humans(db))
+            after = await _humans(db)
+    assert after == before and child == before + 1
 
 
 async def test_a_write_inside_a_snapshot_fails_and_leaves_nothing(
