@@ -79,29 +79,6 @@ def log_startup(rt: Runtime, dsn: str, app: Any, base: str, metrics_url: str | N
         log.info("metrics disabled")
 
 
-def stop_during_start_ends_the_wait() -> None:
-    """A stop signal while a worker is still starting stops the server (Sanic 25.12 spins).
-
-    Sanic's manager waits for every worker's start-up acknowledgement; its stop handler
-    publishes a stop message which that wait re-publishes to itself, so a SIGTERM that
-    arrives before the last worker acknowledged made the manager re-read its own message
-    forever at full CPU, never exiting (the workers got the signal and stopped). Once the
-    manager is shutting down, the wait counts as over: its monitor loop then reads the
-    stop message and joins the workers as on any stop.
-    """
-    from sanic.worker.manager import WorkerManager
-
-    acked = WorkerManager._all_workers_ack
-    if getattr(acked, "_switchboard", False):
-        return
-
-    def all_acked_or_stopping(self: WorkerManager) -> bool:
-        return bool(getattr(self, "_shutting_down", False)) or bool(acked(self))
-
-    all_acked_or_stopping._switchboard = True  # type: ignore[attr-defined]
-    WorkerManager._all_workers_ack = all_acked_or_stopping  # type: ignore[method-assign]
-
-
 def run(args: argparse.Namespace, rt: Runtime) -> int:
     # Sanic (through scrape) only here: every other command starts ~0.1 s sooner without it
     from sanic import Sanic
@@ -109,6 +86,7 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     from .. import lifeline, scrape
     from ..arrival import BoundedProtocol
     from ..store.supervise import Supervisor
+    from .manager_fixes import killing_spares_the_main_process, stop_during_start_ends_the_wait
 
     dsn = rt.ensure_database()
     embedded = rt.embedded
@@ -162,8 +140,12 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     from ..app import app_from_environment
 
     stop_during_start_ends_the_wait()
+    killing_spares_the_main_process()
     loader = AppLoader(factory=app_from_environment)
     app = loader.load()
+    # Sanic ends with os._exit after a kill (a worker that never came up): the embedded
+    # server is stopped here, before that, not only when run() returns.
+    app.register_listener(lambda _app: rt.stop_embedded(), "main_process_stop")
     log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
     app.prepare(
         host=host,

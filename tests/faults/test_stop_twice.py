@@ -1,0 +1,155 @@
+"""Sanic's "kill" without killing ``serve``: a second stop signal while it drains (an
+impatient operator, a supervisor's retry) cuts the drain short, and a worker that never
+comes up stops it; either way ``serve`` stops the embedded PostgreSQL it started, and no
+worker, evaluator or database process outlives it."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from sbtest import CLI, SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
+from sbworld import World
+
+#: Long enough that a serve still draining when the test gives up is unmistakable.
+GRACE_S = 30
+
+
+def _postmaster(pgdata: Path) -> psutil.Process:
+    pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+    return psutil.Process(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_second_sigterm_during_the_drain_still_stops_the_embedded_database(
+    server_factory: Any, fault_config: Any, tmp_path: Path, workers: int
+) -> None:
+    data = tmp_path / "data"
+    srv = server_factory(
+        None,
+        "--workers",
+        str(workers),
+        data_dir=data,
+        config=fault_config(f"[server]\nshutdown_grace_s = {GRACE_S}\n"),
+    )
+    assert "SWITCHBOARD_DATABASE_URL" not in srv.env  # serve started the server itself
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.endpoint("alice", "owner")
+    path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
+    postmaster = _postmaster(data / "pg")
+    assert srv.proc is not None
+    group = [srv.proc.pid, *(c.pid for c in psutil.Process(srv.proc.pid).children(True))]
+    # A delivery whose body never completes holds the drain open for the whole grace.
+    stuck = socket.create_connection(("127.0.0.1", srv.port))
+    stuck.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-Delivery-Id: stuck\r\nContent-Length: 100\r\n\r\n{{".encode()
+    )
+    time.sleep(0.3)
+
+    try:
+        _stop_twice(srv, postmaster, group)
+    finally:
+        stuck.close()
+        if postmaster.is_running():  # this test leaves no server behind, even failing
+            postmaster.send_signal(signal.SIGINT)
+            postmaster.wait(30)
+
+
+def _stop_twice(srv: Any, postmaster: psutil.Process, group: list[int]) -> None:
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert srv.proc.poll() is None, "serve stopped without waiting for the stuck delivery"
+    signalled = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    code = srv.proc.wait(GRACE_S)
+    took = time.monotonic() - signalled
+    log = srv.log.read_text()
+    # serve ended on its own (not killed by a signal, its own included), well before the
+    # grace ran out ...
+    assert code >= 0, (code, log[-3000:])
+    assert took < GRACE_S / 2, (took, log[-3000:])
+    # ... and stopped the database on its way out: pg_ctl's fast stop, not a leftover.
+    try:
+        postmaster.wait(15)
+    except psutil.TimeoutExpired:
+        pytest.fail(f"the embedded PostgreSQL outlived serve (exit {code}):\n{log[-3000:]}")
+    left = [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert not left, f"still running after serve: {left}"
+
+
+#: A third party's plugin whose start-up fails in serve's workers only (serve's main
+#: process and the CLI never start a runtime's plugins with a serve pid that is not theirs).
+BROKEN = {
+    "pyproject.toml": """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "switchboard-broken-start"
+version = "0.1"
+dependencies = ["switchboard"]
+
+[project.entry-points.switchboard]
+broken_start = "switchboard_broken_start"
+""",
+    "switchboard_broken_start/__init__.py": """\
+import os
+
+from switchboard.plugin import hookimpl
+
+
+@hookimpl
+def switchboard_startup(runtime, app):
+    serve = os.environ.get("SWITCHBOARD_SERVE_PID")
+    if serve and serve != str(os.getpid()):
+        raise RuntimeError("broken_start refuses to start a worker")
+""",
+}
+
+
+@pytest.mark.slow
+def test_a_worker_that_never_comes_up_stops_serve_and_the_embedded_database(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "broken"
+    for name, text in BROKEN.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    site = install_distribution(source, tmp_path / "install")
+    data = tmp_path / "data"
+    env = make_env(None, data, PYTHONPATH=str(site))
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*SWITCHBOARD, "serve", "--port", str(free_port()), "--workers", "2"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        code = proc.wait(60)
+    finally:
+        stop_process_group(proc)
+        pid_file = data / "pg" / "postmaster.pid"
+        pid = int(pid_file.read_text().splitlines()[0]) if pid_file.exists() else None
+        postmaster = psutil.Process(pid) if pid and psutil.pid_exists(pid) else None
+        if postmaster is not None and postmaster.is_running():
+            postmaster.send_signal(signal.SIGINT)  # no server left behind, even failing
+            postmaster.wait(30)
+    text = log.read_text()
+    assert "broken_start refuses to start a worker" in text, text[-3000:]
+    # serve failed (Sanic's exit status after a kill), not killed by its own SIGKILL ...
+    assert code == 1, (code, text[-3000:])
+    # ... and stopped the database it had started: nothing left to clean up above.
+    assert postmaster is None, "the embedded PostgreSQL outlived serve"
