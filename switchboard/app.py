@@ -10,7 +10,7 @@ from sanic import Request, Sanic, json
 from sanic.exceptions import PayloadTooLarge, SanicException
 from sanic.response import HTTPResponse
 
-from . import admission, arrival, gctune, lifeline, loghygiene, scrape
+from . import admission, arrival, gctune, lifeline, loghygiene, scrape, stopsignals
 from .config import load_config
 from .errors import (
     RETRY_AFTER_SECONDS,
@@ -95,6 +95,11 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # walked all of them again, stopping every request for 65-130 ms a few times a
         # minute under load; frozen, a collection walks only what requests made since.
         gctune.settle()
+
+    @app.after_server_start
+    async def _stop_once(app: Sanic[Any, Any]) -> None:
+        # after Sanic set its signal handlers, which this replaces in a worker
+        stopsignals.first_stop_only(app)
 
     @app.before_server_stop
     async def _drain(app: Sanic[Any, Any]) -> None:

@@ -1,0 +1,96 @@
+"""Ctrl-C in the terminal that runs ``serve``: SIGINT reaches serve and every worker at once
+(the whole foreground process group), and it is still the drain SIGTERM gives: what was
+read is answered and stored, then serve stops the embedded PostgreSQL it started (which
+sits in a session of its own, so the terminal's signal never reaches it first)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from sbfaults import stored_deliveries
+from sbtest import CLI
+from sbworld import World
+
+from switchboard.store.embedded import EmbeddedPostgres
+
+IN_FLIGHT = 8
+
+
+def _reply(sock: socket.socket, timeout: float = 10) -> bytes:
+    sock.settimeout(timeout)
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_drains_like_sigterm_and_stops_the_embedded_database(
+    server_factory: Any, tmp_path: Path, workers: int
+) -> None:
+    data = tmp_path / "data"
+    srv = server_factory(None, "--workers", str(workers), data_dir=data)
+    assert "SWITCHBOARD_DATABASE_URL" not in srv.env  # serve started the server itself
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.endpoint("alice", "owner")
+    path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
+    pg = data / "pg"
+    postmaster = psutil.Process(int((pg / "postmaster.pid").read_text().splitlines()[0]))
+    assert os.getsid(postmaster.pid) != os.getsid(srv.proc.pid)
+    group = [srv.proc.pid, *(c.pid for c in psutil.Process(srv.proc.pid).children(True))]
+
+    bodies = {f"ctrl-c-{i}": json.dumps({"n": i}).encode() for i in range(IN_FLIGHT)}
+    flying = {}
+    for delivery, body in bodies.items():  # in flight at the signal: half a body read
+        sock = socket.create_connection(("127.0.0.1", srv.port))
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"X-Delivery-Id: {delivery}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body[: len(body) // 2]
+        )
+        flying[delivery] = sock
+    time.sleep(0.3)
+    try:
+        os.killpg(srv.proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        time.sleep(0.2)
+        answered = {}
+        for delivery, sock in flying.items():
+            sock.sendall(bodies[delivery][len(bodies[delivery]) // 2 :])
+            answered[delivery] = _reply(sock)
+            sock.close()
+        code = srv.proc.wait(30)
+        log = srv.log.read_text()
+        for delivery, reply in answered.items():
+            assert reply.startswith(b"HTTP/1.1 202 "), (delivery, reply[:200], log[-3000:])
+        assert code == 0, (code, log[-3000:])
+        try:
+            postmaster.wait(15)
+        except psutil.TimeoutExpired:
+            pytest.fail(f"the embedded PostgreSQL outlived serve:\n{log[-3000:]}")
+        left = [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert not left, f"still running after serve: {left}"
+    finally:
+        if postmaster.is_running():  # this test leaves no server behind, even failing
+            postmaster.send_signal(signal.SIGINT)
+            postmaster.wait(30)
+    # Every delivery answered 202 was committed: read back from the stopped server's data.
+    _assert_stored(data, set(bodies))
+
+
+def _assert_stored(data: Path, deliveries: set[str]) -> None:
+    embedded = EmbeddedPostgres(data, quiet=True)
+    try:
+        stored = stored_deliveries(embedded.start())
+    finally:
+        embedded.stop()
+    assert stored == {d: 1 for d in deliveries}
