@@ -15,21 +15,13 @@ from typing import Any
 
 import psutil
 import pytest
-from sbfaults import stored_deliveries
+from sbfaults import assert_gone_with_serve, read_reply, stored_deliveries
 from sbtest import CLI
 from sbworld import World
 
 from switchboard.store.embedded import EmbeddedPostgres
 
 IN_FLIGHT = 8
-
-
-def _reply(sock: socket.socket, timeout: float = 10) -> bytes:
-    sock.settimeout(timeout)
-    got = b""
-    while chunk := sock.recv(65536):
-        got += chunk
-    return got
 
 
 @pytest.mark.slow
@@ -66,19 +58,14 @@ def test_ctrl_c_drains_like_sigterm_and_stops_the_embedded_database(
         answered = {}
         for delivery, sock in flying.items():
             sock.sendall(bodies[delivery][len(bodies[delivery]) // 2 :])
-            answered[delivery] = _reply(sock)
+            answered[delivery] = read_reply(sock)
             sock.close()
         code = srv.proc.wait(30)
         log = srv.log.read_text()
         for delivery, reply in answered.items():
             assert reply.startswith(b"HTTP/1.1 202 "), (delivery, reply[:200], log[-3000:])
         assert code == 0, (code, log[-3000:])
-        try:
-            postmaster.wait(15)
-        except psutil.TimeoutExpired:
-            pytest.fail(f"the embedded PostgreSQL outlived serve:\n{log[-3000:]}")
-        left = [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
-        assert not left, f"still running after serve: {left}"
+        assert_gone_with_serve(postmaster, group, log)
     finally:
         if postmaster.is_running():  # this test leaves no server behind, even failing
             postmaster.send_signal(signal.SIGINT)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from sbfaults import stored_deliveries
+from sbfaults import read_reply, stored_deliveries
 from sbtest import CLI
 from sbworld import World
 
@@ -22,15 +22,6 @@ IN_FLIGHT = 16
 IDLE = 4
 #: New connections opened while the drain runs.
 NEW = 4
-
-
-def _reply(sock: socket.socket, timeout: float = 10) -> bytes:
-    """Everything the server sends until it closes the connection."""
-    sock.settimeout(timeout)
-    got = b""
-    while chunk := sock.recv(65536):
-        got += chunk
-    return got
 
 
 def _new_connection(port: int, request: bytes) -> str:
@@ -43,7 +34,7 @@ def _new_connection(port: int, request: bytes) -> str:
         return "refused"
     try:
         sock.sendall(request)
-        reply = _reply(sock)
+        reply = read_reply(sock)
     except ConnectionResetError:
         return "reset after acceptance"
     finally:
@@ -121,7 +112,7 @@ def test_sigterm_answers_what_it_read_and_cuts_only_past_the_grace(
     for delivery, sock in flying.items():
         body = bodies[delivery]
         sock.sendall(body[len(body) // 2 :])
-        answered[delivery] = _reply(sock)
+        answered[delivery] = read_reply(sock)
         sock.close()
     for delivery, reply in answered.items():
         assert reply.startswith(b"HTTP/1.1 202 "), (delivery, reply[:200])
@@ -129,7 +120,7 @@ def test_sigterm_answers_what_it_read_and_cuts_only_past_the_grace(
     exited = time.monotonic() - signalled
     # The stuck one held the stop for the whole grace, and no longer.
     assert GRACE_S - 0.5 < exited < GRACE_S + 3, exited
-    assert _reply(stuck) == b""
+    assert read_reply(stuck) == b""
     stuck.close()
     log = srv.log.read_text()
     assert "shutdown: 1 request(s) still in flight after server.shutdown_grace_s" in log, log[

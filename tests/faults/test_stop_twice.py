@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
+from sbfaults import assert_gone_with_serve
 from sbtest import CLI, SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
 from sbworld import World
 
@@ -78,12 +79,7 @@ def _stop_twice(srv: Any, postmaster: psutil.Process, group: list[int]) -> None:
     assert code >= 0, (code, log[-3000:])
     assert took < GRACE_S / 2, (took, log[-3000:])
     # ... and stopped the database on its way out: pg_ctl's fast stop, not a leftover.
-    try:
-        postmaster.wait(15)
-    except psutil.TimeoutExpired:
-        pytest.fail(f"the embedded PostgreSQL outlived serve (exit {code}):\n{log[-3000:]}")
-    left = [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
-    assert not left, f"still running after serve: {left}"
+    assert_gone_with_serve(postmaster, group, log)
 
 
 #: A third party's plugin whose start-up fails in serve's workers only (serve's main

@@ -260,3 +260,23 @@ def crawl(
         return time.monotonic() - started, got, False
     finally:
         sock.close()
+
+
+def read_reply(sock: socket.socket, timeout: float = 10) -> bytes:
+    """Everything the server sends on ``sock`` until it closes the connection."""
+    sock.settimeout(timeout)
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got
+
+
+def assert_gone_with_serve(postmaster: psutil.Process, group: list[int], log: str) -> None:
+    """``serve`` stopped its embedded PostgreSQL (``postmaster``) on its way out, and none
+    of ``group`` (serve, its workers, their children) is left running."""
+    try:
+        postmaster.wait(15)
+    except psutil.TimeoutExpired:
+        raise AssertionError(f"the embedded PostgreSQL outlived serve:\n{log[-3000:]}") from None
+    left = [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert not left, f"still running after serve: {left}"
