@@ -13,9 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from sbfaults import assert_gone_with_serve, read_reply, stored_deliveries
+from sbfaults import (
+    assert_gone_with_serve,
+    postmaster_of,
+    read_reply,
+    serve_tree,
+    stored_deliveries,
+)
 from sbtest import CLI
 from sbworld import World
 
@@ -36,10 +41,9 @@ def test_ctrl_c_drains_like_sigterm_and_stops_the_embedded_database(
     w.human("alice")
     w.endpoint("alice", "owner")
     path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
-    pg = data / "pg"
-    postmaster = psutil.Process(int((pg / "postmaster.pid").read_text().splitlines()[0]))
+    postmaster = postmaster_of(data / "pg")
     assert os.getsid(postmaster.pid) != os.getsid(srv.proc.pid)
-    group = [srv.proc.pid, *(c.pid for c in psutil.Process(srv.proc.pid).children(True))]
+    group = serve_tree(srv.proc.pid)
 
     bodies = {f"ctrl-c-{i}": json.dumps({"n": i}).encode() for i in range(IN_FLIGHT)}
     flying = {}

@@ -14,17 +14,12 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from sbfaults import deliver, stored_deliveries
+from sbfaults import deliver, postmaster_of, stored_deliveries
 from sbtest import CLI
 from sbworld import World
 
 #: The promise (README, reliability).
 BACK_WITHIN_S = 15
-
-
-def _postmaster(pgdata: Path) -> psutil.Process:
-    pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
-    return psutil.Process(pid)
 
 
 @pytest.mark.slow
@@ -63,7 +58,7 @@ def test_a_killed_embedded_postgres_is_restarted_and_nothing_acknowledged_is_los
     try:
         time.sleep(1.0)
         assert acked and not refused
-        old = _postmaster(pgdata)
+        old = postmaster_of(pgdata)
         os.kill(old.pid, signal.SIGKILL)
         killed = time.monotonic()
         # Back: a 202 answered after the first refusal that followed the kill.
@@ -86,7 +81,7 @@ def test_a_killed_embedded_postgres_is_restarted_and_nothing_acknowledged_is_los
     deadline = time.monotonic() + BACK_WITHIN_S
     while True:
         try:
-            new = _postmaster(pgdata)
+            new = postmaster_of(pgdata)
             if new.pid != old.pid and new.is_running():
                 break
         except (psutil.NoSuchProcess, FileNotFoundError, ValueError, IndexError):

@@ -14,17 +14,12 @@ from typing import Any
 
 import psutil
 import pytest
-from sbfaults import assert_gone_with_serve
+from sbfaults import assert_gone_with_serve, postmaster_of, serve_tree
 from sbtest import CLI, SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
 from sbworld import World
 
 #: Long enough that a serve still draining when the test gives up is unmistakable.
 GRACE_S = 30
-
-
-def _postmaster(pgdata: Path) -> psutil.Process:
-    pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
-    return psutil.Process(pid)
 
 
 @pytest.mark.slow
@@ -45,9 +40,9 @@ def test_a_second_sigterm_during_the_drain_still_stops_the_embedded_database(
     w.human("alice")
     w.endpoint("alice", "owner")
     path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
-    postmaster = _postmaster(data / "pg")
+    postmaster = postmaster_of(data / "pg")
     assert srv.proc is not None
-    group = [srv.proc.pid, *(c.pid for c in psutil.Process(srv.proc.pid).children(True))]
+    group = serve_tree(srv.proc.pid)
     # A delivery whose body never completes holds the drain open for the whole grace.
     stuck = socket.create_connection(("127.0.0.1", srv.port))
     stuck.sendall(

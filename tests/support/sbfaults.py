@@ -280,3 +280,13 @@ def assert_gone_with_serve(postmaster: psutil.Process, group: list[int], log: st
         raise AssertionError(f"the embedded PostgreSQL outlived serve:\n{log[-3000:]}") from None
     left = [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     assert not left, f"still running after serve: {left}"
+
+
+def postmaster_of(pgdata: Path) -> psutil.Process:
+    """The embedded PostgreSQL's postmaster, by its data directory's ``postmaster.pid``."""
+    return psutil.Process(int((pgdata / "postmaster.pid").read_text().splitlines()[0]))
+
+
+def serve_tree(pid: int) -> list[int]:
+    """``serve`` (``pid``) and every process under it: its workers and their children."""
+    return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
