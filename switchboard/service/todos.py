@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
+from ..jsontext import dumps_bytes
 from ..runtime import Runtime
 from ..store import Row
 from .common import check_queue, jsonable
@@ -75,6 +76,23 @@ def _ttl(rt: Runtime, value: float | None) -> float:
             f"lease_ttl_seconds: must be a number from 0 (exclusive) to {TTL_MAX}"
         )
     return float(value)
+
+
+def _result(rt: Runtime, value: Any) -> Any:
+    """``value`` if its JSON fits ``[todos] result_max_bytes``: a result is stored with the
+    todo and sent with every later claim of it, so one too large to send again would leave
+    the todo claimable by no one (each claim spent, its answer lost)."""
+    if value is None:
+        return None
+    limit = int(_settings(rt)["result_max_bytes"])
+    size = len(dumps_bytes(value))
+    if size > limit:
+        raise InvalidArgument(
+            f"result: {size} bytes as JSON, over the limit of {limit}"
+            " ([todos] result_max_bytes); store a large result elsewhere and pass its"
+            " location"
+        )
+    return value
 
 
 async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFound | Conflict:
@@ -207,6 +225,7 @@ async def complete(
     rt: Runtime, caller: Row, todo_id: str, *, owner: str, result: Any = None
 ) -> dict[str, Any]:
     """Mark a todo the caller holds done, with an optional JSON result."""
+    result = _result(rt, result)
     row = await rt.store.complete_todo(
         caller["id"], list(caller["scope_queues"]), todo_id, owner, result
     )
@@ -220,6 +239,7 @@ async def fail(
 ) -> dict[str, Any]:
     """Give a held todo back: pending again after a backoff, or dead after max_attempts."""
     cfg = _settings(rt)
+    result = _result(rt, result)
     row = await rt.store.fail_todo(
         caller["id"],
         list(caller["scope_queues"]),

@@ -222,6 +222,8 @@ class TodoQueries:
         self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, result: Any
     ) -> Row | None:
         """Mark a todo the caller holds done (None when it does not hold it)."""
+        if not is_uuid(todo_id):
+            return None
         return await self.db.fetchone(
             "UPDATE todos SET state = 'done', result = %(result)s, owner = NULL,"
             " lease_expires_at = NULL, completed_at = now(), updated_at = now()"
@@ -248,6 +250,8 @@ class TodoQueries:
         backoff_max: float,
     ) -> Row | None:
         """Back to pending after an exponential backoff, or dead once attempts are spent."""
+        if not is_uuid(todo_id):
+            return None
         return await self.db.fetchone(
             "UPDATE todos SET result = %(result)s, owner = NULL, lease_expires_at = NULL,"
             " updated_at = now(),"
@@ -273,6 +277,8 @@ class TodoQueries:
         self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, ttl: float
     ) -> Row | None:
         """Extend the lease of a todo the caller holds (None when it does not hold it)."""
+        if not is_uuid(todo_id):
+            return None
         return await self.db.fetchone(
             "UPDATE todos SET lease_expires_at = now() + make_interval(secs => %(ttl)s),"
             f" updated_at = now() WHERE {_HELD} RETURNING {_COLS}",

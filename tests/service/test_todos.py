@@ -108,6 +108,41 @@ async def test_fail_backs_off_then_dies(rt: Runtime, dsn: str) -> None:
     assert (await todos.claim_next(rt, me, owner=owner)) == {"empty": True}
 
 
+async def test_a_result_too_large_to_send_again_is_refused_and_changes_nothing(
+    rt: Runtime, dsn: str
+) -> None:
+    """A result travels with every later claim of its todo: one past ``[todos]
+    result_max_bytes`` is refused before it is stored (the todo still held, as it was)."""
+    await identity.add_human(rt, "alice")
+    me = await _endpoint(rt, "alice", "me", ["inbox"])
+    [tid] = _todos(dsn, me["id"], "inbox", 1)
+    owner = me["id"]
+    held = (await todos.claim_next(rt, me, owner=owner))["todo"]
+    fits = "x" * (65536 - 2)  # its JSON is the limit exactly: two quotes
+    for verb in (todos.complete, todos.fail):
+        with pytest.raises(InvalidArgument) as refused:
+            await verb(rt, me, tid, owner=owner, result={"log": fits})
+        assert str(refused.value) == (
+            "result: 65544 bytes as JSON, over the limit of 65536 ([todos] result_max_bytes);"
+            " store a large result elsewhere and pass its location"
+        )
+    [still] = (await todos.list_todos(rt, me, state="claimed"))["todos"]
+    assert (still["todo_id"], still["attempts"]) == (tid, held["attempts"])
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT result FROM todos WHERE id = %s", (tid,)).fetchone()
+    assert row == (None,)
+    done = (await todos.complete(rt, me, tid, owner=owner, result=fits))["todo"]
+    assert done["state"] == "done" and done["result"] == fits
+
+
+async def test_verbs_taking_an_id_find_nothing_for_a_malformed_one(rt: Runtime) -> None:
+    await identity.add_human(rt, "alice")
+    me = await _endpoint(rt, "alice", "me", ["inbox"])
+    for verb in (todos.claim, todos.complete, todos.fail, todos.heartbeat):
+        with pytest.raises(NotFound, match="^todo 12 not found$"):
+            await verb(rt, me, "12", owner=me["id"])
+
+
 async def test_expired_lease_is_claimable_again(rt: Runtime, dsn: str) -> None:
     await identity.add_human(rt, "alice")
     me = await _endpoint(rt, "alice", "me", ["inbox"])

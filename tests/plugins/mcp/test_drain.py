@@ -76,3 +76,7 @@ async def test_drain_verbs_over_mcp(people: Any, connect: Any) -> None:
         ]
         assert (await a.fails("list_todos", limit=0)).code == "invalid_argument"
         assert (await a.fails("claim", id="nope")).code == "not_found"
+        # every verb that takes an id: one that is no todo's id is not found, never internal
+        for verb in ("heartbeat", "complete", "fail", "retry"):
+            refused = await a.fails(verb, id="nope")
+            assert refused.text == "not_found: todo nope not found"
