@@ -44,6 +44,8 @@ Progress = Callable[[int, int | None, str | None], Awaitable[None]]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The furthest back a ``since`` may reach (as far as retention may keep events).
+SINCE_MAX_DAYS = 36500
 
 
 def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
@@ -52,9 +54,16 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
     now = now or dt.datetime.now(dt.UTC)
     if not isinstance(value, str):
         raise InvalidArgument("since: a duration (30m, 24h, 7d) or an RFC 3339 timestamp")
+    earliest = now - dt.timedelta(days=SINCE_MAX_DAYS)
+    too_far = InvalidArgument(
+        f"since: at most {SINCE_MAX_DAYS} days ({SINCE_MAX_DAYS // 365} years) back (got {value!r})"
+    )
     found = _DURATION.match(value)
     if found:
-        return now - dt.timedelta(seconds=float(found[1]) * _UNIT_S[found[2]])
+        seconds = float(found[1]) * _UNIT_S[found[2]]
+        if seconds > SINCE_MAX_DAYS * 86400:
+            raise too_far
+        return now - dt.timedelta(seconds=seconds)
     try:
         when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
@@ -63,6 +72,8 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
         ) from None
     if when.tzinfo is None:
         raise InvalidArgument("since: the timestamp needs its offset (Z or +hh:mm)")
+    if when.year <= 1 or when < earliest:  # year 1 with an offset is before any UTC date
+        raise too_far
     return when
 
 
@@ -103,6 +114,7 @@ class Window:
             or when.tzinfo is None
             or not (left is None or (isinstance(left, int) and left >= 0))
             or (left is None) == (since_at is None)
+            or (since_at is not None and (since_at.tzinfo is None or since_at.year <= 1))
         ):
             raise InvalidArgument("cursor: not a cursor this tool returned")
         return cls(left, since_at, (when, event_id))

@@ -343,6 +343,14 @@ async def test_another_humans_webhook_and_events_are_not_found(seeded: Any) -> N
         assert bad.code == "invalid_argument"
         bad = await me.fails("diff_webhook_rules", webhook_id=hook, cursor="nope")
         assert bad.code == "invalid_argument"
+        # further back than any event can be: refused in the caller's terms, never internal
+        for since in ("999999d", "99999999999999999999d", "0001-01-01T00:00:00+01:00"):
+            for tool in ("diff_webhook_rules", "reroute_webhook_events", "release_held_events"):
+                args = {"rules": []} if tool == "diff_webhook_rules" else {}
+                bad = await me.fails(tool, webhook_id=hook, since=since, **args)
+                assert bad.text == (
+                    f"invalid_argument: since: at most 36500 days (100 years) back (got {since!r})"
+                ), (tool, bad.text)
         refused = await me.fails(
             "diff_webhook_rules",
             webhook_id=hook,
@@ -391,6 +399,10 @@ def test_cli_verbs(seeded: Any, tmp_path: Path) -> None:
     assert "shadowed" in lint_table.stdout and "unused_param" in lint_table.stdout
     missing = fast.run("rules", "explain", str(uuid.uuid4()), check=False)
     assert missing.returncode == 1 and "not found" in missing.stderr
+    for argv in (["rules", "diff", hook, str(candidate)], ["webhook", "reroute", hook, "--plan"]):
+        far = fast.run(*argv, "--since", "999999d", check=False)
+        assert far.returncode == 2 and far.stderr.count("\n") == 1, far.stderr
+        assert "since: at most 36500 days (100 years) back" in far.stderr
 
 
 async def test_the_cli_progress_bar_shows_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
