@@ -12,10 +12,13 @@ Two spellings, chosen per use:
   headers, titles, kinds): each offending character becomes U+FFFD, the Unicode
   replacement character, as every WHATWG decoder does. Readable, not reversible.
 * :func:`key_text` for identities (delivery ids, dedup keys): two different ids must
-  stay different, so offending characters become reversible ``\\xNN`` escapes.
+  stay different, so offending characters become reversible ``\\xNN`` escapes (and a
+  backslash that could be read as one of them is doubled).
 
-Every function is idempotent, so a dry-run over stored (already clean) values rebuilds
-exactly the envelope the live delivery saw.
+:func:`clean_text` and :func:`clean_json` are idempotent, so a dry-run over stored
+(already clean) values rebuilds exactly the envelope the live delivery saw. :func:`key_text`
+cannot be both idempotent and one-to-one (the text ``\\x00`` and a NUL would meet), and is
+one-to-one: it is applied once, to what the producer sent.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ REPLACEMENT = "\ufffd"
 # NUL, and any surrogate code point (a valid str never holds one outside surrogateescape
 # decoding or a JSON "\udXXX" escape that was not part of a pair).
 _BAD = re.compile("[\x00\ud800-\udfff]")
+# What key_text rewrites: those, and a backslash an escape could be mistaken for (one
+# followed by x, u, another backslash, or a character that is escaped itself).
+_KEY = re.compile("\\\\(?=[xu\\\\\x00\ud800-\udfff])|[\x00\ud800-\udfff]")
 
 
 def clean_text(value: str) -> str:
@@ -52,6 +58,8 @@ def clean_json(value: Any) -> Any:
 
 def _escape(match: re.Match[str]) -> str:
     ch = match[0]
+    if ch == "\\":
+        return "\\\\"
     if ch == "\x00":
         return "\\x00"
     code = ord(ch)
@@ -61,8 +69,15 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def key_text(value: str) -> str:
-    """``value`` with NUL and lone surrogates as ``\\xNN`` / ``\\uXXXX`` escapes."""
-    return _BAD.sub(_escape, value) if _BAD.search(value) else value
+    """``value`` with NUL and lone surrogates as ``\\xNN`` / ``\\uXXXX`` escapes, one-to-one.
+
+    A backslash followed by ``x``, ``u``, a backslash or an escaped character is written
+    ``\\\\``, so the text ``id-\\xff`` and the byte-carrying ``id-\xff`` stay two keys;
+    every other key (all of them without such a backslash) is written as it was.
+    """
+    if "\\" not in value and not _BAD.search(value):
+        return value
+    return _KEY.sub(_escape, value)
 
 
 def raw_bytes(value: str) -> bytes:

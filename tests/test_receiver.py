@@ -302,16 +302,18 @@ def test_the_dry_run_rebuilds_the_envelope_the_live_delivery_routed(
 def test_distinct_hostile_delivery_ids_stay_distinct(
     stage: tuple[Server, World, dict[str, dict[str, Any]], str],
 ) -> None:
-    """``id-\\xff`` and ``id-\\xfe`` are two deliveries; each one's redelivery collapses."""
+    """``id-\\xff`` and ``id-\\xfe`` are two deliveries, and so is the text ``id-\\xff`` (a
+    backslash, an x): its escape is not the byte's. Each one's redelivery collapses."""
     srv, world, hooks, dsn = stage
     hook = hooks["generic"]
     path = "/" + hook["ingest_url"].split("/", 3)[3]
     created = []
-    for delivery_id in (b"id-\xff", b"id-\xfe", b"id-\x00", b"id-\xff", b"id-\x00"):
+    sent = (b"id-\xff", b"id-\xfe", b"id-\x00", b"id-\\xff", b"id-\xff", b"id-\x00", b"id-\\xff")
+    for delivery_id in sent:
         status, reply = raw_post(srv.port, path, [(b"X-Delivery-Id", delivery_id)], b"{}")
         assert status == 202, reply
         created.append(json.loads(reply)["created"])
-    assert created == [1, 1, 1, 0, 0]
+    assert created == [1, 1, 1, 1, 0, 0, 0]
     with psycopg.connect(dsn) as conn:
         ids = {
             r[0].split(":", 1)[1]
@@ -320,4 +322,4 @@ def test_distinct_hostile_delivery_ids_stay_distinct(
                 (hook["webhook_id"], "%:id-%"),
             )
         }
-    assert ids == {"id-\\xff", "id-\\xfe", "id-\\x00"}
+    assert ids == {"id-\\xff", "id-\\xfe", "id-\\x00", "id-\\\\xff"}
