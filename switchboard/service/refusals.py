@@ -7,6 +7,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import metrics
 from ..contract.sources import reason_code
 from ..errors import InvalidArgument
 from ..pgtext import clean_text
@@ -30,10 +31,14 @@ TRUNCATED = "…"
 
 
 def capped_headers(delivery: Delivery) -> dict[str, str]:
-    """The sanitized headers, in arrival order, as many as fit in :data:`HEADERS_MAX_BYTES`."""
+    """The sanitized headers, in arrival order, as many as fit in :data:`HEADERS_MAX_BYTES`:
+    secrets redacted, and a byte that is not UTF-8 (or a NUL) U+FFFD, as in an event's."""
     out: dict[str, str] = {}
     used = 2
-    clean = sanitize_headers(delivery.headers)
+    clean = {
+        clean_text(name): clean_text(value)
+        for name, value in sanitize_headers(delivery.headers).items()
+    }
     for name, value in clean.items():
         cost = len(json.dumps({name: value}, ensure_ascii=False).encode()) - 1
         if used + cost > HEADERS_MAX_BYTES - 40:  # room for the marker
@@ -77,6 +82,7 @@ def record_refusal(
             )
         )
     except Exception:  # pragma: no cover - a bug here must cost a record, not the reply
+        metrics.REFUSALS_UNRECORDED.inc()
         log.exception("could not queue a refused delivery's record")
 
 

@@ -134,6 +134,25 @@ async def test_a_flood_keeps_n_rows_per_webhook_and_counts_the_rest(runtime: Run
     assert again["refusals"][0]["delivery_id"] == "g-499"
 
 
+async def test_a_refusal_with_a_header_byte_that_is_not_utf8_is_recorded(
+    runtime: Runtime,
+) -> None:
+    """Sanic hands a header byte like 0xe9 over surrogate-escaped: the record shows U+FFFD
+    (as an event's stored headers do) and is written, never dropped with a traceback."""
+    owner = await _owner(runtime)
+    gh_id, gh = await _hook(runtime, owner, "github")
+    unrecorded = metrics.REFUSALS_UNRECORDED._value.get()
+    body, signed = build_request("github", b"{}", b"not-the-secret-at-all", "issues", {}, False)
+    signed["X-GitHub-Delivery"] = "gh-latin1"
+    headers = Headers([*signed.items(), ("X-Note", "caf\udce9"), ("X-N\udcfful", "z\x00")])
+    assert (await ingest(runtime, gh, headers, body, None)).status == 401
+    await runtime.store.refusals.drain()
+    [row] = (await refusals.list_refusals(runtime, owner, gh_id))["refusals"]
+    assert row["delivery_id"] == "gh-latin1"
+    assert row["headers"]["x-note"] == "caf\ufffd" and row["headers"]["x-n\ufffdul"] == "z\ufffd"
+    assert metrics.REFUSALS_UNRECORDED._value.get() == unrecorded
+
+
 async def test_headers_are_capped_at_one_kib() -> None:
     many = Headers([(f"X-H-{i}", "v" * 100) for i in range(50)] + [("Authorization", "x")])
     capped = refusals.capped_headers(Delivery(many, b""))
