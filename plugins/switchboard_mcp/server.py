@@ -25,6 +25,7 @@ from switchboard.errors import PluginError, SwitchboardError, mcp_code
 from switchboard.registry import MCPTool, MCPToolRegistry
 from switchboard.runtime import Runtime
 
+from .arguments import ArgumentCheck, as_given, unknown_arguments
 from .context import CALLER, TOOL_CONTEXT, ToolContext
 from .jsonrpc import ScreenedLines
 
@@ -98,25 +99,12 @@ def adapt(tool: MCPTool) -> Callable[..., Awaitable[Any]]:
 
 def closed_tool(tool: MCPTool) -> Tool:
     """The SDK tool for ``tool``, its input schema closed (``additionalProperties: false``):
-    :meth:`SwitchboardMCP.call_tool` refuses what the schema does not name."""
+    :meth:`SwitchboardMCP.call_tool` refuses what the schema does not name, or does not
+    type as given, and the tool takes the values as they came (see :mod:`.arguments`)."""
     sdk_tool = Tool.from_function(adapt(tool), name=tool.name, description=tool.description)
     sdk_tool.parameters["additionalProperties"] = False
+    sdk_tool.fn_metadata = as_given(sdk_tool.fn_metadata)
     return sdk_tool
-
-
-def unknown_arguments(sdk_tool: Tool, arguments: dict[str, Any]) -> str | None:
-    """Why ``arguments`` are refused for naming what the tool does not take (None: they don't).
-
-    The SDK's argument model ignores extra keys, so an agent's typo (or a key it believes
-    exists) would answer ok and be dropped without a word.
-    """
-    known = sdk_tool.parameters.get("properties") or {}
-    unknown = sorted(k for k in arguments if k not in known)
-    if not unknown:
-        return None
-    takes = ", ".join(sorted(known)) or "no arguments"
-    noun = "argument" if len(unknown) == 1 else "arguments"
-    return f"unknown {noun} {', '.join(map(repr, unknown))}; {sdk_tool.name} takes: {takes}"
 
 
 class SwitchboardMCP(MCPServer[Any]):
@@ -134,6 +122,7 @@ class SwitchboardMCP(MCPServer[Any]):
         self._resolve_caller = resolve_caller
         self._registered = {t.name: t for t in registry}
         self._sdk_tools = {t.name: closed_tool(t) for t in registry}
+        self._checks = {n: ArgumentCheck(t.parameters) for n, t in self._sdk_tools.items()}
         auth = None
         if token_verifier is not None:
             # The SDK applies a verifier only with AuthSettings; switchboard itself vends
@@ -194,7 +183,11 @@ class SwitchboardMCP(MCPServer[Any]):
                 " the verbs an endpoint may call are set when it is vended:"
                 " `switchboard endpoint vend --verbs ...`",
             )
+        # Before anything runs, on every transport: what the tool does not take, then any
+        # value that is not the JSON type its schema names (never converted, see .arguments).
         refused = unknown_arguments(sdk_tool, arguments or {})
+        if refused is None:
+            refused = self._checks[name].problem(arguments or {})
         if refused is not None:
             return tool_error("invalid_argument", refused)
         if context is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 UNKNOWN = "zz_not_an_argument"
 
 
@@ -37,3 +39,89 @@ async def test_a_known_call_with_an_extra_key_changes_nothing(people: Any, conne
         # Two unknown keys are both named, sorted.
         err = await a.fails("list_webhooks", b_extra=1, a_extra=2)
         assert "unknown arguments 'a_extra', 'b_extra'" in err.text
+
+
+async def _delivered(people: Any, connect: Any, token: str, n: int) -> str:
+    """A generic webhook made over MCP, with ``n`` deliveries posted to it."""
+    async with connect(people.url, token) as a:
+        hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
+    async with httpx.AsyncClient(timeout=30) as http:
+        for i in range(n):
+            sent = await http.post(
+                hook["ingest_url"], content=b'{"n": %d}' % i, headers={"X-Delivery-Id": f"d{i}"}
+            )
+            assert sent.status_code == 202, sent.text
+    return str(hook["webhook_id"])
+
+
+async def test_a_plan_that_is_not_a_boolean_is_refused_and_reroutes_nothing(
+    people: Any, connect: Any
+) -> None:
+    owner = await people.vend(people.alice, "router")
+    pool = await people.vend(people.alice, "pool")
+    wid = await _delivered(people, connect, owner["token"], 2)
+    async with connect(people.url, owner["token"]) as a, connect(people.url, pool["token"]) as p:
+        # The route is added after the deliveries: an applied re-route gives the pool both.
+        await a.call("add_webhook_route", webhook_id=wid, target_endpoint_id=pool["endpoint_id"])
+        for plan, got in (
+            ("no", "a string"),
+            ("false", "a string"),
+            (0, "an integer"),
+            (None, "null"),
+        ):
+            err = await a.fails("reroute_webhook_events", webhook_id=wid, plan=plan)
+            assert err.text == f"invalid_argument: plan: must be a boolean (got {got})", plan
+        assert (await p.call("list_todos"))["todos"] == []
+        # plan: true, and plan: false, still do what they say.
+        await a.call("reroute_webhook_events", webhook_id=wid, plan=True)
+        assert (await p.call("list_todos"))["todos"] == []
+        await a.call("reroute_webhook_events", webhook_id=wid, plan=False)
+        assert len((await p.call("list_todos"))["todos"]) == 2
+
+
+# (tool, argument, value, what the refusal says it must be, what it got)
+MISTYPED = [
+    ("list_webhook_events", "limit", "2", "an integer", "a string"),
+    ("list_webhook_events", "limit", True, "an integer", "a boolean"),
+    ("list_webhook_events", "limit", 1.5, "an integer", "a number"),
+    ("list_webhook_refusals", "limit", "2", "an integer", "a string"),
+    ("list_todos", "limit", False, "an integer", "a boolean"),
+    ("list_todos", "unreachable", "yes", "a boolean", "a string"),
+    ("list_todos", "unreachable", 1, "a boolean", "an integer"),
+    ("claim_next", "lease_ttl_seconds", "5", "a number", "a string"),
+    ("claim_next", "lease_ttl_seconds", True, "a number", "a boolean"),
+    ("reroute_webhook_events", "last", "5", "an integer", "a string"),
+    ("create_webhook", "source_config", "{}", "an object", "a string"),
+    ("reroute_webhook_events", "event_ids", '["x"]', "a list", "a string"),
+]
+
+
+async def test_a_value_of_another_json_type_is_refused_never_converted(
+    people: Any, connect: Any
+) -> None:
+    """The schema's types are JSON Schema's: a boolean is no number, "2" no integer, a string
+    holding JSON text no list; 1.0 is an integer, as JSON Schema says, and 30 a number."""
+    ep = await people.vend(people.alice, "strict")
+    wid = await _delivered(people, connect, ep["token"], 2)
+    async with connect(people.url, ep["token"]) as a:
+        for tool, name, value, want, got in MISTYPED:
+            args: dict[str, Any] = {name: value}
+            if tool in ("list_webhook_events", "list_webhook_refusals", "reroute_webhook_events"):
+                args["webhook_id"] = wid
+            if tool == "create_webhook":
+                args.update(source_type="generic", target_queue="inbox")
+            err = await a.fails(tool, **args)
+            assert err.text == f"invalid_argument: {name}: must be {want} (got {got})", args
+        # Nothing ran: no webhook made, no todo claimed.
+        assert len((await a.call("list_webhooks"))["webhooks"]) == 1
+        todos = (await a.call("list_todos"))["todos"]
+        assert [t["state"] for t in todos] == ["pending", "pending"]
+
+        # The same arguments, well typed, still work.
+        assert len((await a.call("list_webhook_events", webhook_id=wid, limit=1))["events"]) == 1
+        assert len((await a.call("list_webhook_events", webhook_id=wid, limit=1.0))["events"]) == 1
+        assert (await a.call("list_todos", unreachable=False))["todos"] == todos
+        claimed = (await a.call("claim_next", lease_ttl_seconds=30))["todo"]
+        # A string stays the string it is, even one that reads as JSON.
+        done = (await a.call("complete", id=claimed["id"], result="[1, 2]"))["todo"]
+        assert done["result"] == "[1, 2]"

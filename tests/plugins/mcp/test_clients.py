@@ -55,6 +55,12 @@ async def test_stdio_command(people: Any) -> None:
         refused = await session.call_tool("claim_next", {})
         assert refused.is_error
         assert refused.content[0].text.startswith("forbidden: ")  # type: ignore[union-attr]
+        # The same strict argument types as over HTTP: "yes" is no boolean.
+        mistyped = await session.call_tool("list_todos", {"unreachable": "yes"})
+        assert mistyped.is_error
+        assert mistyped.content[0].text == (  # type: ignore[union-attr]
+            "invalid_argument: unreachable: must be a boolean (got a string)"
+        )
         # Revocation takes effect mid-session: every request re-checks the token.
         await identity.revoke_endpoint(people.rt, ep["endpoint_id"])
         after = await session.call_tool("list_webhooks", {})
