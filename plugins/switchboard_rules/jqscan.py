@@ -77,13 +77,15 @@ class Token:
     """One lexeme: ``kind`` is ident, field, var, str, num, format or punct.
 
     A string (``text`` is just ``"``) also keeps its source, quotes included, in ``raw`` and
-    the code of its top-level interpolations in ``parts``.
+    the code of its top-level interpolations in ``parts``. ``at`` is where it starts in the
+    source it was lexed from.
     """
 
     kind: str
     text: str
     raw: str = ""
     parts: tuple[str, ...] = ()
+    at: int = field(default=-1, compare=False)
 
 
 @dataclass
@@ -100,6 +102,8 @@ class _Lexer:
         self.pos = 0
         self.strings: list[str] = []  # interpolated code found inside top-level strings
         self.nesting = 0
+        #: Where the innermost string the source leaves open starts (its opening quote)
+        self.unterminated: int | None = None
 
     def _match(self, pattern: re.Pattern[str]) -> str | None:
         m = pattern.match(self.src, self.pos)
@@ -124,6 +128,7 @@ class _Lexer:
     def _string(self) -> None:
         # at the opening quote; collects interpolations as nested code
         src = self.src
+        opening = self.pos
         self.pos += 1
         while self.pos < len(src):
             ch = src[self.pos]
@@ -145,6 +150,8 @@ class _Lexer:
                 self.pos += 2
                 continue
             self.pos += 1
+        if self.unterminated is None:  # the innermost open string reaches the end first
+            self.unterminated = opening
 
     def _skip_code_until_close(self) -> None:
         # inside \( ... ): run the lexer until the ')' that closes the interpolation
@@ -166,28 +173,29 @@ class _Lexer:
         src = self.src
         while self.pos < len(src):
             ch = src[self.pos]
+            at = self.pos
             if ch in _SPACE:
                 self.pos += 1
             elif ch == "#":
                 self._comment()
             elif ch == '"':
-                start, first = self.pos, len(self.strings)
+                first = len(self.strings)
                 self._string()
-                yield Token("str", '"', src[start : self.pos], tuple(self.strings[first:]))
+                yield Token("str", '"', src[at : self.pos], tuple(self.strings[first:]), at)
             elif (text := self._match(_IDENT)) is not None:
-                yield Token("ident", text)
+                yield Token("ident", text, at=at)
             elif (text := self._match(_NUMBER)) is not None:
-                yield Token("num", text)
+                yield Token("num", text, at=at)
             elif (text := self._match(_FIELD)) is not None:
-                yield Token("field", text)
+                yield Token("field", text, at=at)
             elif (text := self._match(_VAR)) is not None:
-                yield Token("var", text)
+                yield Token("var", text, at=at)
             elif (text := self._match(_FORMAT)) is not None:
-                yield Token("format", text)
+                yield Token("format", text, at=at)
             else:
                 op = next((op for op in _OPS if src.startswith(op, self.pos)), ch)
                 self.pos += len(op)
-                yield Token("punct", op)
+                yield Token("punct", op, at=at)
 
 
 def tokenize(expr: str) -> list[Token]:
@@ -366,22 +374,49 @@ def wrapper_names(expr: str) -> list[str]:
     return sorted(v for v in found if v.startswith("$__") and v not in JQ_DOUBLE_UNDERSCORE)
 
 
-def balanced(expr: str) -> bool:
-    """True when ``expr``'s brackets nest properly (a rule cannot escape its wrapper)."""
-    stack: list[str] = []
+@dataclass(frozen=True)
+class BracketFault:
+    """Why an expression's brackets do not nest: ``bracket`` at offset ``at`` of it is a
+    closer that closes nothing open (``unclosed`` false) or the innermost opener left open;
+    ``at`` is None when the expression nests too deep to check."""
+
+    at: int | None
+    bracket: str = ""
+    unclosed: bool = False
+
+
+def bracket_fault(expr: str) -> BracketFault | None:
+    """The first fault in how ``expr``'s brackets nest, None when they nest properly."""
+    stack: list[Token] = []
     try:
         toks = tokenize(expr)
     except TooDeep:
-        return False  # never run what could not be checked
+        return BracketFault(None)  # never run what could not be checked
     for tok in toks:
         if tok.kind != "punct":
             continue
         if tok.text in _OPEN:
-            stack.append(tok.text)
+            stack.append(tok)
         elif tok.text in _CLOSE:
-            if not stack or stack.pop() != _CLOSE[tok.text]:
-                return False
-    return not stack
+            if not stack or stack.pop().text != _CLOSE[tok.text]:
+                return BracketFault(tok.at, tok.text)
+    return BracketFault(stack[-1].at, stack[-1].text, unclosed=True) if stack else None
+
+
+def balanced(expr: str) -> bool:
+    """True when ``expr``'s brackets nest properly (a rule cannot escape its wrapper)."""
+    return bracket_fault(expr) is None
+
+
+def unterminated_string(expr: str) -> int | None:
+    """Where the string ``expr`` leaves open starts (the innermost's opening quote, an
+    offset of ``expr``), None when every string closes (or it nests too deep to tell)."""
+    lexer = _Lexer(expr)
+    try:
+        lexer.tokens()
+    except TooDeep:
+        return None
+    return lexer.unterminated
 
 
 def shadow_prelude(builtins: Iterable[str] = ()) -> str:

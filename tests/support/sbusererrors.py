@@ -21,6 +21,59 @@ COMPILE_ERRORS = [
         '    .kind == "push" and {b: }\n'
         "                            ^",
     ),
+    # a string left open runs into the wrapper: told where it starts, never the wrapper's
+    # tokens (jq's "expecting '|' or ',' or ')'" was the wrapper's own)
+    ('"', 'syntax error: unterminated string starting at line 1, column 1:\n    "\n    ^'),
+    (
+        '.a | "x',
+        'syntax error: unterminated string starting at line 1, column 6:\n    .a | "x\n         ^',
+    ),
+    (
+        '"abc\\',
+        'syntax error: unterminated string starting at line 1, column 1:\n    "abc\\\n    ^',
+    ),
+    (
+        '"\\(.a)',
+        'syntax error: unterminated string starting at line 1, column 1:\n    "\\(.a)\n    ^',
+    ),
+    (  # the innermost string left open: the one inside the interpolation
+        '"\\("x',
+        'syntax error: unterminated string starting at line 1, column 4:\n    "\\("x\n       ^',
+    ),
+    (  # a quote in a comment is no string; the rule's second line has the open one
+        '.a # "\n  | "x',
+        'syntax error: unterminated string starting at line 2, column 5:\n      | "x\n        ^',
+    ),
+    (  # an error before the open string is told as jq tells it
+        '.a +* "x',
+        "syntax error, unexpected '*' at line 1, column 5:\n    .a +* \"x\n        ^",
+    ),
+]
+
+#: (expression whose brackets do not nest, what its author is told): the bracket at fault,
+#: found before any compile; a string left open (it swallowed the closers) is told first.
+BRACKET_ERRORS = [
+    ("(", "syntax error: unclosed '(' at line 1, column 1:\n    (\n    ^"),
+    ("{", "syntax error: unclosed '{' at line 1, column 1:\n    {\n    ^"),
+    (".a[", "syntax error: unclosed '[' at line 1, column 3:\n    .a[\n      ^"),
+    (
+        "reduce . as $x (0",
+        "syntax error: unclosed '(' at line 1, column 16:\n"
+        "    reduce . as $x (0\n"
+        "                   ^",
+    ),
+    (
+        "(.a |\n  {b: (.c)",
+        "syntax error: unclosed '{' at line 2, column 3:\n      {b: (.c)\n      ^",
+    ),
+    (".a | .b)", "syntax error: unexpected ')' at line 1, column 8:\n    .a | .b)\n           ^"),
+    ("[.a)", "syntax error: unexpected ')' at line 1, column 4:\n    [.a)\n       ^"),
+    (
+        '.a | ("x)',
+        "syntax error: unterminated string starting at line 1, column 7:\n"
+        '    .a | ("x)\n'
+        "          ^",
+    ),
 ]
 
 #: The wrapper's own names: jq would refuse each as undefined, and so does a save.

@@ -10,7 +10,7 @@ from typing import Any
 from .. import protocol as wire
 from ..jqscan import balanced
 from .program import build_program, compile_program
-from .usererror import in_rule_terms
+from .usererror import in_rule_terms, unbalanced_in_rule_terms
 
 LIMIT_MSG = "compilation exceeded the sandbox's memory or time limit"
 DEADLINE_MSG = "compilation exceeded the sandbox's time limit (the rule set's compile_ms)"
@@ -100,7 +100,7 @@ class RuleSet:
         self.errors: dict[int, str] = {}
         for i, expr in enumerate(exprs):
             if not balanced(expr):
-                self.errors[i] = "syntax error: unbalanced brackets"
+                self.errors[i] = unbalanced_in_rule_terms(expr)
         good = [i for i in range(len(exprs)) if i not in self.errors]
         err, size = attempt(good) if good else (None, 0)
         if good and (err is not None or size > limit):

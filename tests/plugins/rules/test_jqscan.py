@@ -6,7 +6,15 @@ import itertools
 
 import jq
 import pytest
-from switchboard_rules.jqscan import balanced, forbidden_names, scan, tokenize
+from switchboard_rules.jqscan import (
+    BracketFault,
+    balanced,
+    bracket_fault,
+    forbidden_names,
+    scan,
+    tokenize,
+    unterminated_string,
+)
 
 ALLOWED = [
     ".payload.env",
@@ -148,6 +156,28 @@ def test_def_params_are_not_calls() -> None:
 )  # fmt: skip
 def test_balanced(expr: str, ok: bool) -> None:
     assert balanced(expr) is ok
+
+
+@pytest.mark.parametrize(
+    ("expr", "fault"),
+    [("(.a | [1, {b: 2}])", None), ("(", BracketFault(0, "(", unclosed=True)),
+     ("(.a | {b: [1]", BracketFault(6, "{", unclosed=True)),
+     ("[.a, (.b", BracketFault(5, "(", unclosed=True)), ("1)), ((2", BracketFault(1, ")")),
+     ("[.a)", BracketFault(3, ")")), ('"(" + (', BracketFault(6, "(", unclosed=True)),
+     ("# (\n)", BracketFault(4, ")"))],
+)  # fmt: skip
+def test_bracket_fault_is_the_bracket_at_fault(expr: str, fault: BracketFault | None) -> None:
+    assert bracket_fault(expr) == fault
+
+
+@pytest.mark.parametrize(
+    ("expr", "at"),
+    [('"x"', None), ('"', 0), ('.a | "x', 5), ('"abc\\', 0), ('"a\\"', 0), ('"\\(.a)', 0),
+     ('"\\("x', 3), ('"\\("x")', 0), ('"\\("x")"', None), ('.a # "\n| "x', 9),
+     ('# "\n.a', None), ('.a # \\\n"', None), ('"a" + "b', 6)],
+)  # fmt: skip
+def test_unterminated_string_is_where_the_open_string_starts(expr: str, at: int | None) -> None:
+    assert unterminated_string(expr) == at
 
 
 def test_deep_interpolation_is_linear() -> None:

@@ -119,7 +119,7 @@ async def test_compile_errors_at_evaluation_time() -> None:
         )
         assert result.rule_index == 1 and causes(result) == [(0, "compile_error")]
         assert await sb.compile([".a", ".a[", '"x" * 1e9', "env"], {}) == [
-            (1, "syntax error: unbalanced brackets"),
+            (1, "syntax error: unclosed '[' at line 1, column 3:\n    .a[\n      ^"),
             (2, await_limit := (await sb.compile(['"x" * 1e9'], {}))[0][1]),
         ]
         assert "limit" in await_limit

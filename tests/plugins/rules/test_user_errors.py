@@ -8,8 +8,17 @@ from typing import Any
 
 import pytest
 from sbtest import CLI, make_env
-from sbusererrors import ACTION_ERRORS, COMPILE_ERRORS, EXPR_ABSENT, EXPR_ERRORS, WRAPPER_NAMES
+from sbusererrors import (
+    ACTION_ERRORS,
+    BRACKET_ERRORS,
+    COMPILE_ERRORS,
+    EXPR_ABSENT,
+    EXPR_ERRORS,
+    WRAPPER_NAMES,
+)
+from switchboard_rules import protocol as wire
 from switchboard_rules.child.program import build_program, compile_program
+from switchboard_rules.child.ruleset import RuleSet
 from switchboard_rules.child.usererror import in_rule_terms
 
 
@@ -18,6 +27,14 @@ def test_a_compile_error_is_told_at_the_rules_own_line_and_column(expr: str, tol
     with pytest.raises(ValueError) as raised:
         compile_program(build_program([expr], [0], sweep=True), {})
     assert in_rule_terms(str(raised.value), expr) == told
+
+
+@pytest.mark.parametrize(("expr", "told"), BRACKET_ERRORS, ids=[e for e, _ in BRACKET_ERRORS])
+def test_brackets_that_do_not_nest_are_told_at_the_bracket_at_fault(expr: str, told: str) -> None:
+    cfg = wire.ChildConfig(
+        memory_bytes=2**28, rule_ms=1000, compile_ms=5000, cache_size=4, parse_s_per_byte=0.0
+    )
+    assert RuleSet(["true", expr], {}, cfg).errors == {1: told}
 
 
 def _check(tmp_path: Path, expr: object, action: Any = None) -> dict[str, Any]:
@@ -50,6 +67,16 @@ def test_rules_check_names_the_rule_and_its_own_position(
     prefix = "rule 1 (id mine, name kind check): expression does not compile: "
     assert error["message"] == prefix + told
     assert "$__" not in error["message"] and "catch" not in error["message"]
+
+
+@pytest.mark.parametrize(("expr", "told"), BRACKET_ERRORS, ids=[e for e, _ in BRACKET_ERRORS])
+def test_rules_check_points_at_the_bracket_at_fault(tmp_path: Path, expr: str, told: str) -> None:
+    error = _check(tmp_path, expr)
+    assert (error["code"], error["index"]) == ("invalid_expression", 1)
+    assert (
+        error["message"]
+        == "rule 1 (id mine, name kind check): expression does not compile: " + told
+    )
 
 
 @pytest.mark.parametrize(("expr", "name"), WRAPPER_NAMES, ids=[e for e, _ in WRAPPER_NAMES])
