@@ -16,6 +16,7 @@ extended, never renamed.
 from __future__ import annotations
 
 from . import __version__, hookimpl
+from .cli.files import read_json, read_text
 from .contract import (
     CAUSE_LLM_BUDGET_EXHAUSTED,
     CAUSE_LLM_ERROR,
@@ -288,6 +289,8 @@ __all__ = [
     "prefixed_signature_refusal",
     "prepare_body",
     "producer_side",
+    "read_json",
+    "read_text",
     "refuse",
     "rule_error",
     "sample_envelope",

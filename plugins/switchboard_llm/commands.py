@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from switchboard.plugin import CommandRegistry, InvalidArgument, Runtime
+from switchboard.plugin import CommandRegistry, InvalidArgument, Runtime, read_json
 
 from . import service
 
@@ -30,14 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str) -> Any:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidArgument(f"--file: cannot read {path}: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--file: {path} is not JSON: {exc}") from None
+    return read_json(path, "--file", stdin=True)
 
 
 async def run(args: argparse.Namespace, rt: Runtime) -> int:

@@ -15,6 +15,7 @@ from switchboard.plugin import (
     RuleValidationError,
     Runtime,
     dry_run,
+    read_json,
     sample_envelope,
     validate_config,
 )
@@ -38,17 +39,8 @@ def _emit(doc: Any) -> None:
     print(json.dumps(doc, indent=2))
 
 
-def _read_json(path: str, what: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidArgument(f"{what}: cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{what}: {path} is not JSON: {exc}") from None
-
-
 def _grant(path: str | None) -> Grant:
-    doc = DEFAULT_GRANT if path is None else _read_json(path, "--grant")
+    doc = DEFAULT_GRANT if path is None else read_json(path, "--grant")
     if not isinstance(doc, dict) or not isinstance(doc.get("target_queue"), str):
         raise InvalidArgument("--grant: needs an object with a target_queue string")
     history_cli.refuse_unknown_keys(doc, tuple(DEFAULT_GRANT), "--grant")
@@ -89,7 +81,7 @@ async def run(args: argparse.Namespace, rt: HostRuntime) -> int:
     if args.action in history_cli.VERBS:
         return await history_cli.run(args, rt)
     grant = _grant(args.grant)
-    config = _read_json(args.file, "FILE")
+    config = read_json(args.file, "FILE")
     try:
         if args.action == "check":
             normalized = await validate_config(config, grant, rt.stages)
@@ -121,7 +113,7 @@ def _sample(args: argparse.Namespace, rt: Runtime) -> dict[str, Any]:
         raise InvalidArgument(f"--source: unknown source {args.source!r}")
     path = Path(args.payload)
     body = path.read_bytes() if path.is_file() else args.payload.encode()
-    headers = _read_json(args.headers, "--headers") if args.headers else {}
+    headers = read_json(args.headers, "--headers") if args.headers else {}
     if not isinstance(headers, dict):
         raise InvalidArgument("--headers: must be a JSON object of header names to values")
     return sample_envelope(

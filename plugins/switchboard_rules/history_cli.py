@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from switchboard.cli.columns import Col
 from switchboard.cli.render import add_output_flags, wants_table
-from switchboard.plugin import InvalidArgument
+from switchboard.plugin import InvalidArgument, read_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -179,12 +177,7 @@ def refuse_unknown_keys(doc: dict[str, Any], known: Sequence[str], what: str) ->
 
 
 def _read(path: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidArgument(f"CANDIDATE: cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"CANDIDATE: {path} is not JSON: {exc}") from None
+    doc = read_json(path, "CANDIDATE")
     if not isinstance(doc, dict):
         raise InvalidArgument(
             "CANDIDATE: must be an object {rules, default_action?, params?, on_fault?, lanes?}"

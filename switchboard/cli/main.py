@@ -24,8 +24,10 @@ def emit(doc: Any) -> None:
 
 #: Exit codes (README, "Operating it"): 1 when the command could not be done (not found,
 #: refused, conflict, the store or server unavailable), 2 when what was asked is wrong
-#: (usage, config, a bad flag value or input file): fix the command, not the world.
-EXIT_RUNTIME, EXIT_USAGE = 1, 2
+#: (usage, config, a bad flag value or input file): fix the command, not the world. 141
+#: (128 + SIGPIPE, as a shell reports a Unix tool the signal stopped) when the reader of
+#: its output went away.
+EXIT_RUNTIME, EXIT_USAGE, EXIT_PIPE = 1, 2, 141
 
 
 def exit_code(exc: BaseException) -> int:
@@ -135,9 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(rt, cmd.name, args)
     try:
         if inspect.iscoroutinefunction(cmd.run):
-            return asyncio.run(_run_async(rt, cmd, args))
-        result: int = cmd.run(args, rt)
+            result: int = asyncio.run(_run_async(rt, cmd, args))
+        else:
+            result = cmd.run(args, rt)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
         return result
+    except BrokenPipeError:
+        # the reader went away (`| head`): the rest of the output is dropped, silently, as a
+        # Unix tool killed by SIGPIPE drops it; the exit status says so the same way
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
     except SwitchboardError as exc:
         code = getattr(exc, "code", None)
         prefix = f"{code}: " if code and code not in str(exc) else ""

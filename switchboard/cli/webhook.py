@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgument
 from ..runtime import Runtime
 from ..service import refusals, reroute, rules, versions, webhooks
+from .files import read_json, read_text
 from .main import emit, warn_default_base_url
 from .read import render_refusals, render_webhooks
 from .render import add_output_flags, show
@@ -149,21 +148,14 @@ def _secret_file(path: str | None) -> str | None:
     """The secret in ``path`` (one line; its trailing newline is not part of it)."""
     if path is None:
         return None
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"--secret-file: cannot read {path}: {exc}") from exc
-    return text.strip("\r\n")
+    return read_text(path, "--secret-file", stdin=True).strip("\r\n")
 
 
 def _source_config(text: str | None) -> Any:
     if text is None:
         return None
     if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidArgument(f"--source-config: cannot read {text[1:]}: {exc}") from exc
+        text = read_text(text[1:], "--source-config")
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -236,13 +228,7 @@ async def run(args: argparse.Namespace, rt: Runtime) -> int:
 
 
 def _config_file(path: str) -> dict[str, Any]:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        doc = json.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"FILE: cannot read {path}: {exc}") from exc
-    except ValueError as exc:
-        raise InvalidArgument(f"FILE: {path} is not JSON: {exc}") from exc
+    doc = read_json(path, "FILE", stdin=True)
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
         raise InvalidArgument("FILE: needs an object with a rules list")
     unknown = sorted(set(doc) - {"rules", "default_action", "params", *rules.POLICY_KEYS})

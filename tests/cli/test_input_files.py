@@ -1,0 +1,74 @@
+"""What a command does with a file it cannot use (not UTF-8) and with a reader that goes away:
+one line naming the flag and exit 2; exit 141 and no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from sbtest import CLI, SWITCHBOARD
+
+from switchboard.runtime import Runtime
+from switchboard.service import identity, webhooks
+
+
+async def test_a_file_that_is_not_utf8_is_named_on_one_line(
+    cli: CLI, runtime: Runtime, tmp_path: Path
+) -> None:
+    rt = runtime
+    await identity.add_human(rt, "alice")
+    made = await identity.vend_endpoint(
+        rt,
+        owner="alice",
+        name="router",
+        queues=["inbox"],
+        webhook_queues=["inbox"],
+        source_types=["generic"],
+        webhook_max=1,
+    )
+    owner = await identity.authenticate(rt, made["token"])
+    hook = (await webhooks.create_webhook(rt, owner, "generic", "inbox"))["webhook_id"]
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\xfe{}")  # a UTF-16 byte-order mark: what some editors save
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"rules": [{"expr": ".a", "action": {"queue": "inbox"}}]}))
+    body = tmp_path / "body.json"
+    body.write_text('{"a": 1}')
+    sample = ["--source", "generic", "--payload", str(body)]
+    cases = {
+        "FILE": ["rules", "check", str(bad)],
+        "FILE ": ["rules", "test", str(bad), *sample],
+        "--grant": ["rules", "test", str(good), *sample, "--grant", str(bad)],
+        "--headers": ["rules", "test", str(good), *sample, "--headers", str(bad)],
+        "CANDIDATE": ["rules", "diff", hook, str(bad)],
+        "--file": ["llm", "set", "--endpoint", made["endpoint_id"], "--file", str(bad)],
+        "FILE  ": ["webhook", "rules", "set", hook, str(bad)],
+        "--secret-file": ["webhook", "create", "--endpoint", made["endpoint_id"], "--source",
+                          "generic", "--target-queue", "inbox", "--secret-file", str(bad)],
+    }  # fmt: skip
+    fast = cli.fast()
+    for what, argv in cases.items():
+        proc = fast.run(*argv, check=False)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr == (
+            f"switchboard: error: invalid_argument: {what.strip()}: {bad} is not UTF-8 text"
+            " (byte 0xff at offset 0)\n"
+        ), argv
+    shown = fast.json("webhook", "rules", "show", hook)
+    assert (shown["rules"], shown["version"]) == ([], 0), shown  # nothing saved
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(cli: CLI) -> None:
+    """``switchboard ... | head -0``: the pipe is closed before the command writes."""
+    proc = subprocess.Popen(
+        [*SWITCHBOARD, "human", "list"],
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141
+    assert err == ""
