@@ -1,10 +1,12 @@
-"""What every console route checks first: a Host and Origin that name this service, and a
-database outage answered as a page (503), never a traceback."""
+"""What every console route checks first: a Host and Origin that name this service, its
+form parsed quietly, and a database outage (503) or a defect of ours (500) answered as a
+console page, never Sanic's or the API's."""
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -12,10 +14,14 @@ from switchboard import hostcheck
 from switchboard.config import Config
 from switchboard.errors import RETRY_AFTER_SECONDS, ConfigError, StoreUnavailable
 
+from . import params
+
 if TYPE_CHECKING:
     # types only: the config schema hook imports this module, and a command other than
     # serve must not import Sanic
     from sanic import HTTPResponse, Request
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[..., Awaitable["HTTPResponse"]]
 Render = Callable[..., "HTTPResponse"]
@@ -88,6 +94,8 @@ class Guard:
         return f"{proto}://{host}"
 
     def wrap(self, fn: Handler, render: Render) -> Handler:
+        from sanic.exceptions import SanicException  # serve only: it builds the routes
+
         @functools.wraps(fn)
         async def handler(request: Request, **kw: Any) -> HTTPResponse:
             if not self.host_ok(request):
@@ -99,8 +107,12 @@ class Guard:
                     title="Misdirected request",
                     message="This console does not answer to that host name.",
                 )
+            if request.method == "POST":
+                params.parse_form(request)  # before anything reads request.form
             try:
                 return await fn(request, **kw)
+            except SanicException:
+                raise  # the application's own answer to its own exceptions
             except StoreUnavailable:
                 resp = render(
                     request,
@@ -112,6 +124,17 @@ class Guard:
                 )
                 resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
                 return resp
+            except Exception:
+                # a defect of ours: logged with its traceback, and still a console page
+                log.exception("unexpected error on %s %s", request.method, request.path)
+                return render(
+                    request,
+                    "error.html",
+                    500,
+                    signed_in=False,
+                    title="Internal error",
+                    message="Something went wrong on our side; it has been logged.",
+                )
 
         return handler
 

@@ -10,17 +10,11 @@ from sanic import HTTPResponse, Request
 from switchboard.errors import Conflict, InvalidArgument
 from switchboard.service import reroute, versions
 
+from . import params
 from .surface import Surface
 
 Row = dict[str, Any]
-LAST_DEFAULT, LAST_MAX = 1000, 10000
-
-
-def _last(value: str | None) -> int:
-    text = (value or str(LAST_DEFAULT)).strip()
-    if not text.isdigit() or not 1 <= int(text) <= LAST_MAX:
-        raise InvalidArgument(f"last: must be a number from 1 to {LAST_MAX}")
-    return int(text)
+LAST_DEFAULT = 1000
 
 
 class Reroute:
@@ -50,7 +44,7 @@ class Reroute:
             return value if isinstance(value, str) else None
 
         held = (field("held") or "") == "1"
-        last = _last(field("last"))
+        last = params.last(field("last"), LAST_DEFAULT)
         current = (await versions.list_versions(self.rt, who, webhook_id, limit=1))[
             "current_version"
         ]
@@ -76,7 +70,7 @@ class Reroute:
                 # applied only if the rules it reads are still that version (a save may land
                 # between the check above and the apply's own read of the rules)
                 ctx["done"] = await self._run(
-                    who, webhook_id, held, last, plan=False, expect=int(planned)
+                    who, webhook_id, held, last, plan=False, expect=current
                 )
             except Conflict as exc:
                 # the rules changed since the plan was shown: plan again, apply nothing

@@ -15,8 +15,11 @@ import secrets
 import time
 from typing import Any
 
+from switchboard.plugin import constant_time_equal
 from switchboard.runtime import Runtime
 from switchboard.secrets_box import load_or_create_secret_key
+
+from .params import whole
 
 COOKIE = "sb_console"
 CSRF_COOKIE = "sb_console_csrf"
@@ -35,7 +38,7 @@ class Keys:
         self.csrf = hmac.new(root, b"switchboard/console-csrf/v1", hashlib.sha256).digest()
 
     def _mac(self, message: str) -> str:
-        digest = hmac.new(self.session, message.encode(), hashlib.sha256).digest()
+        digest = hmac.new(self.session, _bytes(message), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def seal(self, endpoint_id: str, now: float | None = None) -> str:
@@ -47,20 +50,31 @@ class Keys:
         if not value or value.count(".") != 2:
             return None
         endpoint_id, issued, mac = value.split(".")
-        if not hmac.compare_digest(mac, self._mac(f"v1|{endpoint_id}|{issued}")):
+        # the cookie is the client's: compared as bytes (a str with a non-ASCII character
+        # makes compare_digest raise)
+        if not constant_time_equal(self._mac(f"v1|{endpoint_id}|{issued}"), mac):
             return None
-        if not issued.isdigit() or (time.time() if now is None else now) - int(issued) > MAX_AGE_S:
+        at = whole(issued, 0, 2**63 - 1)  # sealed by us, so a number; checked all the same
+        if at is None or (time.time() if now is None else now) - at > MAX_AGE_S:
             return None
         return endpoint_id
 
     def csrf_token(self, nonce: str) -> str:
-        digest = hmac.new(self.csrf, nonce.encode(), hashlib.sha256).digest()
+        digest = hmac.new(self.csrf, _bytes(nonce), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def csrf_ok(self, nonce: str | None, token: str | None) -> bool:
         if not nonce or not token:
             return False
-        return hmac.compare_digest(self.csrf_token(nonce), token)
+        # the form's token and the cookie's nonce are the client's: any text, compared as
+        # bytes, never an exception
+        return constant_time_equal(self.csrf_token(nonce), token)
+
+
+def _bytes(text: str) -> bytes:
+    """A cookie's text as bytes to MAC: header bytes that are not UTF-8 reach us
+    surrogate-escaped, and must still give a MAC (a wrong one), not an exception."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 def new_nonce() -> str:

@@ -7,28 +7,21 @@ import difflib
 import json
 from typing import Any
 
-from switchboard.errors import InvalidArgument
 from switchboard.runtime import Runtime
 from switchboard.service import versions
+
+from . import params
 
 Row = dict[str, Any]
 #: Versions the page lists (the newest).
 SHOWN = 50
 
 
-def _number(value: str | None, name: str) -> int | None:
-    if not value:
-        return None
-    if not value.isdigit():
-        raise InvalidArgument(f"{name}: must be a version number")
-    return int(value)
-
-
 async def history(rt: Runtime, who: Row, webhook_id: str, args: Any) -> Row:
     """The newest versions and, when ``a`` and ``b`` are picked, the diff from a to b."""
     listed = await versions.list_versions(rt, who, webhook_id, limit=SHOWN)
     out: Row = {**listed, "a": None, "b": None, "lines": None}
-    a, b = _number(args.get("a"), "a"), _number(args.get("b"), "b")
+    a, b = params.version(args.get("a"), "a"), params.version(args.get("b"), "b")
     if a is None or b is None:
         return out
     old = await versions.get_version(rt, who, webhook_id, a)

@@ -20,11 +20,12 @@ from switchboard.errors import (
     SwitchboardError,
     http_status,
 )
+from switchboard.pgtext import clean_text
 from switchboard.runtime import Runtime
 from switchboard.service import history, rules
 from switchboard.service.identity import authenticate
 
-from . import session, versions
+from . import params, session, versions
 from .deliveries import Deliveries
 from .guard import Guard
 from .queues import Queues
@@ -45,6 +46,9 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
+
+#: The deliveries a dry run of a candidate config reads by default.
+DRY_RUN_LAST = 200
 
 Row = dict[str, Any]
 Handler = Callable[..., Awaitable[HTTPResponse]]
@@ -94,6 +98,10 @@ class Console:
         body = self.env.get_template(name).render(
             csrf=self.keys.csrf_token(nonce), signed_in=ctx.pop("signed_in", True), **ctx
         )
+        # Producer text (a JSON "\ud800", a header's non-UTF-8 byte) may hold a lone
+        # surrogate, which no page can be encoded with: shown as U+FFFD on every page,
+        # whichever template, field or filter carried it.
+        body = clean_text(body)
         return self._finish(request, html(body, status=status), nonce, fresh)
 
     def go(self, request: Request, to: str) -> HTTPResponse:
@@ -228,11 +236,11 @@ class Console:
             ensure_ascii=False,
         )
         diff = error = None
-        last = "200"
+        last = str(DRY_RUN_LAST)
         status = 200
         if request.method == "POST":
             candidate = _field(request, "candidate") or ""
-            last = _field(request, "last") or "200"
+            last = _field(request, "last") or str(DRY_RUN_LAST)
             try:
                 diff = await self._dry_run(who, webhook_id, candidate, last)
             except InvalidArgument as exc:
@@ -260,8 +268,7 @@ class Console:
             doc = {"rules": doc}
         if not isinstance(doc, dict):
             raise InvalidArgument("candidate: give a config object or a list of rules")
-        if not last.isdigit() or not 1 <= int(last) <= 10000:
-            raise InvalidArgument("last: must be a number from 1 to 10000")
+        window = params.last(last, DRY_RUN_LAST)
         return await history.diff_rules(
             self.rt,
             who,
@@ -269,7 +276,7 @@ class Console:
             rules=doc.get("rules"),
             default_action=doc.get("default_action"),
             params=doc.get("params"),
-            last=int(last),
+            last=window,
         )
 
 
