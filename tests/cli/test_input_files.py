@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from sbtest import CLI, SWITCHBOARD
+from sbworld import vended_endpoint
 
 from switchboard.runtime import Runtime
 from switchboard.service import identity, webhooks
@@ -16,19 +17,17 @@ from switchboard.service import identity, webhooks
 async def test_a_file_that_is_not_utf8_is_named_on_one_line(
     cli: CLI, runtime: Runtime, tmp_path: Path
 ) -> None:
-    rt = runtime
-    await identity.add_human(rt, "alice")
-    made = await identity.vend_endpoint(
-        rt,
-        owner="alice",
-        name="router",
-        queues=["inbox"],
+    await identity.add_human(runtime, "alice")
+    owner = await vended_endpoint(
+        runtime,
+        "alice",
+        "router",
+        ["inbox"],
         webhook_queues=["inbox"],
         source_types=["generic"],
         webhook_max=1,
     )
-    owner = await identity.authenticate(rt, made["token"])
-    hook = (await webhooks.create_webhook(rt, owner, "generic", "inbox"))["webhook_id"]
+    hook = (await webhooks.create_webhook(runtime, owner, "generic", "inbox"))["webhook_id"]
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\xff\xfe{}")  # a UTF-16 byte-order mark: what some editors save
     good = tmp_path / "good.json"
@@ -42,9 +41,9 @@ async def test_a_file_that_is_not_utf8_is_named_on_one_line(
         "--grant": ["rules", "test", str(good), *sample, "--grant", str(bad)],
         "--headers": ["rules", "test", str(good), *sample, "--headers", str(bad)],
         "CANDIDATE": ["rules", "diff", hook, str(bad)],
-        "--file": ["llm", "set", "--endpoint", made["endpoint_id"], "--file", str(bad)],
+        "--file": ["llm", "set", "--endpoint", owner["id"], "--file", str(bad)],
         "FILE  ": ["webhook", "rules", "set", hook, str(bad)],
-        "--secret-file": ["webhook", "create", "--endpoint", made["endpoint_id"], "--source",
+        "--secret-file": ["webhook", "create", "--endpoint", owner["id"], "--source",
                           "generic", "--target-queue", "inbox", "--secret-file", str(bad)],
     }  # fmt: skip
     fast = cli.fast()

@@ -152,11 +152,14 @@ def fixture_body(name: str, change: Callable[[Any], None]) -> bytes:
     return json.dumps(doc).encode()
 
 
-async def vended_endpoint(rt: Any, owner: str, name: str, queues: list[str]) -> dict[str, Any]:
-    """Vend ``name`` for ``owner`` in process and return it as its token authenticates."""
+async def vended_endpoint(
+    rt: Any, owner: str, name: str, queues: list[str], **grant: Any
+) -> dict[str, Any]:
+    """Vend ``name`` for ``owner`` in process (``grant``: ``vend_endpoint``'s other
+    arguments, ``webhook_queues=...`` say) and return it as its token authenticates."""
     from switchboard.service import identity
 
-    made = await identity.vend_endpoint(rt, owner=owner, name=name, queues=queues)
+    made = await identity.vend_endpoint(rt, owner=owner, name=name, queues=queues, **grant)
     return dict(await identity.authenticate(rt, made["token"]))
 
 
