@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
         "backoff_base_seconds": 5.0,
         "backoff_max_seconds": 3600.0,
         "result_max_bytes": 65536,
+        "reply_payload_max_bytes": 262144,
     },
     # events_days None: events are kept forever (a webhook's routing config may set its own)
     "retention": {"events_days": None, "interval_s": 600.0, "batch_size": 1000},

@@ -56,6 +56,7 @@ def switchboard_register_mcp_tools(register: MCPToolRegistry) -> None:
                 fn,
                 description=inspect.cleandoc(fn.__doc__ or ""),
                 manages_webhooks=fn.__name__ in MANAGING,
+                verb=tools_todos.VERBS.get(fn.__name__, ""),
             )
 
 

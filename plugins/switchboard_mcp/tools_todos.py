@@ -76,10 +76,23 @@ async def heartbeat(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
     return await todos.heartbeat(ctx.runtime, ctx.endpoint, id, owner=ctx.owner)
 
 
+async def get_todo_payload(
+    ctx: ToolContext,
+    id: TodoId,
+    page: Annotated[int, Field(description="0 for the first page (default), up to pages - 1")] = 0,
+) -> dict[str, Any]:
+    """One page of a todo's payload as JSON text, for a todo whose claim answered
+    payload: null with payload_paged {bytes, pages}: json.loads of every page's text
+    joined in order is the payload. Any todo of yours, in any state."""
+    return await todos.payload_page(ctx.runtime, ctx.endpoint, id, page)
+
+
 async def retry(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
     """Put a dead todo of yours back to pending, claimable at once with a fresh set of
     attempts (its last result is kept). Any other state is a conflict."""
     return await todos.retry(ctx.runtime, ctx.endpoint, id)
 
 
-TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat, retry)
+TOOLS = (list_todos, claim, claim_next, complete, fail, heartbeat, retry, get_todo_payload)
+#: Tools that share another's scope verb: who may claim a todo may read its pages.
+VERBS = {"get_todo_payload": "claim"}

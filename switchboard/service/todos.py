@@ -3,6 +3,7 @@ endpoint's todos."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
@@ -31,6 +32,10 @@ _LISTED = (
     "completed_at",
 )
 _WORK = ("payload", "routing_trace", "work_order", "result")
+#: The characters of a paged payload's JSON text (ASCII) one ``get_todo_payload`` returns:
+#: with the JSON escaping of a tool's answer (twice: its text and its structured content)
+#: a page stays well under the 1 MiB a stock MCP client accepts in one event.
+PAYLOAD_PAGE = 131072
 
 
 def todo_view(row: Row, *, full: bool = True) -> dict[str, Any]:
@@ -40,6 +45,56 @@ def todo_view(row: Row, *, full: bool = True) -> dict[str, Any]:
     view = {k: row.get(k) for k in keys}
     view["todo_id"] = view["id"]
     return dict(jsonable(view))
+
+
+def held_view(rt: Runtime, row: Row) -> dict[str, Any]:
+    """:func:`todo_view` as a claim (or any verb on a held todo) answers it: a payload whose
+    JSON is over ``[todos] reply_payload_max_bytes`` is left out (``payload: null``) and
+    described by ``payload_paged: {bytes, pages}``, its pages read by :func:`payload_page`.
+
+    A reply carries the payload twice over MCP (text and structured content): without a
+    bound, a delivery of ~600 KB made a todo whose claim committed but whose answer a stock
+    MCP client refused, so each claim spent an attempt and no worker ever saw the todo.
+    """
+    view = todo_view(row)
+    size = len(dumps_bytes(row.get("payload")))
+    if size > int(_settings(rt)["reply_payload_max_bytes"]):
+        text = _payload_text(row)
+        view["payload"] = None
+        view["payload_paged"] = {
+            "bytes": len(text),
+            "pages": -(-len(text) // PAYLOAD_PAGE),
+            "page_chars": PAYLOAD_PAGE,
+        }
+    return view
+
+
+def _payload_text(row: Row) -> str:
+    """The payload as ASCII JSON text, so pages cut anywhere and join back exactly."""
+    return json.dumps(row.get("payload"), ensure_ascii=True, separators=(",", ":"))
+
+
+async def payload_page(rt: Runtime, caller: Row, todo_id: str, page: int = 0) -> dict[str, Any]:
+    """One page of a todo's payload as JSON text: ``json.loads`` of the pages joined in
+    order is the payload. Any todo of the caller's (its endpoint and scope, as for ``claim``),
+    paged or not, in any state."""
+    row = await rt.store.get_todo(caller["id"], list(caller["scope_queues"]), todo_id)
+    if row is None:
+        raise NotFound(f"todo {todo_id} not found")
+    text = _payload_text(row)
+    pages = max(1, -(-len(text) // PAYLOAD_PAGE))
+    if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < pages:
+        raise InvalidArgument(
+            f"page: must be an integer from 0 to {pages - 1} (this todo has {pages})"
+        )
+    return {
+        "id": row["id"],
+        "todo_id": row["id"],
+        "page": page,
+        "pages": pages,
+        "bytes": len(text),
+        "text": text[page * PAYLOAD_PAGE : (page + 1) * PAYLOAD_PAGE],
+    }
 
 
 def _settings(rt: Runtime) -> dict[str, Any]:
@@ -199,7 +254,7 @@ async def claim(
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "claimed")
-    return {"todo": todo_view(row)}
+    return {"todo": held_view(rt, row)}
 
 
 async def claim_next(
@@ -218,7 +273,7 @@ async def claim_next(
     )
     if row is None:
         return {"empty": True}
-    return {"todo": todo_view(row), "empty": False}
+    return {"todo": held_view(rt, row), "empty": False}
 
 
 async def complete(
@@ -231,7 +286,7 @@ async def complete(
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "completed")
-    return {"todo": todo_view(row)}
+    return {"todo": held_view(rt, row)}
 
 
 async def fail(
@@ -252,7 +307,7 @@ async def fail(
     )
     if row is None:
         raise await _explain(rt, caller, todo_id, "failed")
-    return {"todo": todo_view(row)}
+    return {"todo": held_view(rt, row)}
 
 
 async def heartbeat(
@@ -290,4 +345,4 @@ async def retry(rt: Runtime, caller: Row | None, todo_id: str) -> dict[str, Any]
         if found is None:
             raise NotFound(f"todo {todo_id} not found")
         raise Conflict(f"todo {todo_id} is {found['state']}; only a dead todo can be retried")
-    return {"todo": todo_view(row)}
+    return {"todo": held_view(rt, row)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -80,3 +81,47 @@ async def test_drain_verbs_over_mcp(people: Any, connect: Any) -> None:
         for verb in ("heartbeat", "complete", "fail", "retry"):
             refused = await a.fails(verb, id="nope")
             assert refused.text == "not_found: todo nope not found"
+
+
+async def test_a_large_payload_is_claimed_and_read_in_pages(people: Any, connect: Any) -> None:
+    """A delivery of ~1.5 MB: its claim answers (payload: null, payload_paged), where the
+    whole payload in the answer broke a stock client's 1 MiB event limit after the claim had
+    committed; the pages, joined, are the payload a small todo's claim carries."""
+    ep = await people.vend(people.alice, "bulk", queues="inbox")
+    async with connect(people.url, ep["token"]) as a:
+        hook = await a.call("create_webhook", source_type="generic", target_queue="inbox")
+    blob = 'é"\\' + "x" * (1536 * 1024)  # escaping and non-ASCII across page edges
+    async with httpx.AsyncClient(timeout=30) as http:
+        for i, body in enumerate(({"blob": blob}, {"small": True})):
+            resp = await http.post(
+                hook["ingest_url"],
+                content=json.dumps(body).encode(),
+                headers={"X-Delivery-Id": f"big{i}"},
+            )
+            assert resp.status_code == 202
+    async with connect(people.url, ep["token"]) as a:
+        big = (await a.call("claim_next"))["todo"]
+        assert big["payload"] is None and big["attempts"] == 1
+        paged = big["payload_paged"]
+        assert paged["pages"] == -(-paged["bytes"] // paged["page_chars"]) > 1
+        pages = [
+            await a.call("get_todo_payload", id=big["id"], page=n) for n in range(paged["pages"])
+        ]
+        assert {p["pages"] for p in pages} == {paged["pages"]}
+        payload = json.loads("".join(p["text"] for p in pages))
+        assert payload["payload"] == {"blob": blob}
+        refused = await a.fails("get_todo_payload", id=big["id"], page=paged["pages"])
+        assert refused.text == (
+            f"invalid_argument: page: must be an integer from 0 to {paged['pages'] - 1}"
+            f" (this todo has {paged['pages']})"
+        )
+        small = (await a.call("claim_next"))["todo"]
+        assert small["payload"]["payload"] == {"small": True} and "payload_paged" not in small
+        [one] = [await a.call("get_todo_payload", id=small["id"])]
+        assert json.loads(one["text"]) == small["payload"] and one["pages"] == 1
+        done = (await a.call("complete", id=big["id"]))["todo"]
+        assert done["state"] == "done" and done["payload_paged"] == paged
+    async with connect(
+        people.url, (await people.vend(people.bob, "x", queues="inbox"))["token"]
+    ) as b:
+        assert (await b.fails("get_todo_payload", id=big["id"])).code == "not_found"
