@@ -171,7 +171,9 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         # A fixed body per status: Sanic's own text quotes the path (GET on an ingest URL
         # would answer 405 "Method GET not allowed for URL /webhooks/w/<token>").
         status = getattr(exc, "status_code", 500)
-        body = error_body(status)
+        # Our own refusals at arrival say what was wrong (the deadline and its setting, the
+        # Expect value); their text quotes no path.
+        body = error_body(status, str(exc) if isinstance(exc, arrival.OWN_WORDS) else None)
         if status == 503:
             return _retry_later(body)
         allow = (exc.headers or {}).get("Allow") if status == 405 else None
@@ -187,6 +189,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     add_receiver_routes(app, rt)
     scrape.add_metrics_route(app, rt)
     rt.pm.hook.switchboard_register_routes(app=app, runtime=rt)
+    arrival.read_bodies_first(app)
     return app
 
 

@@ -5,7 +5,9 @@ byte received: a client sending one byte a second (slowloris) holds its connecti
 worker's share of sockets and memory, for ever. Here the clock starts at the request's first
 byte: the header block must be complete within ``server.header_timeout_ms``, and the body
 within ``server.body_timeout_ms`` of the end of the headers, however the bytes trickle in.
-Past either, the request is answered ``408`` and its connection closed.
+Past either, the request is answered ``408`` and its connection closed; a chunked body is
+held to the same deadline as a declared length. Every route reads its body before its
+handler runs (see :func:`read_bodies_first`), so a trickled body on a ``GET`` is cut the same.
 
 The same protocol stops gracefully: on ``SIGTERM`` Sanic closes the connections it finds
 idle at once, then waits ``server.shutdown_grace_s`` for the rest. Here an idle connection
@@ -22,7 +24,12 @@ import logging
 import socket
 from typing import Any, cast
 
-from sanic.exceptions import PayloadTooLarge, RequestTimeout, ServiceUnavailable
+from sanic.exceptions import (
+    ExpectationFailed,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceUnavailable,
+)
 from sanic.http import Http, Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
@@ -49,6 +56,42 @@ def cut_at_stop() -> int:
     return _cut_at_stop[0]
 
 
+class ArrivalTimeout(RequestTimeout):
+    """A request's headers or body missed its deadline; the message names it and its setting
+    (and nothing of the request), so the ``408`` body says it."""
+
+
+class UnsupportedExpect(ExpectationFailed):
+    """An ``Expect`` other than ``100-continue``; the message names the value (escaped, cut
+    short), so the ``417`` body says what was wrong."""
+
+
+#: The exceptions whose message the error body may quote: written here, from the deadline's
+#: setting or an escaped ``Expect`` value, never a path (Sanic's own texts quote it).
+OWN_WORDS = (ArrivalTimeout, UnsupportedExpect)
+
+#: How much of an unsupported ``Expect`` value the ``417`` body quotes.
+EXPECT_SHOWN = 64
+
+
+def _late(what: str, seconds: float, setting: str) -> str:
+    return f"request {what} not received within {round(seconds * 1000)} ms ({setting})"
+
+
+def _printable(raw: bytes) -> str:
+    """``raw`` as printable ASCII (any other byte, a quote or a backslash ``\\xNN``), at
+    most :data:`EXPECT_SHOWN` bytes of it."""
+    shown = raw[:EXPECT_SHOWN]
+    text = "".join(chr(b) if 0x20 <= b < 0x7F and b not in b'"\\' else f"\\x{b:02x}" for b in shown)
+    return text + ("…" if len(raw) > EXPECT_SHOWN else "")
+
+
+def _head_lines(buf: bytearray) -> list[bytes]:
+    """The header block's lines still in ``buf`` (the request line first)."""
+    end = buf.find(b"\r\n\r\n")
+    return bytes(buf[: end if end != -1 else len(buf)]).split(b"\r\n")
+
+
 class BoundedHttp(Http):
     """Sanic's HTTP/1.1 state machine with a deadline armed for each request's arrival."""
 
@@ -65,17 +108,49 @@ class BoundedHttp(Http):
         # A deadline only for what is still to come: most requests arrive whole, in one
         # read, and would only set a timer to cancel it at once (twice a request).
         if b"\r\n\r\n" not in self.recv_buffer:
-            self._arm(protocol.header_timeout, "Request Timeout: headers took too long")
-        await super().http1_request_header()
-        self._disarm()
+            late = _late("headers", protocol.header_timeout, "server.header_timeout_ms")
+            self._arm(protocol.header_timeout, late)
+        try:
+            await super().http1_request_header()
+        except PayloadTooLarge:
+            # A header block over the limit is refused before Sanic reads the request line:
+            # read its target here, so the 431 is answered (and, on an ingest URL, logged
+            # and counted) under its path, as a 413 is.
+            self.url = self.url or self._target()
+            raise
+        except ExpectationFailed:
+            raise UnsupportedExpect(self._unsupported_expect()) from None
+        finally:
+            self._disarm()
         self._admit()
         if self.request_body and not self._body_in():
-            self._arm(protocol.body_timeout, "Request Timeout: body took too long")
+            late = _late("body", protocol.body_timeout, "server.body_timeout_ms")
+            self._arm(protocol.body_timeout, late)
 
     def _body_in(self) -> bool:
-        """The whole declared body is already in the buffer (none of it chunked)."""
+        """The whole declared body is already in the buffer. Never for a chunked one: its
+        length is known only once its last chunk is read (Sanic leaves its
+        ``request_bytes_left`` at 0, which would look like a body already in)."""
         left = self.request_bytes_left
-        return isinstance(left, int) and len(self.recv_buffer) >= left
+        return self.request_body is True and isinstance(left, int) and len(self.recv_buffer) >= left
+
+    def _target(self) -> str | None:
+        """The request line's target, read from the buffer (None if it is not all there)."""
+        line = _head_lines(self.recv_buffer)[0]
+        if len(line) >= len(self.recv_buffer):
+            return None  # the request line itself never ended
+        parts = line.split(b" ")
+        return parts[1].decode(errors="surrogateescape") if len(parts) == 3 else None
+
+    def _unsupported_expect(self) -> str:
+        """The 417's message, naming the ``Expect`` value (still in the buffer: Sanic refuses
+        it before it consumes the header block)."""
+        for line in _head_lines(self.recv_buffer)[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"expect":
+                shown = _printable(value.strip())
+                return f'unsupported Expect: "{shown}" (only "100-continue" is)'
+        return 'unsupported Expect (only "100-continue" is)'
 
     def _admit(self) -> None:
         """Refuse at the headers, before a byte of the body is read (and before routing:
@@ -110,16 +185,27 @@ class BoundedHttp(Http):
 
     def _cut(self, message: str) -> None:
         """Past the deadline and still arriving: answer 408 and close (as Sanic's own
-        request timeout does: the connection task is cancelled with the error to send)."""
+        request timeout does: the connection task is cancelled with the error to send).
+
+        A request answered before its body was read (an unknown path's 404, a 405) has
+        Sanic read the rest after the answer, at the client's pace: that is only closed.
+        """
         self._deadline = None
+        task = self.protocol._task
+        if task is None:
+            return
+        if self.stage is Stage.IDLE and self.request_body:
+            self.keep_alive = False
+            self.request_body = None
+            task.cancel()
+            return
         arriving = self.stage is Stage.REQUEST or (
             self.stage is Stage.HANDLER and bool(self.request_body)
         )
-        task = self.protocol._task
-        if not arriving or task is None:
+        if not arriving:
             return
         self.keep_alive = False
-        self.exception = RequestTimeout(message)
+        self.exception = ArrivalTimeout(message)
         # Nothing more is read: Sanic would otherwise drain the rest of the body (at the
         # client's pace) after answering.
         self.request_body = None
@@ -181,6 +267,21 @@ class BoundedProtocol(HttpProtocol):
         if self.transport is not None and http is not None and http.stage is not Stage.IDLE:
             _cut_at_stop[0] += 1
         super().abort()
+
+
+def read_bodies_first(app: Any) -> int:
+    """Have every route read its request's body before its handler runs; how many routes.
+
+    Sanic's ``GET`` routes ignore a body (``ignore_body``): the handler answers, then Sanic
+    reads the body at the client's pace and logs ERROR "body not consumed" for any body at
+    all, even a ``Content-Length: 0``. Read first, a body on any route is held to
+    ``server.body_timeout_ms`` like a ``POST``'s (``408`` past it), and never logged.
+    Called once every route is registered, the plugins' too.
+    """
+    routes = app.router.routes
+    for route in routes:
+        route.extra.ignore_body = False
+    return len(routes)
 
 
 def stop_accepting(app: Any) -> int:

@@ -54,15 +54,20 @@ RETRY_AFTER_SECONDS = 2
 
 
 #: The code an HTTP error body carries for each status, when no ServiceError with its own
-#: code raised it: the framework's 404 and 405, the size limits, the receiver's replies.
+#: code raised it: the framework's 404 and 405, the size limits, the receiver's replies,
+#: and every other 4xx Sanic can raise (``internal`` is a 500's only).
 _HTTP_CODE = {
     400: "invalid_argument",
     401: "unauthenticated",
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
+    414: "uri_too_long",
+    416: "range_not_satisfiable",
+    417: "expectation_failed",
     431: "headers_too_large",
     503: "unavailable",
 }
@@ -71,9 +76,15 @@ _HTTP_CODE = {
 #: Sanic's 404 and 405 messages quote the path, and an ingest URL's path is its token.
 _HTTP_MESSAGE = {
     400: "bad request",
+    401: "unauthenticated",
+    403: "forbidden",
     404: "not found",
     405: "method not allowed",
+    408: "request timeout",
     413: "payload too large",
+    414: "request URI too long",
+    416: "range not satisfiable",
+    417: "expectation failed",
     431: "request headers too large",
     503: "unavailable: retry later",
 }
