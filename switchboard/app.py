@@ -173,7 +173,12 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         status = getattr(exc, "status_code", 500)
         # Our own refusals at arrival say what was wrong (the deadline and its setting, the
         # Expect value); their text quotes no path.
-        body = error_body(status, str(exc) if isinstance(exc, arrival.OWN_WORDS) else None)
+        own = isinstance(exc, arrival.OWN_WORDS)
+        body = error_body(status, str(exc) if own else None)
+        if own and request.path.startswith(_INGEST_PREFIX):
+            # a delivery cut short (408) or refused for its Expect (417) before the receiver
+            # ran: a line and a count, as a 413's (a header block never finished has no path)
+            observe_refusal(status)
         if status == 503:
             return _retry_later(body)
         allow = (exc.headers or {}).get("Allow") if status == 405 else None

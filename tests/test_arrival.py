@@ -200,6 +200,23 @@ def test_a_431_on_an_ingest_url_is_logged_and_counted(server: Server, ingest_pat
     assert ingest_path.rsplit("/", 1)[1] not in server.log.read_text()
 
 
+def test_a_408_or_417_on_an_ingest_url_is_logged_and_counted(
+    server: Server, ingest_path: str
+) -> None:
+    before = {status: _counted(server, status) for status in ("408", "417")}
+    logged = len(_log(server, "switchboard.delivery"))
+    for request in (
+        _head("POST", ingest_path, "Content-Length: 10") + b"{}",
+        _head("POST", ingest_path, "Content-Length: 2", "Expect: 200-ok") + b"{}",
+    ):
+        _exchange(server.port, request)
+    time.sleep(0.2)
+    lines = _log(server, "switchboard.delivery")[logged:]
+    assert sorted(d["status"] for d in lines) == [408, 417], lines
+    assert all(d["source"] == "unknown" and d["webhook_id"] is None for d in lines)
+    assert {s: _counted(server, s) for s in before} == {s: n + 1 for s, n in before.items()}
+
+
 def test_a_get_with_a_harmless_body_logs_no_error(server: Server) -> None:
     # Each GET with a body, then a second request on the same connection.
     follow = _head("GET", "/healthz", "Connection: close")

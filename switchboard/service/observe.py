@@ -229,5 +229,6 @@ def sink_failed(name: str) -> None:
 
 
 def observe_refusal(status: int) -> None:
-    """Count and log an ingest request refused before its webhook was looked up (413, 431)."""
+    """Count and log an ingest request refused before its webhook was looked up (408, 413,
+    417, 431)."""
     observe_delivery(Observation(started=None, status=status), 0.0)
