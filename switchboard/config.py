@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator
-
-from .contract.schemaerrors import first_schema_problem
+from .configcheck import Origin, no_settings_message, schema_message, value_message
 from .errors import ConfigError
 from .resources import load_schema
 
@@ -160,19 +158,35 @@ class Config:
         return list(self.section("routing")["stages"])
 
     def validate_plugins(
-        self, schemas: Mapping[str, dict[str, Any]], installed: Collection[str] | None = None
+        self,
+        schemas: Mapping[str, dict[str, Any]],
+        installed: Collection[str] | None = None,
+        disabled_schemas: Mapping[str, dict[str, Any] | None] | None = None,
     ) -> None:
         """Check each ``[plugins.<name>]`` section against the plugin's schema, and (given
-        the ``installed`` plugin names) that it names an installed plugin."""
+        the ``installed`` plugin names) that it names an installed plugin; a plugin with
+        no schema takes no settings.
+
+        ``disabled_schemas``: the schemas of the disabled plugins (``{}``: none declared),
+        so their sections are checked too; a name missing there (its schema could not be
+        read) is not checked.
+        """
+        disabled_schemas = disabled_schemas or {}
+        origin = Origin(self.path)
         for name, section in self.raw["plugins"].items():
             if installed is not None and name not in installed:
                 raise ConfigError(
-                    f"invalid config: plugins.{name}: no installed plugin is called {name!r}"
+                    f"{origin.where(('plugins', name))}: no installed plugin is called {name!r}"
                     f"{did_you_mean(name, installed)}; installed: {', '.join(sorted(installed))}"
                 )
-            schema = schemas.get(name)
-            if schema is not None:
-                _validate(section, schema, prefix=f"plugins.{name}")
+            disabled = name in set(self.disabled_plugins)
+            if disabled and name not in disabled_schemas:
+                continue
+            schema = (disabled_schemas if disabled else schemas).get(name)
+            if schema:
+                _validate(section, schema, origin, prefix=("plugins", name))
+            elif section and installed is not None:
+                raise ConfigError(no_settings_message(name, section, origin))
         self.plugin_schemas = dict(schemas)
 
 
@@ -194,10 +208,33 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _validate(doc: Any, schema: dict[str, Any], prefix: str = "") -> None:
-    problem = first_schema_problem(Draft202012Validator(schema).iter_errors(doc))
+def _validate(
+    doc: Any, schema: dict[str, Any], origin: Origin, prefix: tuple[str, ...] = ()
+) -> None:
+    problem = schema_message(doc, schema, origin, prefix)
     if problem is not None:
-        raise ConfigError(f"invalid config: {problem.where(prefix)}: {problem.problem}")
+        raise ConfigError(problem)
+
+
+def _read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The TOML document at ``path``; what is wrong with it as one line (ConfigError)."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path}: is a directory, not a file") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path}: not readable (permission denied)") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path}: is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at"
+            f" offset {exc.start}); TOML files are UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
 def load_config(
@@ -206,15 +243,8 @@ def load_config(
     """Load ``path`` (or ``SWITCHBOARD_CONFIG``), apply the environment, and validate."""
     env = os.environ if env is None else env
     path = path or env.get("SWITCHBOARD_CONFIG") or None
-    file_doc: dict[str, Any] = {}
-    if path is not None:
-        try:
-            file_doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    _validate(file_doc, load_schema("config"))
+    file_doc: dict[str, Any] = _read(path) if path is not None else {}
+    _validate(file_doc, load_schema("config"), Origin(path))
     data_dir_from = "the per-user default"
     if isinstance(file_doc.get("data_dir"), str) and path is not None:
         # Relative to the file, not to wherever a command happens to run.
@@ -222,13 +252,17 @@ def load_config(
             Path(path).expanduser().resolve().parent / Path(file_doc["data_dir"]).expanduser()
         )
         data_dir_from = f"data_dir in {path}"
-    for var, key in ENV_KEYS.items():
-        if env.get(var):
-            file_doc[key] = env[var]
+    from_env = {key: var for var, key in ENV_KEYS.items() if env.get(var)}
+    for key, var in from_env.items():
+        file_doc[key] = env[var]
     if env.get("SWITCHBOARD_DATA_DIR"):
         data_dir_from = "SWITCHBOARD_DATA_DIR"
     raw = _merge(DEFAULTS, file_doc)
-    _validate(raw, load_schema("config"))
+    origin = Origin(path, from_env)
+    _validate(raw, load_schema("config"), origin)
+    problem = value_message(raw, origin)
+    if problem is not None:
+        raise ConfigError(problem)
     return Config(
         raw=raw,
         path=Path(path) if path else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -125,10 +126,32 @@ def plugin_config_schemas(pm: pluggy.PluginManager) -> dict[str, dict[str, Any]]
     return {name: schema for name, schema in call_each(pm, "switchboard_config_schema") if schema}
 
 
+def disabled_config_schemas(names: Collection[str]) -> dict[str, dict[str, Any] | None]:
+    """The config schemas of the disabled plugins ``names`` (None: declares none), read
+    from each one's entry point without registering it; one that cannot be imported is
+    left out (its section is then not checked: it is not running)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in names:
+            continue
+        try:
+            hook = getattr(ep.load(), "switchboard_config_schema", None)
+            out[ep.name] = hook() if callable(hook) else None
+        except Exception:  # a plugin may be disabled because it is broken
+            log.debug("could not read the config schema of disabled plugin %s", ep.name)
+    return out
+
+
 def apply_config(pm: pluggy.PluginManager, config: Config) -> None:
     """Validate every ``[plugins.<name>]`` section: it names an installed plugin, and
-    matches that plugin's schema."""
-    config.validate_plugins(plugin_config_schemas(pm), installed_plugin_names(pm))
+    matches that plugin's schema (a plugin without one takes no settings); a disabled
+    plugin's section too, against the schema it would have."""
+    sections = set(config.raw["plugins"])
+    config.validate_plugins(
+        plugin_config_schemas(pm),
+        installed_plugin_names(pm),
+        disabled_config_schemas(sections & set(config.disabled_plugins)),
+    )
 
 
 def list_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:

@@ -28,8 +28,8 @@ CASES = [
     ),
     (
         "[plugins.rule]\nrule_ms = 5\n",
-        "invalid config: plugins.rule: no installed plugin is called 'rule' (did you mean "
-        "'rules'?); installed: ",
+        "config file {config}: plugins.rule: no installed plugin is called 'rule' (did you "
+        "mean 'rules'?); installed: ",
     ),
     (
         'disabled_plugins = ["lmm"]\n',
@@ -57,6 +57,7 @@ def test_every_command_refuses_a_typo_in_one_line(
         return
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
+    says = says.replace("{config}", str(config))
     assert len(lines) == 1 and lines[0].startswith(f"switchboard: error: {says}"), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 

@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     known, _ = pre.parse_known_args(argv)
     loghygiene.install(logging.DEBUG if known.verbose else logging.WARNING)
     try:
+        if known.config == "":  # not "no file": a variable that expanded to nothing, say
+            raise ConfigError("--config: must be the path of a TOML file (got an empty string)")
         rt = Runtime(load_config(known.config))
     except SwitchboardError as exc:
         print(f"switchboard: error: {exc}", file=sys.stderr)

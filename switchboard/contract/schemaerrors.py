@@ -9,13 +9,13 @@ through :func:`schema_problem` instead, so one field is named the same way every
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jsonschema.exceptions import ValidationError
 
-__all__ = ["SchemaProblem", "first_schema_problem", "schema_path", "schema_problem"]
+__all__ = ["SchemaProblem", "Wording", "first_schema_problem", "schema_path", "schema_problem"]
 
 _TYPE_WORDS = {
     "object": "an object",
@@ -29,6 +29,24 @@ _TYPE_WORDS = {
 
 
 @dataclass(frozen=True)
+class Wording:
+    """How problems are told. The default is JSON's words (tool arguments, routing rules);
+    a config file has its own (TOML's type names, no null, what was given)."""
+
+    types: Mapping[str, str] = field(default_factory=lambda: dict(_TYPE_WORDS))
+    #: offer null among the choices (a TOML file cannot write it)
+    null: bool = True
+    #: a pattern's meaning in words ("an http:// or https:// URL"), by the pattern
+    patterns: Mapping[str, str] = field(default_factory=dict)
+    #: the value given, told for the problem at a path ("0", '"example.com"'), or None to
+    #: say nothing; None here: only a type error says what was given, as its JSON type
+    given: Callable[[tuple[str | int, ...], Any], str | None] | None = None
+
+
+JSON_WORDING = Wording()
+
+
+@dataclass(frozen=True)
 class SchemaProblem:
     """One failing field: its absolute ``path`` and the ``problem`` ("must be a boolean")."""
 
@@ -36,6 +54,11 @@ class SchemaProblem:
     problem: str
     #: True for a key the schema does not allow (callers word it "unknown key"/"unknown field").
     unknown: bool = False
+    #: the failing value, for a wording that tells what was given (never in ``problem``)
+    value: Any = field(default=None, compare=False, repr=False)
+    has_value: bool = field(default=False, compare=False, repr=False)
+    #: the JSON Schema keyword that failed ("type", "minimum", …)
+    keyword: str = field(default="", compare=False, repr=False)
 
     def where(self, root: str = "") -> str:
         """``root`` plus the path, ``a.b[0].c`` style (``root`` or "(root)" when empty)."""
@@ -53,18 +76,31 @@ def schema_path(path: Iterable[str | int], root: str = "") -> str:
     return out or "(root)"
 
 
-def first_schema_problem(errors: Iterable[ValidationError]) -> SchemaProblem | None:
+def first_schema_problem(
+    errors: Iterable[ValidationError], wording: Wording = JSON_WORDING
+) -> SchemaProblem | None:
     """The problem of the shallowest error (ties broken by path text), or None."""
     ordered = sorted(
         errors, key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path])
     )
-    return schema_problem(ordered[0]) if ordered else None
+    return schema_problem(ordered[0], wording) if ordered else None
 
 
-def schema_problem(error: ValidationError) -> SchemaProblem:
-    """``error`` told as the deepest failing field and what it expected."""
+def schema_problem(error: ValidationError, wording: Wording = JSON_WORDING) -> SchemaProblem:
+    """``error`` told as the deepest failing field and what it expected (and, when
+    ``wording`` tells what was given, that too, once, at the end)."""
+    problem = _problem(error, wording)
+    if wording.given is None or not problem.has_value:
+        return problem
+    given = wording.given(problem.path, problem.value)
+    if given is None and problem.keyword == "type":  # a table where a string goes, say
+        given = _got(problem.value, wording)
+    return replace(problem, problem=f"{problem.problem} (got {given})") if given else problem
+
+
+def _problem(error: ValidationError, wording: Wording) -> SchemaProblem:
     if error.validator in ("oneOf", "anyOf"):
-        return _alternatives(error)
+        return _alternatives(error, wording)
     path = tuple(error.absolute_path)
     if error.validator == "required":
         missing = _missing(error)
@@ -73,7 +109,13 @@ def schema_problem(error: ValidationError) -> SchemaProblem:
         allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         extra = sorted(str(k) for k in set(error.instance) - set(allowed))
         return SchemaProblem((*path, extra[0]) if extra else path, "unknown key", unknown=True)
-    return SchemaProblem(path, _expected(error))
+    return SchemaProblem(
+        path,
+        _expected(error, wording),
+        value=error.instance,
+        has_value=True,
+        keyword=str(error.validator),
+    )
 
 
 def _missing(error: ValidationError) -> str | None:
@@ -84,18 +126,19 @@ def _missing(error: ValidationError) -> str | None:
     return absent[0] if absent else None
 
 
-def _got(instance: Any) -> str:
+def _got(instance: Any, wording: Wording = JSON_WORDING) -> str:
+    words = wording.types
     if isinstance(instance, bool):
-        return "a boolean"
+        return words["boolean"]
     if isinstance(instance, int):
-        return "an integer"
+        return words["integer"]
     if isinstance(instance, float):
-        return "a number"
+        return words["number"]
     if instance is None:
         return "null"
     for kind, py in (("string", str), ("object", dict), ("array", list)):
         if isinstance(instance, py):
-            return _TYPE_WORDS[kind]
+            return words[kind]
     return type(instance).__name__
 
 
@@ -106,17 +149,23 @@ def _literal(value: Any) -> str:
         return repr(value)
 
 
-def _expected(error: ValidationError) -> str:
-    # Never the instance itself: it may be a whole dict, or a secret from a config file.
+def _expected(error: ValidationError, wording: Wording) -> str:
+    # Never the instance itself: it may be a whole dict, or a secret from a config file
+    # (a wording that tells what was given does so at the end, knowing where it came from).
     kind, want = error.validator, error.validator_value
     if kind == "type":
-        kinds = want if isinstance(want, list) else [want]
-        words = " or ".join(_TYPE_WORDS.get(str(k), str(k)) for k in kinds)
+        kinds = [
+            k for k in (want if isinstance(want, list) else [want]) if wording.null or k != "null"
+        ]
+        words = " or ".join(wording.types.get(str(k), str(k)) for k in kinds)
+        if wording.given is not None:
+            return f"must be {words}"
         return f"must be {words} (got {_got(error.instance)})"
     if kind == "const":
         return f"must be {_literal(want)}"
     if kind == "enum":
-        return f"must be one of {', '.join(_literal(v) for v in want)}"
+        choices = [v for v in want if wording.null or v is not None]
+        return f"must be one of {', '.join(_literal(v) for v in choices)}"
     if kind in ("minimum", "exclusiveMinimum"):
         return f"must be {'at least' if kind == 'minimum' else 'more than'} {want}"
     if kind in ("maximum", "exclusiveMaximum"):
@@ -132,7 +181,8 @@ def _expected(error: ValidationError) -> str:
     if kind == "uniqueItems":
         return "must not repeat items"
     if kind == "pattern":
-        return f"must match the pattern {want}"
+        meaning = wording.patterns.get(str(want))
+        return f"must be {meaning}" if meaning else f"must match the pattern {want}"
     if kind == "format":
         return f"must be a valid {want}"
     if kind == "not":
@@ -140,7 +190,7 @@ def _expected(error: ValidationError) -> str:
     return f"is not valid ({kind})"
 
 
-def _alternatives(error: ValidationError) -> SchemaProblem:
+def _alternatives(error: ValidationError, wording: Wording) -> SchemaProblem:
     branches: dict[int, list[ValidationError]] = {}
     for sub in error.context or ():
         index = sub.relative_schema_path[0] if sub.relative_schema_path else 0
@@ -156,13 +206,18 @@ def _alternatives(error: ValidationError) -> SchemaProblem:
     if len(fitting) > 1:
         fitting = _closest(fitting, branches, schemas, error.instance)
     if len(fitting) == 1:
-        return _deepest(branches[fitting[0]])
+        return _deepest(branches[fitting[0]], wording)
     # No branch fits the given type (or several fit equally): each branch's first error.
-    firsts = [_deepest(branches[i]) for i in sorted(branches)]
+    firsts = [_deepest(branches[i], wording) for i in sorted(branches)]
     told = list(dict.fromkeys(_relative(p, len(path)) for p in firsts))
     if len(told) == 1:  # every branch says the same ("must be an object")
         return firsts[0]
-    return SchemaProblem(path, f"matches none of the allowed forms: {'; or '.join(told)}")
+    return SchemaProblem(
+        path,
+        f"matches none of the allowed forms: {'; or '.join(told)}",
+        value=error.instance,
+        has_value=True,
+    )
 
 
 def _relative(problem: SchemaProblem, depth: int) -> str:
@@ -212,12 +267,12 @@ def _closest(
     return [i for i in fitting if score(i) == best]
 
 
-def _deepest(errors: list[ValidationError]) -> SchemaProblem:
+def _deepest(errors: list[ValidationError], wording: Wording) -> SchemaProblem:
     wrong_type = [e for e in errors if e.validator == "type" and not e.relative_path]
     if wrong_type:  # the first thing to say about a value of the wrong kind
-        return schema_problem(wrong_type[0])
+        return _problem(wrong_type[0], wording)
     ordered = sorted(
         errors,
         key=lambda e: (-len(e.absolute_path), [str(p) for p in e.absolute_path], e.validator),
     )
-    return schema_problem(ordered[0])
+    return _problem(ordered[0], wording)

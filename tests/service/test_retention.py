@@ -315,7 +315,7 @@ def test_a_bad_retention_key_stops_serve_naming_it(tmp_path: Path, dsn: str) -> 
             .run("--config", str(config), "serve", check=False)
         )
         assert proc.returncode == 2, (toml, proc.stderr)
-        assert f"invalid config: {key}" in proc.stderr, proc.stderr
+        assert f"config file {config}: {key}" in proc.stderr, proc.stderr
 
 
 async def test_every_serve_prunes_in_the_background_and_stops_cleanly(

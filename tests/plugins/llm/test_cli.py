@@ -101,7 +101,7 @@ def test_an_invalid_plugins_llm_section_stops_start_up(tmp_path: Path) -> None:
         "--config", str(config), "plugins", check=False
     )
     assert proc.returncode == 2
-    assert "invalid config: plugins.llm.providers[0].base_url: is required" in proc.stderr
+    assert f"config file {config}: plugins.llm.providers[0].base_url: is required" in proc.stderr
 
 
 async def test_offline_rules_test_never_asks_a_model(tenant: Tenant, tmp_path: Path) -> None:

@@ -1,0 +1,139 @@
+"""Config mistakes told in the operator's terms: where the value came from, what it must be, what was given."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from jsonschema import Draft202012Validator
+
+from .contract.schemaerrors import Wording, first_schema_problem, schema_path
+
+#: The longest value quoted back whole; a longer one is cut with "…".
+GIVEN_MAX = 60
+
+#: Words of a key whose value is never quoted back (only its length), as it may be a secret.
+_SECRET_WORDS = {"secret", "password", "passwd", "token", "key", "dsn", "credentials"}
+
+
+def _secret(path: tuple[str | int, ...]) -> bool:
+    names = [p.lower() for p in path if isinstance(p, str)]
+    return "database_url" in names or any(set(n.split("_")) & _SECRET_WORDS for n in names)
+
+
+#: What the patterns of ``schemas/config.schema.json`` mean, for an operator who types them.
+PATTERN_WORDS = {
+    "^https?://[^/]+(/.*)?$": "an http:// or https:// URL",
+    "^[^:]+:[0-9]{1,5}$": "host:port",
+    "^([^:]+:[0-9]{1,5})?$": 'host:port, or "" (empty)',
+}
+
+#: TOML's names for JSON Schema's types (TOML has tables and arrays, and no null).
+TOML_TYPE_WORDS = {
+    "object": "a table",
+    "array": "an array",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean (true or false)",
+    "null": "null",
+}
+
+
+def given(path: tuple[str | int, ...], value: Any) -> str | None:
+    """A value from a config file as TOML writes it (a string quoted, cut when long; a
+    secret by its length only), or None for a table or an array."""
+    secret = _secret(path)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        if secret:
+            return f"a string of {len(value)} characters"
+        # credentials in a URL (http://user:pass@host) are never quoted back
+        text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1…@", value)
+        if len(text) > GIVEN_MAX:
+            text = text[: GIVEN_MAX - 1] + "…"
+        return json.dumps(text, ensure_ascii=False)
+    for kind, py in (("date-time", dt.datetime), ("date", dt.date), ("time", dt.time)):
+        if isinstance(value, py):
+            return f"the {kind} {value.isoformat()}"
+    return None
+
+
+TOML_WORDING = Wording(types=TOML_TYPE_WORDS, null=False, patterns=PATTERN_WORDS, given=given)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a config's values came from: the file, and the environment variables set
+    (by the top-level key each one overrides)."""
+
+    file: str | os.PathLike[str] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def where(self, path: tuple[str | int, ...] = ()) -> str:
+        """``SWITCHBOARD_ADDR``, ``config file x.toml: server.workers``, or (neither, for
+        a config built in code) ``invalid config: server.workers``."""
+        if path and str(path[0]) in self.env:  # the essentials: one value each
+            return self.env[str(path[0])]
+        key = schema_path(path)
+        return f"config file {self.file}: {key}" if self.file else f"invalid config: {key}"
+
+
+def schema_message(
+    doc: Any, schema: dict[str, Any], origin: Origin, prefix: tuple[str, ...] = ()
+) -> str | None:
+    """The first problem of ``doc`` against ``schema``, told where it came from, or None."""
+    problem = first_schema_problem(Draft202012Validator(schema).iter_errors(doc), TOML_WORDING)
+    if problem is None:
+        return None
+    return f"{origin.where((*prefix, *problem.path))}: {problem.problem}"
+
+
+def value_message(raw: Mapping[str, Any], origin: Origin) -> str | None:
+    """What the schema cannot say: ports in range, pool sizes in order; or None."""
+    for path, value in (
+        (("addr",), raw.get("addr")),
+        (("metrics", "addr"), (raw.get("metrics") or {}).get("addr")),
+    ):
+        if isinstance(value, str) and value and not 0 <= int(value.rsplit(":", 1)[1]) <= 65535:
+            return (
+                f"{origin.where(path)}: must be host:port with a port from 0 to 65535 (0: any"
+                f" free port) (got {given(path, value)})"
+            )
+    base_url = raw.get("base_url")
+    if isinstance(base_url, str):
+        try:
+            port = urlsplit(base_url).port
+        except ValueError:
+            port = 0
+        if port == 0:
+            return (
+                f"{origin.where(('base_url',))}: must be an http:// or https:// URL whose port,"
+                f" if written, is from 1 to 65535 (got {given(('base_url',), base_url)})"
+            )
+    server = raw.get("server") or {}
+    low, high = server.get("pool_min_size"), server.get("pool_max_size")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        return (
+            f"{origin.where(('server', 'pool_min_size'))}: must not be above"
+            f" server.pool_max_size (got pool_min_size = {low}, pool_max_size = {high})"
+        )
+    return None
+
+
+def no_settings_message(name: str, section: Mapping[str, Any], origin: Origin) -> str:
+    """A section of settings for a plugin that declares none (they would be ignored)."""
+    keys = ", ".join(sorted(section))
+    return (
+        f"{origin.where(('plugins', name))}: the {name} plugin takes no settings (got {keys});"
+        f" remove the [plugins.{name}] section"
+    )
