@@ -24,7 +24,7 @@ from switchboard.plugin import (
 
 from . import commands, tools
 from .providers import build_provider
-from .settings import CONFIG_SCHEMA
+from .settings import CONFIG_SCHEMA, check_providers
 from .stage import LLMStage
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -52,7 +52,9 @@ def switchboard_register_routing_stages(register: StageRegistry, config: dict[st
 def switchboard_register_llm_providers(
     register: LLMProviderRegistry, config: dict[str, Any]
 ) -> None:
-    """One provider per ``[[plugins.llm.providers]]`` entry (``static`` or ``openai``)."""
+    """One provider per ``[[plugins.llm.providers]]`` entry (``static`` or ``openai``);
+    two of one name, or a ``base_url`` no request could be sent to, refused at start."""
+    check_providers(config["providers"])
     for spec in config["providers"]:
         register.add(build_provider(spec))
 

@@ -22,7 +22,22 @@ log = logging.getLogger("switchboard.llm")
 
 
 class ProviderError(Exception):
-    """A transport or server failure, with a message fit for the routing trace."""
+    """A transport or server failure, with a message fit for the routing trace.
+
+    ``sent`` is False when the request never left (no connection, no key): nothing reached
+    the model, so the stage gives the call's prompt back to the budget. A third party's
+    provider may set the same attribute on what it raises.
+    """
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class ConnectTimeout(TimeoutError):
+    """No connection within the timeout: a timeout whose request never left."""
+
+    sent = False
 
 
 class StaticProvider:
@@ -71,7 +86,9 @@ class OpenAIProvider:
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
             if not key:
-                raise ProviderError(f"environment variable {self.api_key_env} is not set")
+                raise ProviderError(
+                    f"environment variable {self.api_key_env} is not set", sent=False
+                )
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
@@ -109,10 +126,14 @@ class OpenAIProvider:
             # triage volume a connection's setup is nothing next to the model's latency.
             async with httpx.AsyncClient(timeout=timeout) as client:
                 resp = await client.post(self.url, json=body, headers=headers)
+        except httpx.ConnectTimeout:
+            raise ConnectTimeout from None
         except httpx.TimeoutException:
             raise TimeoutError from None
         except httpx.HTTPError as exc:
-            raise ProviderError(f"{type(exc).__name__} from {self.url}") from None
+            # A failed connect (refused, a name that does not resolve) sent nothing.
+            sent = not isinstance(exc, httpx.ConnectError)
+            raise ProviderError(f"{type(exc).__name__} from {self.url}", sent=sent) from None
         if resp.status_code != 200:
             raise ProviderError(f"HTTP {resp.status_code} from {self.url}")
         try:

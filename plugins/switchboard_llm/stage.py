@@ -254,13 +254,13 @@ class LLMStage:
             with contextlib.suppress(Exception):
                 await store.settle(rt, endpoint_id, held, math.ceil(len(SYSTEM + prompt) / 4))
             raise
-        except TimeoutError:
+        except TimeoutError as exc:
             info["latency_ms"] = _since(started)
-            await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None)
+            await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None, exc)
             return self._fallback(ctx, CAUSE_LLM_TIMEOUT, info, f"no answer within {timeout_ms} ms")
         except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
             info["latency_ms"] = _since(started)
-            await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None)
+            await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None, exc)
             log.warning(
                 "llm triage for endpoint %s: provider %r failed: %s",
                 endpoint_id,
@@ -366,9 +366,20 @@ class LLMStage:
         info: dict[str, Any],
         sent: str,
         text: Any,
+        failure: BaseException | None = None,
     ) -> None:
         """The call's tokens: the provider's usage, else an estimate (marked), counted
-        against the endpoint's token budget and in ``switchboard_llm_tokens_total``."""
+        against the endpoint's token budget and in ``switchboard_llm_tokens_total``.
+
+        A ``failure`` whose request never left (``sent = False``: no connection) reached
+        no model: its prompt and the tokens it held go back, and nothing is counted.
+        """
+        if failure is not None and getattr(failure, "sent", True) is False:
+            try:
+                await store.give_back(rt, endpoint_id, held)
+            except Exception as exc:  # the budget's bookkeeping never costs the decision
+                log.warning("llm triage: prompt not given back: %s", type(exc).__name__)
+            return
         reported = text.usage if isinstance(text, Completion) else None
         if reported is not None and "prompt_tokens" in reported:
             usage: dict[str, Any] = {

@@ -188,6 +188,19 @@ async def settle(rt: Runtime, endpoint_id: str, held: Reservation, tokens: int) 
     )  # fmt: skip
 
 
+async def give_back(rt: Runtime, endpoint_id: str, held: Reservation) -> None:
+    """A call that never reached the model: its prompt and the tokens it held go back to
+    the windows it was reserved in (as if it had never been reserved)."""
+    await rt.store.db.fetchall(
+        "UPDATE llm_triage_budget SET used = greatest(used - 1, 0),"
+        " reserved = greatest(reserved - %(estimate)s, 0)"
+        " WHERE endpoint_id = %(endpoint)s AND ((span = 'minute' AND window_start = %(minute)s)"
+        " OR (span = 'day' AND window_start = %(day)s)) RETURNING used",
+        {"estimate": held.estimate, "endpoint": endpoint_id,
+         "minute": held.windows[0], "day": held.windows[1]},
+    )  # fmt: skip
+
+
 async def token_usage(rt: Runtime, endpoint_id: str) -> dict[str, int]:
     """Tokens spent in the current minute and day."""
     rows = await rt.store.db.fetchall(

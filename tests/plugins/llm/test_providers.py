@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fakeai import FakeAI
-from sbtest import free_port
+from sbtest import CLI, free_port, make_env
 from switchboard_llm.providers import OpenAIProvider, ProviderError, StaticProvider
 
 from switchboard.config import load_config
@@ -164,17 +164,17 @@ def test_providers_come_from_the_operators_config(tmp_path: Any) -> None:
     [
         (
             '[[plugins.llm.providers]]\ntype = "openai"\nname = "p1"\n',
-            "invalid config: plugins.llm.providers[0].base_url: is required",
+            "plugins.llm.providers[0].base_url: is required",
         ),
         (
             '[[plugins.llm.providers]]\ntype = "static"\n'
             '[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "http://x"\n'
             'max_tokens = "many"\n',
-            "invalid config: plugins.llm.providers[1].max_tokens: must be an integer (got a string)",
+            'plugins.llm.providers[1].max_tokens: must be an integer (got "many")',
         ),
         (
             '[[plugins.llm.providers]]\ntype = "anthropic"\n',
-            "invalid config: plugins.llm.providers[0]: matches none of the allowed forms:"
+            "plugins.llm.providers[0]: matches none of the allowed forms:"
             ' type must be "static"; or type must be "openai"',
         ),
     ],
@@ -185,4 +185,144 @@ def test_a_bad_provider_names_its_field(tmp_path: Path, toml: str, told: str) ->
     path.write_text(toml)
     with pytest.raises(ConfigError) as caught:
         Runtime(load_config(path, env={}))
+    assert str(caught.value) == f"config file {path}: {told}"
+
+
+_URL_FORM = (
+    "must be an http:// or https:// URL with a host, a port from 1 to 65535 if any,"
+    " and no query or fragment"
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:99999/v1", "the port is not a number from 1 to 65535"),
+        ("http://127.0.0.1:0/v1", "the port is not a number from 1 to 65535"),
+        ("http://example.com:abc/v1", "the port is not a number from 1 to 65535"),
+        ("http://exa mple.com/v1", "it has a space or a control character"),
+        ("http://example.com:8000 /v1", "it has a space or a control character"),
+        ("http://example.com\t/v1", "it has a space or a control character"),
+        ("http://ex%20ample.com/v1", "the host has a character no host name has"),
+        ("http:///v1", "it has no host"),
+        ("http://:8000/v1", "it has no host"),
+        ("ftp://example.com/v1", 'the scheme is "ftp"'),
+        ("example.com/v1", "it has no scheme"),
+        ("http://[::1/v1", "it is not a URL"),
+        ("http://example.com/v1?key=1", "the path would end in its query or fragment"),
+        ("http://example.com/v1#top", "the path would end in its query or fragment"),
+    ],
+)
+def test_a_base_url_no_request_could_use_is_refused_at_start(
+    tmp_path: Path, url: str, why: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[plugins.llm.providers]]\ntype = "static"\n'
+        f'[[plugins.llm.providers]]\ntype = "openai"\nbase_url = {json.dumps(url)}\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        Runtime(load_config(path, env={}))
+    told = str(caught.value)
+    assert told.startswith(
+        f"invalid config: [plugins.llm] providers[1].base_url: {_URL_FORM}"
+        f" (got {json.dumps(url)}: {why}"
+    ), told
+    assert "\n" not in told
+
+
+def test_credentials_in_a_refused_base_url_are_not_shown(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[plugins.llm.providers]]\ntype = "openai"\n'
+        'base_url = "http://me:hunter2@127.0.0.1:99999/v1"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        Runtime(load_config(path, env={}))
+    assert '(got "http://…@127.0.0.1:99999/v1": ' in str(caught.value)
+    assert "hunter2" not in str(caught.value) and "me:" not in str(caught.value)
+
+
+def test_a_well_formed_base_url_starts_even_when_nothing_answers(tmp_path: Path) -> None:
+    # An unreachable server is no config mistake: a model server may start later.
+    urls = [
+        f"http://127.0.0.1:{free_port()}/v1",
+        "http://[::1]:8000/v1",
+        "https://api.example.com/v1/",
+        "HTTP://LOCALHOST",
+        "http://my_host.internal:4000",
+        "http://bücher.example/v1",
+    ]
+    path = tmp_path / "c.toml"
+    path.write_text(
+        "".join(
+            f'[[plugins.llm.providers]]\ntype = "openai"\nname = "p{i}"\nbase_url = "{url}"\n'
+            for i, url in enumerate(urls)
+        )
+    )
+    rt = Runtime(load_config(path, env={}))
+    assert rt.registries.llm_providers.names() == [f"p{i}" for i in range(len(urls))]
+
+
+@pytest.mark.parametrize(
+    ("toml", "told"),
+    [
+        (
+            '[[plugins.llm.providers]]\ntype = "static"\n'
+            '[[plugins.llm.providers]]\ntype = "static"\n',
+            "invalid config: [plugins.llm] providers[1]: a second provider named 'static'"
+            " (providers[0] has that name; one without a name is named after its type);"
+            " give each a distinct name",
+        ),
+        (
+            '[[plugins.llm.providers]]\ntype = "openai"\nname = "local"\n'
+            'base_url = "http://127.0.0.1:11434/v1"\n'
+            '[[plugins.llm.providers]]\ntype = "static"\n'
+            '[[plugins.llm.providers]]\ntype = "static"\nname = "local"\n',
+            "invalid config: [plugins.llm] providers[2].name: a second provider named 'local'"
+            " (providers[0] has that name); give each a distinct name",
+        ),
+    ],
+)
+def test_two_providers_of_one_name_are_refused_naming_both(
+    tmp_path: Path, toml: str, told: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        Runtime(load_config(path, env={}))
     assert str(caught.value) == told
+
+
+@pytest.mark.parametrize("command", ["serve", "plugins"])
+def test_the_command_exits_2_with_one_line(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "http://127.0.0.1:99999/v1"\n'
+    )
+    env = make_env(None, tmp_path / "data", SWITCHBOARD_CONFIG=str(path))
+    proc = CLI(env).run(command, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "switchboard: error: invalid config: [plugins.llm] providers[0].base_url:"
+        f' {_URL_FORM} (got "http://127.0.0.1:99999/v1": the port is not a number'
+        " from 1 to 65535)"
+    ]
+    assert proc.stdout == "" and not (tmp_path / "data").exists()
+
+
+async def test_a_request_that_never_left_says_so(fake_ai: FakeAI, monkeypatch: Any) -> None:
+    # What the stage reads to give a prompt back: sent is False only when nothing was sent.
+    monkeypatch.setenv("SB_TEST_KEY_C", "sk-c")
+    monkeypatch.delenv("SB_TEST_KEY_UNSET", raising=False)
+    closed = _openai(f"http://127.0.0.1:{free_port()}/v1")
+    keyless = _openai(fake_ai.base_url, api_key_env="SB_TEST_KEY_UNSET")
+    failing = _openai(fake_ai.base_url, api_key_env="SB_TEST_KEY_C")
+    for provider, model, sent in (
+        (closed, "m", False),
+        (keyless, "m", False),
+        (failing, fake_ai.on("sent-e500", status=500), True),
+    ):
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(model, "s", "u", SCHEMA, 5)
+        assert caught.value.sent is sent, model

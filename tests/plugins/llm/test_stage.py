@@ -8,7 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sbllm import QUEUES, Tenant
+from sbllm import QUEUES, Tenant, fresh_minute
+from sbtest import free_port
+from switchboard_llm import service
+from switchboard_llm.providers import OpenAIProvider
 from switchboard_llm.stage import LLMStage
 
 from switchboard.config import load_config
@@ -135,6 +138,28 @@ async def test_a_provider_error_is_recorded_as_its_message(tenant: Tenant) -> No
     q = _provider(t.rt, t, "none", 42)  # not text at all
     await t.triage("m", provider=q.name)
     assert (await _route(t)).trace["llm"]["detail"] == "the provider returned no text"
+
+
+async def test_a_call_that_never_reached_the_model_gives_its_prompt_back(
+    tenant: Tenant,
+) -> None:
+    t = tenant
+    url = f"http://127.0.0.1:{free_port()}/v1"  # a model server not started yet
+    down = OpenAIProvider({"type": "openai", "name": f"down-{t.n}", "base_url": url})
+    t.rt.registries.llm_providers.add(down)
+    await t.triage("m", provider=down.name, token_budget_per_day=100000)
+    fresh_minute()
+    decision = await _route(t)
+    assert decision.trace["cause"] == "llm_error" and decision.queue == "inbox"
+    assert decision.trace["llm"]["detail"] == f"ConnectError from {url}/chat/completions"
+    assert "usage" not in decision.trace["llm"]  # no tokens: nothing was sent
+    view = await service.get_triage(t.rt, t.owner)
+    assert view["usage"] == {"minute": 0, "day": 0} and view["tokens"] == {"minute": 0, "day": 0}
+    # A call that failed after it was sent still counts: it may have cost.
+    sent = _provider(t.rt, t, "reset", fail=ConnectionResetError("peer reset the connection"))
+    await t.triage("m", provider=sent.name, token_budget_per_day=100000)
+    assert (await _route(t)).trace["cause"] == "llm_error"
+    assert (await service.get_triage(t.rt, t.owner))["usage"] == {"minute": 1, "day": 1}
 
 
 async def test_a_provider_gone_from_the_config_falls_back(tenant: Tenant) -> None:
