@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import pluggy
+import psycopg
 
 from . import contract
 from .config import Config, did_you_mean, no_database_message, server_sizes
@@ -21,6 +23,7 @@ from .plugins import apply_config, build_registries, call_each, make_plugin_mana
 from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
+from .store.db import check_dsn, unreachable
 from .store.embedded import EmbeddedPostgres, embedded_exists
 from .store.refusals import DEFAULT_REFUSALS_KEPT
 from .store.rings import Rings
@@ -50,6 +53,7 @@ class Runtime:
         self._embedded: EmbeddedPostgres | None = None
         self._secrets: SecretBox | None = None
         self.dsn: str | None = config.database_url
+        self._dsn_checked = False
         #: Plugins keep per-process state here under their own name.
         self.state: dict[str, Any] = {}
 
@@ -88,9 +92,22 @@ class Runtime:
         if self.dsn is None:
             if not create and not embedded_exists(self.config.data_dir):
                 raise ConfigError(no_database_message(self.config))
-            self._embedded = EmbeddedPostgres(self.config.data_dir, quiet=quiet)
+            self._embedded = EmbeddedPostgres(
+                self.config.data_dir, quiet=quiet, source=self.config.data_dir_from
+            )
             self.dsn = self._embedded.start()
+        elif self._embedded is None and not self._dsn_checked:
+            check_dsn(self.dsn, self.database_url_from())
+            self._dsn_checked = True
         return self.dsn
+
+    def database_url_from(self) -> str:
+        """Where the database the runtime uses was named (for messages)."""
+        if self.config.database_url is None:
+            return f"the embedded PostgreSQL in {self.config.data_dir / 'pg'}"
+        if os.environ.get("SWITCHBOARD_DATABASE_URL") == self.config.database_url:
+            return "SWITCHBOARD_DATABASE_URL"
+        return f"database_url in {self.config.path}" if self.config.path else "database_url"
 
     @property
     def embedded(self) -> EmbeddedPostgres | None:
@@ -99,9 +116,12 @@ class Runtime:
 
     async def migrate(self, *, create: bool = True) -> list[str]:
         dsn = self.ensure_database(create=create)
-        return await migrations.apply(
-            dsn, migrations.collect(self.registries.migrations.directories)
-        )
+        try:
+            return await migrations.apply(
+                dsn, migrations.collect(self.registries.migrations.directories)
+            )
+        except psycopg.OperationalError as exc:
+            raise unreachable(dsn, self.database_url_from(), exc) from exc
 
     async def open_store(self, *, migrate: bool = True, create: bool = True) -> Store:
         """Open the pool (migrating first unless ``migrate=False``); ``create``: as
@@ -139,7 +159,9 @@ class Runtime:
     @property
     def secrets(self) -> SecretBox:
         if self._secrets is None:
-            key = load_or_create_secret_key(self.config.raw["secret_key"], self.config.data_dir)
+            key = load_or_create_secret_key(
+                self.config.raw["secret_key"], self.config.data_dir, self.config.data_dir_from
+            )
             self._secrets = SecretBox(key)
         return self._secrets
 

@@ -42,20 +42,57 @@ class SecretBox:
             ) from None
 
 
-def load_or_create_secret_key(configured: str | None, data_dir: Path) -> str:
-    """The configured key, else the one generated into ``<data_dir>/secret.key``."""
+def os_reason(exc: OSError) -> str:
+    """The OS's reason for ``exc`` as a clause: ``read-only file system``."""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return text[:1].lower() + text[1:]
+
+
+def unusable_data_dir(
+    data_dir: Path, source: str | None, doing: str, exc: OSError, hint: str = ""
+) -> ConfigError:
+    """The one line for a data dir that cannot be used (exit 2: the value must change):
+    which, where it was set (``source``), and the OS's reason."""
+    where = f" (from {source})" if source else ""
+    if data_dir.exists() and not data_dir.is_dir():
+        why = "it is a file, not a directory"
+    else:
+        why = f"cannot {doing}: {os_reason(exc)}"
+    return ConfigError(f"cannot use data_dir {data_dir}{where}: {why}{'; ' + hint if hint else ''}")
+
+
+#: What a data dir that cannot keep the generated key may do instead.
+_KEY_HINT = "it keeps the generated secret.key: make it writable, or set SWITCHBOARD_SECRET_KEY"
+
+
+def load_or_create_secret_key(
+    configured: str | None, data_dir: Path, source: str | None = None
+) -> str:
+    """The configured key, else the one generated into ``<data_dir>/secret.key``.
+
+    A data dir where that file can be neither read nor created is a ``ConfigError`` naming
+    it (``source``: where ``data_dir`` was set) and the OS's reason.
+    """
     if configured:
         return configured
     path = data_dir / "secret.key"
-    if path.exists():
-        return path.read_text(encoding="utf-8").strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists():
+            return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise unusable_data_dir(data_dir, source, f"read {path.name}", exc, _KEY_HINT) from None
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise unusable_data_dir(data_dir, source, "create it", exc, _KEY_HINT) from None
     key = secrets.token_urlsafe(32)
     # O_EXCL: two processes starting at once must agree on one key.
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise unusable_data_dir(data_dir, source, f"write {path.name}", exc, _KEY_HINT) from None
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(key + "\n")
     return key

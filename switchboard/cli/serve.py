@@ -6,29 +6,67 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict
-
 from ..config import WORKERS_ENV, ServerSizes, base_url_mismatch, server_sizes, usable_cpus
+from ..errors import ConfigError, SwitchboardError
 from ..plugins import list_plugins
 from ..runtime import Runtime
+from ..secrets_box import os_reason
+from ..store.db import dsn_where
 
 log = logging.getLogger("switchboard.serve")
+
+#: The listening socket's backlog (Sanic's default).
+LISTEN_BACKLOG = 100
+
+
+#: ``--workers``' range: ``[server] workers``' (schemas/config.schema.json).
+WORKERS_MIN, WORKERS_MAX = 1, 64
+
+
+def port_number(text: str) -> int:
+    """``--port``: 0 to 65535 (0: a free port the system picks; serve prints which)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: a port is 0 to 65535")
+    return value
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: as ``[server] workers``, 1 to 64 (omit it for auto)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (1 to 64)") from None
+    if value < WORKERS_MIN:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {WORKERS_MIN} (1 to {WORKERS_MAX}; omit it for one per CPU)"
+        )
+    if value > WORKERS_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {WORKERS_MAX}")
+    return value
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="listen address (default from SWITCHBOARD_ADDR)")
     p.add_argument(
-        "--port", type=int, default=None, help="listen port (default from SWITCHBOARD_ADDR)"
+        "--port",
+        type=port_number,
+        default=None,
+        help="listen port, 0 to 65535 (default from SWITCHBOARD_ADDR; 0: any free port)",
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=worker_count,
         default=None,
         metavar="N",
-        help="worker processes (default [server] workers: auto, one per usable CPU)",
+        help="worker processes, 1 to 64 (default [server] workers: auto, one per usable CPU)",
     )
 
 
@@ -36,15 +74,43 @@ def database_where(rt: Runtime, dsn: str) -> str:
     """Where the database is, without its credentials: embedded under a directory, or host:port/db."""
     if rt.config.database_url is None:
         return f"embedded under {rt.config.data_dir}"
+    return f"external {dsn_where(dsn)}"
+
+
+def listen(host: str, port: int, what: str) -> socket.socket:
+    """The listening socket on ``host:port``, bound before anything else starts.
+
+    A port another process holds is exit 1 (the command was right, the machine is busy),
+    one no socket can have exit 2; either is one line naming the address and ``what`` set it.
+    """
+    from sanic.server.socket import bind_socket
+
     try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return "external (unparsable DSN)"
-    host = str(parts.get("host") or "localhost")
-    port, name = parts.get("port") or 5432, parts.get("dbname") or "?"
-    if host.startswith("/"):
-        return f"external, socket in {host} (port {port}), database {name}"
-    return f"external {host}:{port}/{name}"
+        return bind_socket(host, port, backlog=LISTEN_BACKLOG)
+    except OverflowError:
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({what}): a port is 0 to 65535"
+        ) from None
+    except OSError as exc:
+        raise SwitchboardError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
+
+
+def start_metrics(rt: Runtime, dsn: str) -> str | None:
+    """The ``[metrics] addr`` listener (see :func:`scrape.start_listener`), its failure to
+    bind one line naming the address."""
+    from .. import scrape
+
+    addr = scrape.settings(rt.config)[1]
+    try:
+        return scrape.start_listener(rt.config, dsn)
+    except OverflowError:
+        raise ConfigError(
+            f"cannot listen on {addr} ([metrics] addr): a port is 0 to 65535"
+        ) from None
+    except OSError as exc:
+        raise SwitchboardError(
+            f"cannot listen on {addr} ([metrics] addr): {os_reason(exc)}"
+        ) from None
 
 
 def describe_sizes(sizes: ServerSizes) -> str:
@@ -80,6 +146,25 @@ def log_startup(rt: Runtime, dsn: str, app: Any, base: str, metrics_url: str | N
 
 
 def run(args: argparse.Namespace, rt: Runtime) -> int:
+    """Take the listening socket and the secret key first: an address another process
+    holds, or a data dir the key cannot be kept in, stops the start before the database
+    (and any worker) is started, with one line (never at the first delivery)."""
+    host = args.host or rt.config.host
+    port = args.port if args.port is not None else rt.config.port
+    load_secret_key(rt)
+    sock = listen(host, port, "--port" if args.port is not None else "addr")
+    try:
+        return _serve(args, rt, sock, host)
+    finally:
+        sock.close()  # Sanic closes it when it served; this is for a start that failed
+
+
+def load_secret_key(rt: Runtime) -> None:
+    """The signing-secret key, loaded (or generated into ``data_dir``) now."""
+    rt.secrets.seal("")
+
+
+def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str) -> int:
     # Sanic (through scrape) only here: every other command starts ~0.1 s sooner without it
     from sanic import Sanic
 
@@ -96,9 +181,8 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     applied = asyncio.run(rt.migrate())
     if applied:
         print(f"switchboard: applied migrations {', '.join(applied)}", file=sys.stderr)
-    host = args.host or rt.config.host
-    port = args.port if args.port is not None else rt.config.port
-    sizes = server_sizes(rt.config, args.workers or None)
+    port = int(sock.getsockname()[1])  # the one the system picked for --port 0
+    sizes = server_sizes(rt.config, args.workers)
     workers = sizes.workers
     access_log = bool(rt.config.section("server").get("access_log", False))
     print(
@@ -116,10 +200,9 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
         from ..app import create_app
 
         app = create_app(rt)
-        log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
+        log_startup(rt, dsn, app, base, start_metrics(rt, dsn))
         app.run(
-            host=host,
-            port=port,
+            sock=sock,
             single_process=True,
             access_log=access_log,
             motd=False,
@@ -139,6 +222,7 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
 
     from ..app import app_from_environment
 
+    metrics_url = start_metrics(rt, dsn)
     stop_during_start_ends_the_wait()
     killing_spares_the_main_process()
     loader = AppLoader(factory=app_from_environment)
@@ -146,10 +230,9 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     # Sanic ends with os._exit after a kill (a worker that never came up): the embedded
     # server is stopped here, before that, not only when run() returns.
     app.register_listener(lambda _app: rt.stop_embedded(), "main_process_stop")
-    log_startup(rt, dsn, app, base, scrape.start_listener(rt.config, dsn))
+    log_startup(rt, dsn, app, base, metrics_url)
     app.prepare(
-        host=host,
-        port=port,
+        sock=sock,
         workers=workers,
         access_log=access_log,
         motd=False,

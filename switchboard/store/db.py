@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -19,7 +20,7 @@ from psycopg.rows import RowMaker, dict_row
 from psycopg.types.json import set_json_dumps
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import StoreUnavailable
+from ..errors import ConfigError, StoreUnavailable
 from ..jsontext import dumps_bytes
 
 Row = dict[str, Any]
@@ -186,6 +187,56 @@ def _connection_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
     }
 
 
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def check_dsn(dsn: str, source: str) -> None:
+    """Refuse (``ConfigError``, exit 2) a ``database_url`` libpq cannot read, naming
+    ``source`` (where it was set). The value is never quoted: it may hold a password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        scheme = _SCHEME.match(dsn.strip())
+        why = (
+            f"its scheme is {scheme[1]}://, not postgresql://"
+            if scheme
+            else "it is neither a postgresql:// URL nor key=value settings"
+        )
+        raise ConfigError(
+            f"{source} is not a PostgreSQL URL: {why} (expected "
+            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or host=... dbname=...)"
+        ) from None
+    port = str(parts.get("port") or "")
+    if port and not all(p.strip().isdigit() for p in port.split(",")):
+        raise ConfigError(f"{source} is not a PostgreSQL URL: its port {port!r} is not a number")
+
+
+def dsn_where(dsn: str) -> str:
+    """Where ``dsn`` points, without its credentials: ``host:port/database``, or its socket."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(unparsable DSN)"
+    host = str(parts.get("host") or "localhost")
+    port, name = parts.get("port") or 5432, parts.get("dbname") or "?"
+    if host.startswith("/"):
+        return f"socket in {host} (port {port}), database {name}"
+    return f"{host}:{port}/{name}"
+
+
+def unreachable(dsn: str, source: str, exc: BaseException) -> StoreUnavailable:
+    """What a connection refused at start says (exit 1): where, from which setting, and the
+    driver's reason (its first line: libpq names host and port, never the password)."""
+    first = (str(exc).splitlines() or [""])[0]
+    reason = first.rsplit(" failed: ", 1)[-1].strip() or type(exc).__name__
+    reason = re.sub(r"^(FATAL|ERROR):\s*", "", reason)
+    reason = reason[:1].lower() + reason[1:]
+    return StoreUnavailable(
+        f"the database is unavailable: cannot connect to {dsn_where(dsn)} ({source}): {reason}",
+        detail=str(exc),
+    )
+
+
 class Database:
     """Owns the async pool; query mixins use :meth:`conn` and :meth:`tx`."""
 
@@ -218,7 +269,10 @@ class Database:
         try:
             await self.pool.open(wait=True, timeout=15.0)
         except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged
-            raise StoreUnavailable("cannot connect to the database", detail=str(exc)) from exc
+            raise StoreUnavailable(
+                f"the database is unavailable: cannot connect to {dsn_where(self.dsn)}",
+                detail=str(exc),
+            ) from exc
         # Only now: the first connections may take the whole start-up to come (a server
         # that is still starting), later ones are asked for when a request needs them.
         self.pool.reconnect_timeout = RECONNECT_S

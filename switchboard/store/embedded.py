@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..secrets_box import unusable_data_dir
 
 log = logging.getLogger("switchboard.store")
 
@@ -89,17 +90,27 @@ class EmbeddedPostgres:
     one exits, so ``serve`` keeps it up and a CLI command run beside it reuses it.
     """
 
-    def __init__(self, data_dir: Path, *, quiet: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, quiet: bool = False, source: str | None = None) -> None:
         self.pgdata = data_dir / "pg"
         self.quiet = quiet
+        #: where ``data_dir`` was set, for the message when it cannot be used
+        self.source = source
         self._server: Any = None
         #: set by :meth:`stop`: a server going down on purpose is not restarted
         self.stopping = False
 
     def start(self) -> str:
-        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unusable_data_dir(self.pgdata.parent, self.source, "create it", exc) from None
         fresh = data_major(self.pgdata) is None
-        self._server = open_server(self.pgdata, cleanup_mode="stop")
+        try:
+            self._server = open_server(self.pgdata, cleanup_mode="stop")
+        except OSError as exc:  # a data dir that exists but cannot be written (read-only)
+            raise unusable_data_dir(
+                self.pgdata.parent, self.source, f"make {self.pgdata.name} in it", exc
+            ) from None
         if fresh and not self.quiet:
             print(
                 f"switchboard: initialized embedded PostgreSQL in {self.pgdata} "
