@@ -16,13 +16,10 @@ from typing import Any
 import pytest
 from sbfaults import (
     assert_gone_with_serve,
-    postmaster_of,
+    embedded_stage,
     read_reply,
-    serve_tree,
     stored_deliveries,
 )
-from sbtest import CLI
-from sbworld import World
 
 from switchboard.store.embedded import EmbeddedPostgres
 
@@ -36,14 +33,7 @@ def test_ctrl_c_drains_like_sigterm_and_stops_the_embedded_database(
 ) -> None:
     data = tmp_path / "data"
     srv = server_factory(None, "--workers", str(workers), data_dir=data)
-    assert "SWITCHBOARD_DATABASE_URL" not in srv.env  # serve started the server itself
-    w = World(CLI(srv.env))
-    w.human("alice")
-    w.endpoint("alice", "owner")
-    path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
-    postmaster = postmaster_of(data / "pg")
-    assert os.getsid(postmaster.pid) != os.getsid(srv.proc.pid)
-    group = serve_tree(srv.proc.pid)
+    path, postmaster, group = embedded_stage(srv, data)
 
     bodies = {f"ctrl-c-{i}": json.dumps({"n": i}).encode() for i in range(IN_FLIGHT)}
     flying = {}

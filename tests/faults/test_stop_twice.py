@@ -14,9 +14,8 @@ from typing import Any
 
 import psutil
 import pytest
-from sbfaults import assert_gone_with_serve, postmaster_of, serve_tree
-from sbtest import CLI, SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
-from sbworld import World
+from sbfaults import assert_gone_with_serve, embedded_stage
+from sbtest import SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
 
 #: Long enough that a serve still draining when the test gives up is unmistakable.
 GRACE_S = 30
@@ -35,14 +34,7 @@ def test_a_second_sigterm_during_the_drain_still_stops_the_embedded_database(
         data_dir=data,
         config=fault_config(f"[server]\nshutdown_grace_s = {GRACE_S}\n"),
     )
-    assert "SWITCHBOARD_DATABASE_URL" not in srv.env  # serve started the server itself
-    w = World(CLI(srv.env))
-    w.human("alice")
-    w.endpoint("alice", "owner")
-    path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
-    postmaster = postmaster_of(data / "pg")
-    assert srv.proc is not None
-    group = serve_tree(srv.proc.pid)
+    path, postmaster, group = embedded_stage(srv, data)
     # A delivery whose body never completes holds the drain open for the whole grace.
     stuck = socket.create_connection(("127.0.0.1", srv.port))
     stuck.sendall(

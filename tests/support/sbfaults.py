@@ -282,6 +282,23 @@ def assert_gone_with_serve(postmaster: psutil.Process, group: list[int], log: st
     assert not left, f"still running after serve: {left}"
 
 
+def embedded_stage(srv: Any, data: Path) -> tuple[str, psutil.Process, list[int]]:
+    """On a ``serve`` that started its own embedded PostgreSQL under ``data``: alice's
+    generic webhook, its ingest path, the postmaster (in a session of its own, so a
+    terminal's signal never reaches it first) and serve's process tree."""
+    from sbtest import CLI
+    from sbworld import World
+
+    assert "SWITCHBOARD_DATABASE_URL" not in srv.env  # serve started the server itself
+    w = World(CLI(srv.env))
+    w.human("alice")
+    w.endpoint("alice", "owner")
+    path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
+    postmaster = postmaster_of(data / "pg")
+    assert srv.proc is not None and os.getsid(postmaster.pid) != os.getsid(srv.proc.pid)
+    return path, postmaster, serve_tree(srv.proc.pid)
+
+
 def postmaster_of(pgdata: Path) -> psutil.Process:
     """The embedded PostgreSQL's postmaster, by its data directory's ``postmaster.pid``."""
     return psutil.Process(int((pgdata / "postmaster.pid").read_text().splitlines()[0]))
