@@ -94,14 +94,16 @@ def default_data_dir() -> Path:
 class Config:
     """The validated configuration (``raw`` keeps every section as data).
 
-    ``data_dir_from`` says where ``data_dir`` came from (for messages): the environment
-    variable, the config file, or the per-user default.
+    ``data_dir_from`` and ``database_url_from`` say where ``data_dir`` and
+    ``database_url`` came from (for messages): the environment variable, the config file,
+    or (data_dir) the per-user default.
     """
 
     raw: dict[str, Any]
     path: Path | None = None
     plugin_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     data_dir_from: str = "the per-user default"
+    database_url_from: str = "database_url"
     #: ``routing.stages`` was written in the file (then every name must be a stage, and
     #: ``[]`` means "no stages" on purpose), not taken from the defaults
     stages_written: bool = False
@@ -267,6 +269,8 @@ def load_config(
         raw=raw,
         path=Path(path) if path else None,
         data_dir_from=data_dir_from,
+        database_url_from=from_env.get("database_url")
+        or (f"database_url in {path}" if path else "database_url"),
         stages_written="stages" in (file_doc.get("routing") or {}),
         base_url_written="base_url" in file_doc,
     )

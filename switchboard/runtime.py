@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -105,9 +104,7 @@ class Runtime:
         """Where the database the runtime uses was named (for messages)."""
         if self.config.database_url is None:
             return f"the embedded PostgreSQL in {self.config.data_dir / 'pg'}"
-        if os.environ.get("SWITCHBOARD_DATABASE_URL") == self.config.database_url:
-            return "SWITCHBOARD_DATABASE_URL"
-        return f"database_url in {self.config.path}" if self.config.path else "database_url"
+        return self.config.database_url_from
 
     @property
     def embedded(self) -> EmbeddedPostgres | None:
