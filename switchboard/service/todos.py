@@ -63,7 +63,7 @@ def held_view(rt: Runtime, row: Row) -> dict[str, Any]:
         view["payload"] = None
         view["payload_paged"] = {
             "bytes": len(text),
-            "pages": -(-len(text) // PAYLOAD_PAGE),
+            "pages": _pages(text),
             "page_chars": PAYLOAD_PAGE,
         }
     return view
@@ -74,6 +74,11 @@ def _payload_text(row: Row) -> str:
     return json.dumps(row.get("payload"), ensure_ascii=True, separators=(",", ":"))
 
 
+def _pages(text: str) -> int:
+    """How many pages of :data:`PAYLOAD_PAGE` characters ``text`` takes (at least one)."""
+    return max(1, -(-len(text) // PAYLOAD_PAGE))
+
+
 async def payload_page(rt: Runtime, caller: Row, todo_id: str, page: int = 0) -> dict[str, Any]:
     """One page of a todo's payload as JSON text: ``json.loads`` of the pages joined in
     order is the payload. Any todo of the caller's (its endpoint and scope, as for ``claim``),
@@ -82,7 +87,7 @@ async def payload_page(rt: Runtime, caller: Row, todo_id: str, page: int = 0) ->
     if row is None:
         raise NotFound(f"todo {todo_id} not found")
     text = _payload_text(row)
-    pages = max(1, -(-len(text) // PAYLOAD_PAGE))
+    pages = _pages(text)
     if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < pages:
         raise InvalidArgument(
             f"page: must be an integer from 0 to {pages - 1} (this todo has {pages})"
