@@ -97,6 +97,13 @@ def test_a_line_per_delivery_without_secrets_or_payload(server: Server) -> None:
     assert ok["stage"] == "default" and ok["cause"] == "no_match_default"
     assert ok["todos_created"] == 1 and ok["event_id"] and ok["faults"] == []
     assert isinstance(ok["latency_ms"], float)
+    # where a stored delivery's time went: its routing, then its write (each rounded to 0.1)
+    for stored in (ok, token_trust):
+        assert isinstance(stored["route_ms"], float) and stored["route_ms"] >= 0
+        assert isinstance(stored["record_ms"], float) and stored["record_ms"] > 0
+        assert stored["route_ms"] + stored["record_ms"] <= stored["latency_ms"] + 0.2
+    for never_routed in (refused, unknown):
+        assert "route_ms" not in never_routed and "record_ms" not in never_routed
     assert refused["verify_reason"] == "mismatch"
     assert refused["verify_detail"] == "X-Hub-Signature-256 does not match the body"
     assert refused["event_id"] is None and refused["disposition"] is None

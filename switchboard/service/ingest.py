@@ -192,6 +192,7 @@ async def _ingest(
         projections=rt.registries.projections,
     )
     config = config_of(webhook)
+    routing = time.monotonic()
     decision = await route(
         rt.stages,
         webhook,
@@ -204,6 +205,7 @@ async def _ingest(
         defer=True,
         confirm=None if epoch is None else lambda: rt.store.confirm_epoch(epoch),
     )
+    seen.route_s = time.monotonic() - routing
     # Fault details can quote producer text (a jq error over the payload).
     trace = clean_json(decision.trace)
     if webhook.get("in_overlap") and secret is not None:
@@ -235,7 +237,11 @@ async def _ingest(
     seen.kind = envelope["kind"]
     try:
         targets = [] if held else list(decision.endpoints)
-        outcome = await rt.store.record_delivery(event, todo, targets, once, epoch=epoch)
+        recording = time.monotonic()
+        try:
+            outcome = await rt.store.record_delivery(event, todo, targets, once, epoch=epoch)
+        finally:  # a write that failed (503) took its time too
+            seen.record_s = time.monotonic() - recording
     except NotFound:
         return UNKNOWN  # the webhook was deleted after its token resolved: nothing stored
     seen.event_id = str(outcome.event_id)

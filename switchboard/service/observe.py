@@ -45,6 +45,10 @@ class Observation:
     trace: dict[str, Any] = field(default_factory=dict)
     todos_created: int = 0
     handshake: bool = False
+    #: Seconds its routing stages took, and its write (None: it never got that far). An
+    #: operator reading one slow delivery's line sees which of the two it waited on.
+    route_s: float | None = None
+    record_s: float | None = None
 
 
 def _fault_causes(trace: dict[str, Any]) -> list[str]:
@@ -118,6 +122,10 @@ def _observe(d: Observation, now: float, per_webhook: bool, summary: bool) -> No
         "latency_ms": None if latency is None else round(latency * 1000, 1),
         "todos_created": d.todos_created,
     }
+    if d.route_s is not None:
+        line["route_ms"] = _ms(d.route_s)
+    if d.record_s is not None:
+        line["record_ms"] = _ms(d.record_s)
     if failed:
         # the default decided because these stages misbehaved: name them, as /metrics does
         line["failed_stages"] = failed

@@ -156,6 +156,31 @@ async def test_every_bad_outcome_takes_the_default_with_its_cause(
     assert len(fake_ai.requests(model)) == 1
 
 
+async def test_a_slow_answer_is_the_routing_time_of_the_delivery_line(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    """An operator reading a slow delivery's line sees it waited on its routing (the model
+    inline; deferred, the producer's reply waits for neither the model nor its answer)."""
+    t = tenant
+    await _no_match_rules(t)
+    model = fake_ai.on(t.model("slowish"), GOOD, delay=0.6)
+    await t.triage(model, timeout_ms=3000)
+    t.deliver(ISSUE, "slowish-1")
+    [line] = [
+        doc
+        for doc in (
+            json.loads(text) for text in t.srv.log.read_text().splitlines() if text[:1] == "{"
+        )
+        if doc.get("logger") == "switchboard.delivery"
+        and doc.get("webhook_id") == t.hook["webhook_id"]
+    ]
+    if t.mode == "inline":
+        assert line["route_ms"] >= 600 and line["record_ms"] < line["route_ms"]
+        assert line["latency_ms"] >= line["route_ms"] + line["record_ms"] - 0.2
+    else:
+        assert line["route_ms"] < 600 and line["disposition"] == "pending"
+
+
 async def test_a_queue_no_longer_granted_is_never_offered(tenant: Tenant, fake_ai: FakeAI) -> None:
     t = tenant
     pool = t.w.endpoint("alice", "pool", queues="lane-m")
