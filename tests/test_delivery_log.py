@@ -282,6 +282,8 @@ def test_summary_mode_sums_up_routine_deliveries_each_second(
     for d in summaries:
         assert d["message"].startswith(f"deliveries {d['deliveries']} in ")
         assert 0 <= d["latency_ms_p50"] <= d["latency_ms_max"]
+        assert 0 <= d["route_ms_p50"] <= d["route_ms_max"] <= d["latency_ms_max"]
+        assert 0 < d["record_ms_p50"] <= d["record_ms_max"] <= d["latency_ms_max"]
         assert d["level"] == "info"
     # the delivery after the timer's line is in the line written at stop
     assert summaries[-1]["deliveries"] >= 1 and len(summaries) >= 2

@@ -161,6 +161,8 @@ class _Summary:
         self.count = 0
         self.todos = 0
         self.latencies: list[float] = []
+        self.routes: list[float] = []
+        self.records: list[float] = []
         self.dispositions: dict[str, int] = {}
         self.sources: dict[str, int] = {}
         self.since = time.monotonic()
@@ -179,6 +181,10 @@ class _Summary:
         self.todos += d.todos_created
         if latency is not None:
             self.latencies.append(latency)
+        if d.route_s is not None:
+            self.routes.append(d.route_s)
+        if d.record_s is not None:
+            self.records.append(d.record_s)
         what = d.disposition or _WHY.get(d.status, "accepted")
         self.dispositions[what] = self.dispositions.get(what, 0) + 1
         self.sources[d.source] = self.sources.get(d.source, 0) + 1
@@ -189,16 +195,21 @@ class _Summary:
             self.timer.cancel()
         if self.count:
             window = max(0.0, time.monotonic() - self.since)
-            ordered = sorted(self.latencies)
             line: dict[str, Any] = {
                 "deliveries": self.count,
                 "window_s": round(window, 2),
                 "dispositions": dict(sorted(self.dispositions.items())),
                 "sources": dict(sorted(self.sources.items())),
                 "todos_created": self.todos,
-                "latency_ms_p50": _ms(ordered[len(ordered) // 2]) if ordered else None,
-                "latency_ms_max": _ms(ordered[-1]) if ordered else None,
             }
+            for name, values in (
+                ("latency", self.latencies),
+                ("route", self.routes),
+                ("record", self.records),
+            ):
+                ordered = sorted(values)
+                line[f"{name}_ms_p50"] = _ms(ordered[len(ordered) // 2]) if ordered else None
+                line[f"{name}_ms_max"] = _ms(ordered[-1]) if ordered else None
             try:
                 _emit("deliveries %d in %.1f s", (self.count, window), line)
             except Exception:  # pragma: no cover - see observe_delivery
