@@ -109,6 +109,14 @@ class Config:
     stages_written: bool = False
     #: ``base_url`` was given (file or ``SWITCHBOARD_BASE_URL``), not the built-in default
     base_url_written: bool = False
+    #: The SWITCHBOARD_* variable that set each top-level key (by key), for messages
+    env_keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> Origin:
+        """Where the values came from, so a mistake found after loading (a stage, a
+        plugin's own check) names the file or the variable as the schema's do."""
+        return Origin(self.path, self.env_keys)
 
     def section(self, name: str) -> dict[str, Any]:
         value: dict[str, Any] = self.raw.get(name) or {}
@@ -174,7 +182,7 @@ class Config:
         read) is not checked.
         """
         disabled_schemas = disabled_schemas or {}
-        origin = Origin(self.path)
+        origin = self.origin
         for name, section in self.raw["plugins"].items():
             if installed is not None and name not in installed:
                 raise ConfigError(
@@ -273,6 +281,7 @@ def load_config(
         or (f"database_url in {path}" if path else "database_url"),
         stages_written="stages" in (file_doc.get("routing") or {}),
         base_url_written="base_url" in file_doc,
+        env_keys=from_env,
     )
 
 

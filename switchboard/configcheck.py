@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -137,3 +137,51 @@ def no_settings_message(name: str, section: Mapping[str, Any], origin: Origin) -
         f"{origin.where(('plugins', name))}: the {name} plugin takes no settings (got {keys});"
         f" remove the [plugins.{name}] section"
     )
+
+
+#: A key path as a plugin writes one (``providers[1].name``), then ": ".
+_KEY_PATH = re.compile(r"([A-Za-z_][\w-]*(?:\[\d+\]|\.[A-Za-z_][\w-]*)*): ")
+#: Already told where it came from (the host's words): kept as it is.
+_LOCATED = re.compile(r"config file |SWITCHBOARD_[A-Z_]+: ")
+
+
+def _key_path(text: str) -> tuple[str | int, ...]:
+    return tuple(
+        int(index) if index else name
+        for index, name in re.findall(r"\[(\d+)\]|([A-Za-z_][\w-]*)", text)
+    )
+
+
+def plugin_message(name: str, message: str, keys: Collection[str], origin: Origin) -> str:
+    """A plugin's ``ConfigError`` about its own ``[plugins.<name>]`` section, told where the
+    value came from, in the plugin's own words.
+
+    A plugin sees only its section, so it names a key relative to it (``providers[1].name:
+    ...``, whose first name is one of the section's ``keys``), or the section as it knows
+    it (``[plugins.llm] providers[1].name: ...``, ``plugins.llm.providers[1].name: ...``),
+    perhaps after ``invalid config: ``; that location is replaced by the host's
+    (``config file x.toml: plugins.llm.providers[1].name: ...``). A message naming no key
+    is told as about the section.
+    """
+    if _LOCATED.match(message):
+        return message
+    text = message.removeprefix("invalid config: ")
+    path: tuple[str | int, ...] = ()
+    for head in (f"[plugins.{name}]", f"plugins.{name}"):
+        if text.startswith(f"{head}: "):
+            text = text[len(head) + 2 :]
+            break
+        if text.startswith((f"{head} ", f"{head}.")):
+            # "[plugins.llm] providers[1]: ..." or "plugins.llm.providers[1]: ...": the
+            # key that follows is the section's, whatever its name
+            text = text[len(head) + 1 :]
+            found = _KEY_PATH.match(text)
+            if found:
+                path, text = _key_path(found[1]), text[found.end() :]
+            break
+    else:
+        found = _KEY_PATH.match(text)
+        # A leading word that is no key of the section is the message's own ("error: ...").
+        if found and _key_path(found[1])[0] in keys:
+            path, text = _key_path(found[1]), text[found.end() :]
+    return f"{origin.where(('plugins', name, *path))}: {text}"

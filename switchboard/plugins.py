@@ -14,6 +14,7 @@ import pluggy
 
 from . import hookspecs
 from .config import Config, did_you_mean
+from .configcheck import Origin, plugin_message
 from .errors import ConfigError, PluginError
 from .plugin_load import load_entry_points, plugin_paragraph
 from .registry import Registries
@@ -49,13 +50,17 @@ class PluginInfo:
     hooks: tuple[str, ...]
 
 
-def make_plugin_manager(disabled: list[str] | tuple[str, ...] = ()) -> pluggy.PluginManager:
-    """Load the essential plugins and every installed ``switchboard`` entry point."""
+def make_plugin_manager(
+    disabled: list[str] | tuple[str, ...] = (), origin: Origin | None = None
+) -> pluggy.PluginManager:
+    """Load the essential plugins and every installed ``switchboard`` entry point, but
+    the ``disabled`` ones (a mistake in them told as from ``origin``: the config's)."""
     pm = pluggy.PluginManager("switchboard")
     pm.add_hookspecs(hookspecs)
+    where = (origin or Origin()).where(("disabled_plugins",))
     for name in disabled:
         if name in ESSENTIAL_PLUGINS:
-            raise ConfigError(f"invalid config: disabled_plugins: {name!r} is essential")
+            raise ConfigError(f"{where}: {name!r} is essential")
         pm.set_blocked(name)
     for modname in ESSENTIAL_PLUGINS:
         pm.register(importlib.import_module(modname), name=modname)
@@ -65,7 +70,7 @@ def make_plugin_manager(disabled: list[str] | tuple[str, ...] = ()) -> pluggy.Pl
     for name in disabled:
         if name not in installed:
             raise ConfigError(
-                f"invalid config: disabled_plugins: no installed plugin is called {name!r}"
+                f"{where}: no installed plugin is called {name!r}"
                 f"{did_you_mean(name, installed)}; installed: {', '.join(sorted(installed))}"
             )
     load_entry_points(pm, ENTRY_POINT_GROUP)
@@ -94,7 +99,8 @@ def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> 
     """Call every registration hook once, so registries know which plugin added what.
 
     Each implementation that asks for ``config`` gets its own plugin's
-    ``[plugins.<name>]`` section (schema defaults filled in), never another's.
+    ``[plugins.<name>]`` section (schema defaults filled in), never another's; a
+    ``ConfigError`` it raises is told where that section came from (the config file).
     """
     if config is None:
         # No config file: every plugin still gets its schema's defaults, as under an
@@ -106,9 +112,18 @@ def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> 
         for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
             registry.current_plugin = impl.plugin_name
             kwargs: dict[str, Any] = {"register": registry}
-            if "config" in impl.argnames:
-                kwargs["config"] = config.plugin(impl.plugin_name)
-            impl.function(**kwargs)
+            if "config" not in impl.argnames:
+                impl.function(**kwargs)
+                continue
+            kwargs["config"] = section = config.plugin(impl.plugin_name)
+            try:
+                impl.function(**kwargs)
+            except ConfigError as exc:
+                # The plugin knows only its section, not the file it was written in.
+                schema = config.plugin_schemas.get(impl.plugin_name) or {}
+                keys = {*section, *(schema.get("properties") or {})}
+                told = plugin_message(impl.plugin_name, str(exc), keys, config.origin)
+                raise ConfigError(told) from exc
         registry.current_plugin = "?"
     for stage in regs.stages:
         name = str(stage.name)

@@ -16,6 +16,7 @@ import psycopg
 
 from . import contract
 from .config import Config, did_you_mean, no_database_message, server_sizes
+from .configcheck import Origin
 from .contract import Registries, RoutingStage
 from .errors import ConfigError, PluginError
 from .plugins import apply_config, build_registries, call_each, make_plugin_manager
@@ -30,10 +31,10 @@ from .store.rings import Rings
 log = logging.getLogger("switchboard")
 
 
-def _unknown_stage(name: str, known: set[str], disabled: list[str]) -> str:
+def _unknown_stage(name: str, known: set[str], disabled: list[str], origin: Origin) -> str:
     why = " (disabled_plugins disables the plugin of that name)" if name in disabled else ""
     return (
-        f"invalid config: routing.stages: {name!r} is not an installed stage{why}"
+        f"{origin.where(('routing', 'stages'))}: {name!r} is not an installed stage{why}"
         f"{did_you_mean(name, known) if not why else ''}; the stages are: "
         f"{', '.join(sorted(known)) or 'none'}"
     )
@@ -44,7 +45,7 @@ class Runtime:
 
     def __init__(self, config: Config, pm: pluggy.PluginManager | None = None) -> None:
         self.config = config
-        self.pm = pm or make_plugin_manager(config.disabled_plugins)
+        self.pm = pm or make_plugin_manager(config.disabled_plugins, config.origin)
         apply_config(self.pm, config)
         self.registries: Registries = build_registries(self.pm, config)
         self._check_stages()
@@ -61,16 +62,20 @@ class Runtime:
         # written in `routing.stages` must be a stage; the default list keeps only what is
         # installed and enabled, and must keep one (`stages = []` says "none" on purpose).
         known = set(self.registries.stages.names())
+        origin = self.config.origin
         names = self.config.routing_stages
         if self.config.stages_written:
             for name in names:
                 if name not in known:
-                    raise ConfigError(_unknown_stage(name, known, self.config.disabled_plugins))
+                    raise ConfigError(
+                        _unknown_stage(name, known, self.config.disabled_plugins, origin)
+                    )
         else:
             names = [n for n in names if n in known]
             if not names:
+                # The defaults, not the file's, yet the file is where to name the stages.
                 raise ConfigError(
-                    "invalid config: routing.stages: none of the default stages ("
+                    f"{origin.where(('routing', 'stages'))}: none of the default stages ("
                     f"{', '.join(self.config.routing_stages)}) is installed and enabled; "
                     "name the stages to run, or write routing.stages = [] for every "
                     "delivery to take the default action"

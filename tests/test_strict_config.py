@@ -14,7 +14,7 @@ CASES = [
     # (config, what the one line must say)
     (
         '[routing]\nstages = ["rulez"]\n',
-        "invalid config: routing.stages: 'rulez' is not an installed stage (did you mean "
+        "config file {config}: routing.stages: 'rulez' is not an installed stage (did you mean "
         "'rules'?); the stages are: ",
     ),
     (
@@ -23,7 +23,7 @@ CASES = [
     ),
     (
         'disabled_plugins = ["llm"]\n[routing]\nstages = ["rules", "llm"]\n',
-        "invalid config: routing.stages: 'llm' is not an installed stage (disabled_plugins "
+        "config file {config}: routing.stages: 'llm' is not an installed stage (disabled_plugins "
         "disables the plugin of that name)",
     ),
     (
@@ -33,13 +33,13 @@ CASES = [
     ),
     (
         'disabled_plugins = ["lmm"]\n',
-        "invalid config: disabled_plugins: no installed plugin is called 'lmm' (did you mean "
-        "'llm'?); installed: ",
+        "config file {config}: disabled_plugins: no installed plugin is called 'lmm' (did you "
+        "mean 'llm'?); installed: ",
     ),
     (
         'disabled_plugins = ["rules", "llm"]\n',
-        "invalid config: routing.stages: none of the default stages (rules, llm) is installed "
-        "and enabled",
+        "config file {config}: routing.stages: none of the default stages (rules, llm) is "
+        "installed and enabled",
     ),
 ]
 

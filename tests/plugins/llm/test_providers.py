@@ -225,7 +225,7 @@ def test_a_base_url_no_request_could_use_is_refused_at_start(
         Runtime(load_config(path, env={}))
     told = str(caught.value)
     assert told.startswith(
-        f"invalid config: [plugins.llm] providers[1].base_url: {_URL_FORM}"
+        f"config file {path}: plugins.llm.providers[1].base_url: {_URL_FORM}"
         f" (got {json.dumps(url)}: {why}"
     ), told
     assert "\n" not in told
@@ -270,7 +270,7 @@ def test_a_well_formed_base_url_starts_even_when_nothing_answers(tmp_path: Path)
         (
             '[[plugins.llm.providers]]\ntype = "static"\n'
             '[[plugins.llm.providers]]\ntype = "static"\n',
-            "invalid config: [plugins.llm] providers[1]: a second provider named 'static'"
+            "plugins.llm.providers[1]: a second provider named 'static'"
             " (providers[0] has that name; one without a name is named after its type);"
             " give each a distinct name",
         ),
@@ -279,7 +279,7 @@ def test_a_well_formed_base_url_starts_even_when_nothing_answers(tmp_path: Path)
             'base_url = "http://127.0.0.1:11434/v1"\n'
             '[[plugins.llm.providers]]\ntype = "static"\n'
             '[[plugins.llm.providers]]\ntype = "static"\nname = "local"\n',
-            "invalid config: [plugins.llm] providers[2].name: a second provider named 'local'"
+            "plugins.llm.providers[2].name: a second provider named 'local'"
             " (providers[0] has that name); give each a distinct name",
         ),
     ],
@@ -291,7 +291,7 @@ def test_two_providers_of_one_name_are_refused_naming_both(
     path.write_text(toml)
     with pytest.raises(ConfigError) as caught:
         Runtime(load_config(path, env={}))
-    assert str(caught.value) == told
+    assert str(caught.value) == f"config file {path}: {told}"
 
 
 @pytest.mark.parametrize("command", ["serve", "plugins"])
@@ -304,7 +304,7 @@ def test_the_command_exits_2_with_one_line(tmp_path: Path, command: str) -> None
     proc = CLI(env).run(command, check=False)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        "switchboard: error: invalid config: [plugins.llm] providers[0].base_url:"
+        f"switchboard: error: config file {path}: plugins.llm.providers[0].base_url:"
         f' {_URL_FORM} (got "http://127.0.0.1:99999/v1": the port is not a number'
         " from 1 to 65535)"
     ]
