@@ -12,9 +12,9 @@ from typing import Any
 
 from ..config import WORKERS_ENV, ServerSizes, base_url_mismatch, server_sizes, usable_cpus
 from ..errors import ConfigError, SwitchboardError
+from ..oserrors import os_reason
 from ..plugins import list_plugins
 from ..runtime import Runtime
-from ..secrets_box import os_reason
 from ..store.db import dsn_where
 
 log = logging.getLogger("switchboard.serve")

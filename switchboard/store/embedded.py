@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..secrets_box import unusable_data_dir
+from ..oserrors import unusable_data_dir
 
 log = logging.getLogger("switchboard.store")
 
