@@ -34,7 +34,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .jqscan import MAX_DEPTH, Cursor, Token, TooDeep, Unproven, tokenize
+from .jqscan import MAX_DEPTH, Cursor, Unproven
+from .jqtokens import Token, TooDeep, tokenize
 
 Path = tuple[str, ...]
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .jqscan import FORBIDDEN_VARIABLES, MAX_DEPTH, Cursor, Token, TooDeep, Unproven, tokenize
+from .jqscan import FORBIDDEN_VARIABLES, MAX_DEPTH, Cursor, Unproven
+from .jqtokens import Token, TooDeep, tokenize
 
 _BINARY = frozenset({"//", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%"})
 #: One output for any input, or an error and none (libjq 1.7/1.8's C functions and

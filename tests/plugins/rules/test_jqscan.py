@@ -12,9 +12,9 @@ from switchboard_rules.jqscan import (
     bracket_fault,
     forbidden_names,
     scan,
-    tokenize,
     unterminated_string,
 )
+from switchboard_rules.jqtokens import tokenize
 
 ALLOWED = [
     ".payload.env",
@@ -250,7 +250,7 @@ def test_number_lexing_matches_libjq() -> None:
 
 
 def test_interpolations_nested_past_the_limit_are_refused_not_overflowed() -> None:
-    from switchboard_rules.jqscan import MAX_NESTING
+    from switchboard_rules.jqtokens import MAX_NESTING
 
     deep = '"\\(' * 680 + ".a" + ')"' * 680  # 3.4 KB: a rule may be this long
     assert forbidden_names(deep) == ["import"]  # refused as unanalysable, like the depth guard
