@@ -62,6 +62,19 @@ def switchboard_config_schema() -> dict[str, Any] | None:  # type: ignore[empty-
 
 
 @hookspec
+def switchboard_check_config(config: PluginConfig) -> None:
+    """Check what this plugin's config section means, beyond what its schema can say.
+
+    :param config: this plugin's ``[plugins.<name>]`` section, valid by its schema, with
+        its defaults filled in. Called once while the config is loaded, by ``serve``
+        (before the database or any worker starts) and every command that reads the
+        config. Raise :class:`switchboard.plugin.ConfigError` worded about the section,
+        the key first (``hosts[1]: 'a b' is not a host name``): the host puts where the
+        value came from in front (``config file x.toml: plugins.<name>.hosts[1]: ...``).
+    """
+
+
+@hookspec
 def switchboard_migrations(register: MigrationRegistry, config: PluginConfig) -> None:
     """Contribute SQL migrations.
 

@@ -49,19 +49,34 @@ def local_names(config: Config) -> list[str]:
     return [f"[{h}]" if ":" in h else h for h in hosts]
 
 
+#: The settings a plugin section may extend this service's own names with.
+EXTRA_KEYS = ("allowed_hosts", "allowed_origins")
+
+
 def configured(section: Mapping[str, Any], where: str, key: str) -> list[str]:
-    """A plugin section's extra ``allowed_hosts`` / ``allowed_origins``, refused at start-up
-    when one could never match (``where`` names the section: ``plugins.mcp``)."""
+    """A plugin section's extra ``allowed_hosts`` / ``allowed_origins``, refused naming the
+    entry when one could never match (``where`` names the section, ``plugins.mcp``, or is
+    empty for a key relative to it: ``allowed_hosts[0]: ...``)."""
     grammar, form = (
         (HOST_PATTERN, "host[:port] or host:*")
         if key == "allowed_hosts"
         else (ORIGIN_PATTERN, "scheme://host[:port] or scheme://host:*")
     )
     values = [str(v) for v in section.get(key, [])]
-    for value in values:
+    for i, value in enumerate(values):
         if not grammar.fullmatch(value):
-            raise ConfigError(f"{where}.{key}: {value!r} can never match; give {form}")
+            entry = f"{where}.{key}[{i}]" if where else f"{key}[{i}]"
+            raise ConfigError(f"{entry}: {value!r} can never match; give {form}")
     return values
+
+
+def check_extras(section: Mapping[str, Any]) -> None:
+    """A plugin's section, checked when the config is loaded (from a registration hook
+    given it): every extra host and origin could match, or a ``ConfigError`` names the
+    entry relative to the section (``allowed_hosts[0]: ...``), which the host tells as
+    from the config file."""
+    for key in EXTRA_KEYS:
+        configured(section, "", key)
 
 
 def allowed_hosts(config: Config, section: Mapping[str, Any], where: str) -> list[str]:

@@ -119,11 +119,7 @@ def build_registries(pm: pluggy.PluginManager, config: Config | None = None) -> 
             try:
                 impl.function(**kwargs)
             except ConfigError as exc:
-                # The plugin knows only its section, not the file it was written in.
-                schema = config.plugin_schemas.get(impl.plugin_name) or {}
-                keys = {*section, *(schema.get("properties") or {})}
-                told = plugin_message(impl.plugin_name, str(exc), keys, config.origin)
-                raise ConfigError(told) from exc
+                raise _located(config, impl.plugin_name, section, exc) from exc
         registry.current_plugin = "?"
     for stage in regs.stages:
         name = str(stage.name)
@@ -160,13 +156,28 @@ def disabled_config_schemas(names: Collection[str]) -> dict[str, dict[str, Any] 
 def apply_config(pm: pluggy.PluginManager, config: Config) -> None:
     """Validate every ``[plugins.<name>]`` section: it names an installed plugin, and
     matches that plugin's schema (a plugin without one takes no settings); a disabled
-    plugin's section too, against the schema it would have."""
+    plugin's section too, against the schema it would have. Then each plugin checks what
+    its section means (``switchboard_check_config``)."""
     sections = set(config.raw["plugins"])
     config.validate_plugins(
         plugin_config_schemas(pm),
         installed_plugin_names(pm),
         disabled_config_schemas(sections & set(config.disabled_plugins)),
     )
+    for impl in reversed(pm.hook.switchboard_check_config.get_hookimpls()):
+        section = config.plugin(impl.plugin_name)
+        try:
+            impl.function(**({"config": section} if "config" in impl.argnames else {}))
+        except ConfigError as exc:
+            raise _located(config, impl.plugin_name, section, exc) from exc
+
+
+def _located(config: Config, plugin: str, section: dict[str, Any], exc: ConfigError) -> ConfigError:
+    """A plugin's ``ConfigError`` about its section, told where the section came from (the
+    plugin knows only the section, not the file it was written in)."""
+    schema = config.plugin_schemas.get(plugin) or {}
+    keys = {*section, *(schema.get("properties") or {})}
+    return ConfigError(plugin_message(plugin, str(exc), keys, config.origin))
 
 
 def list_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:

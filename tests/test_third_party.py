@@ -97,6 +97,24 @@ def test_plugin_config_is_validated_by_its_schema(hello_cli: CLI, tmp_path: Path
     assert "plugins.hello.greeting" in proc.stderr
 
 
+def test_plugin_checks_its_section_at_load_named_in_the_config_file(
+    hello_cli: CLI, tmp_path: Path
+) -> None:
+    """A third party's ``switchboard_check_config``: refused at load, before serve starts
+    anything, the file and the key in front of the plugin's own words."""
+    config = tmp_path / "sb.toml"
+    config.write_text('[plugins.hello]\nsink_path = "events.jsonl"\n')
+    for argv in (["plugins"], ["serve", "--port", "0"]):
+        proc = hello_cli.run("--config", str(config), *argv, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == (
+            f"switchboard: error: config file {config}: plugins.hello.sink_path:"
+            " must be an absolute path (got 'events.jsonl')"
+        )
+    config.write_text(f'[plugins.hello]\nsink_path = "{tmp_path / "events.jsonl"}"\n')
+    assert "hello" in {p["name"] for p in hello_cli.json("--config", str(config), "plugins")}
+
+
 def test_disabled_plugins_are_not_loaded(hello_cli: CLI, tmp_path: Path) -> None:
     config = tmp_path / "sb.toml"
     config.write_text('disabled_plugins = ["hello", "github"]\n')

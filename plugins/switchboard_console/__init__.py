@@ -20,6 +20,15 @@ def switchboard_config_schema() -> dict[str, Any]:
 
 
 @hookimpl
+def switchboard_check_config(config: dict[str, Any]) -> None:
+    """``[plugins.console]`` checked when the config is loaded (every command, and
+    ``serve`` before the database or a worker starts), not when a worker builds the routes."""
+    from .guard import check_config
+
+    check_config(config)
+
+
+@hookimpl
 def switchboard_register_routes(app: Any, runtime: Runtime) -> None:
     """``/console/…``: sign-in with an endpoint token, webhooks, deliveries, rules."""
     from . import views

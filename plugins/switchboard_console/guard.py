@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from switchboard import hostcheck
 from switchboard.config import Config
-from switchboard.errors import RETRY_AFTER_SECONDS, ConfigError, StoreUnavailable
+from switchboard.errors import RETRY_AFTER_SECONDS, StoreUnavailable
+from switchboard.plugin import ConfigError
 
 from . import params
 
@@ -142,12 +143,21 @@ class Guard:
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def trusted_proxies(values: Any) -> list[Network]:
+def check_config(section: dict[str, Any]) -> None:
+    """``[plugins.console]``, checked when the config is loaded (not when a worker builds
+    the routes): extra hosts and origins that could match, proxies that are addresses or
+    CIDRs; a mistake is a ``ConfigError`` naming the entry relative to the section
+    (``trusted_proxies[0]: ...``), which the host tells as from the config file."""
+    hostcheck.check_extras(section)
+    trusted_proxies(section.get("trusted_proxies", []), "trusted_proxies")
+
+
+def trusted_proxies(values: Any, key: str = "plugins.console.trusted_proxies") -> list[Network]:
     """``[plugins.console] trusted_proxies``: each an address or a CIDR with no host bits
-    set; anything else refused at start-up naming the entry."""
+    set; anything else refused at start-up naming the entry (``key[i]``)."""
     out: list[Network] = []
     for i, value in enumerate(values):
-        where = f"plugins.console.trusted_proxies[{i}]"
+        where = f"{key}[{i}]"
         if not isinstance(value, str):
             raise ConfigError(f"{where}: must be an address or a CIDR, as a string")
         try:

@@ -6,7 +6,7 @@ import inspect
 import sys
 from typing import Any
 
-from switchboard import hookimpl
+from switchboard import hookimpl, hostcheck
 from switchboard.registry import CommandRegistry, MCPToolRegistry
 from switchboard.runtime import Runtime
 
@@ -44,6 +44,14 @@ MANAGING = frozenset(
         "remove_webhook_route",
     }
 )
+
+
+@hookimpl
+def switchboard_check_config(config: dict[str, Any]) -> None:
+    """``[plugins.mcp]`` checked when the config is loaded, not when ``/mcp`` is built in a
+    worker: an ``allowed_hosts`` or ``allowed_origins`` entry that could never match stops
+    every command that reads the config, named in the config file."""
+    hostcheck.check_extras(config)
 
 
 @hookimpl

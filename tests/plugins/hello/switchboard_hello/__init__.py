@@ -12,6 +12,7 @@ from typing import Any
 
 from switchboard.plugin import (
     CommandRegistry,
+    ConfigError,
     LLMProviderRegistry,
     MCPToolRegistry,
     MigrationRegistry,
@@ -55,6 +56,15 @@ def switchboard_config_schema() -> dict[str, Any]:
     """``[plugins.hello]``: a greeting, where the sink writes (no sink without it) and the
     channel the bell rings on (no bell without it)."""
     return CONFIG_SCHEMA
+
+
+@hookimpl
+def switchboard_check_config(config: dict[str, Any]) -> None:
+    """What the schema cannot say: the sink's file is an absolute path (a relative one
+    would land wherever ``serve`` happened to start)."""
+    path = config.get("sink_path")
+    if path is not None and not Path(path).is_absolute():
+        raise ConfigError(f"sink_path: must be an absolute path (got {path!r})")
 
 
 @hookimpl
