@@ -79,8 +79,15 @@ class Served:
             self.proc.kill()
 
 
-def serve(dsn: str, data_dir: Path, workers: int | None = 1, config: Path | None = None) -> Served:
-    """``switchboard serve`` on a free port; ``workers=None``: serve's own default (auto)."""
+def serve(
+    dsn: str,
+    data_dir: Path,
+    workers: int | None = 1,
+    config: Path | None = None,
+    log: Path | None = None,
+) -> Served:
+    """``switchboard serve`` on a free port; ``workers=None``: serve's own default (auto);
+    ``log``: its output (JSON lines: not a terminal) to that file, else discarded."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
     env.update(
@@ -98,7 +105,7 @@ def serve(dsn: str, data_dir: Path, workers: int | None = 1, config: Path | None
         [SWITCHBOARD, "serve", "--port", str(port), *flags],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if log is None else log.open("wb"),
     )
     base = f"http://127.0.0.1:{port}"
     try:

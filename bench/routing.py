@@ -128,6 +128,48 @@ def measure(
     return out
 
 
+def plain_and_routed(srv: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Two generic webhooks on ``srv``: ``no rules``, and ``32 rules`` (:data:`RULES`),
+    each warmed up (the fork server, the zygote, the pool)."""
+    cli(srv.env, "human", "add", "bench")
+    ep = cli(
+        srv.env,
+        "endpoint",
+        "vend",
+        "--owner",
+        "bench",
+        "--name",
+        "b",
+        "--queues",
+        "inbox",
+        "--webhook-queues",
+        "inbox",
+        "--source-types",
+        "generic",
+        "--webhook-max",
+        "2",
+    )
+    hooks = [
+        cli(
+            srv.env,
+            "webhook",
+            "create",
+            "--endpoint",
+            ep["endpoint_id"],
+            "--source",
+            "generic",
+            "--target-queue",
+            "inbox",
+        )
+        for _ in range(2)
+    ]
+    asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"]))
+    gh = "X-GitHub-Event: pull_request\r\n"
+    for hook in hooks:
+        asyncio.run(load(hook["ingest_url"], BODY, 4, 100, gh))
+    return [("no rules", hooks[0]), ("32 rules", hooks[1])]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=1000)
@@ -141,42 +183,7 @@ def main() -> None:
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         srv = serve(dsn, Path(tmp))
         try:
-            cli(srv.env, "human", "add", "bench")
-            ep = cli(
-                srv.env,
-                "endpoint",
-                "vend",
-                "--owner",
-                "bench",
-                "--name",
-                "b",
-                "--queues",
-                "inbox",
-                "--webhook-queues",
-                "inbox",
-                "--source-types",
-                "generic",
-                "--webhook-max",
-                "2",
-            )
-            hooks = [
-                cli(
-                    srv.env,
-                    "webhook",
-                    "create",
-                    "--endpoint",
-                    ep["endpoint_id"],
-                    "--source",
-                    "generic",
-                    "--target-queue",
-                    "inbox",
-                )
-                for _ in range(2)
-            ]
-            asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"]))
-            gh = "X-GitHub-Event: pull_request\r\n"
-            for hook in hooks:  # warm up: the fork server, the zygote, the pool
-                asyncio.run(load(hook["ingest_url"], BODY, 4, 100, gh))
+            named = plain_and_routed(srv)
             print(
                 f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
                 f" alternating turns, body {len(BODY)} B, 1 Sanic worker"
@@ -186,7 +193,6 @@ def main() -> None:
                 f" {'CPU ms':>7} {'of it sandbox':>13} {'busy':>5}"
             )
             rows = {}
-            named = [("no rules", hooks[0]), ("32 rules", hooks[1])]
             for clients in (1, 8, 32):
                 measured = measure(srv, dsn, named, clients, args.total, args.rounds)
                 for name, _ in named:
