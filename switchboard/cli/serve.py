@@ -171,7 +171,12 @@ def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str
     from .. import lifeline, scrape
     from ..arrival import BoundedProtocol
     from ..store.supervise import Supervisor
-    from .manager_fixes import killing_spares_the_main_process, stop_during_start_ends_the_wait
+    from .manager_fixes import (
+        killing_spares_the_main_process,
+        stop_during_start_ends_the_wait,
+        stop_handler_has_its_own_connection,
+        stopping_a_start_is_quiet,
+    )
 
     dsn = rt.ensure_database()
     embedded = rt.embedded
@@ -225,6 +230,8 @@ def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str
     metrics_url = start_metrics(rt, dsn)
     stop_during_start_ends_the_wait()
     killing_spares_the_main_process()
+    stop_handler_has_its_own_connection()
+    stopping_a_start_is_quiet()
     loader = AppLoader(factory=app_from_environment)
     app = loader.load()
     # Sanic ends with os._exit after a kill (a worker that never came up): the embedded
