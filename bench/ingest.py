@@ -35,6 +35,7 @@ from harness import (  # noqa: E402
     cli,
     database,
     free_port,
+    generic_webhook,
     histogram_diff,
     load,
     pgbench,
@@ -178,38 +179,11 @@ def main() -> None:
         srv = serve(dsn, Path(tmp), workers=args.workers)
         try:
             cli(srv.env, "human", "add", "bench")
-            ep = cli(
-                srv.env,
-                "endpoint",
-                "vend",
-                "--owner",
-                "bench",
-                "--name",
-                "b",
-                "--queues",
-                "inbox",
-                "--webhook-queues",
-                "inbox",
-                "--source-types",
-                "generic",
-                "--webhook-max",
-                "1",
-            )
-            hook = cli(
-                srv.env,
-                "webhook",
-                "create",
-                "--endpoint",
-                ep["endpoint_id"],
-                "--source",
-                "generic",
-                "--target-queue",
-                "inbox",
-            )
+            hook = generic_webhook(srv.env)
             _run(load(hook["ingest_url"], BODY, 8, 300))  # warm up
             bench = pgbench(
                 dsn,
-                pgbench_script(hook["webhook_id"], ep["endpoint_id"]),
+                pgbench_script(hook["webhook_id"], hook["endpoint_id"]),
                 args.pgbench_clients,
                 args.pgbench_seconds,
             )
@@ -235,7 +209,7 @@ def main() -> None:
                 r = summary(*_run(load(hook["ingest_url"], BODY, level, args.total)))
                 batches = histogram_diff(before, scrape_histogram(srv.base_url))
                 c = summary(
-                    *_run(ceiling(dsn, hook["webhook_id"], ep["endpoint_id"], level, args.total))
+                    *_run(ceiling(dsn, hook["webhook_id"], hook["endpoint_id"], level, args.total))
                 )
                 print(
                     f"{level:>7} | {r['per_s']:>10.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} |"

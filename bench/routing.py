@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import RULES, cli, database, load, serve, summary  # noqa: E402
+from harness import RULES, cli, database, generic_webhook, load, serve, summary  # noqa: E402
 
 BODY = json.dumps(
     {
@@ -132,37 +132,7 @@ def plain_and_routed(srv: Any) -> list[tuple[str, dict[str, Any]]]:
     """Two generic webhooks on ``srv``: ``no rules``, and ``32 rules`` (:data:`RULES`),
     each warmed up (the fork server, the zygote, the pool)."""
     cli(srv.env, "human", "add", "bench")
-    ep = cli(
-        srv.env,
-        "endpoint",
-        "vend",
-        "--owner",
-        "bench",
-        "--name",
-        "b",
-        "--queues",
-        "inbox",
-        "--webhook-queues",
-        "inbox",
-        "--source-types",
-        "generic",
-        "--webhook-max",
-        "2",
-    )
-    hooks = [
-        cli(
-            srv.env,
-            "webhook",
-            "create",
-            "--endpoint",
-            ep["endpoint_id"],
-            "--source",
-            "generic",
-            "--target-queue",
-            "inbox",
-        )
-        for _ in range(2)
-    ]
+    hooks = [generic_webhook(srv.env, name) for name in ("plain", "routed")]
     asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"]))
     gh = "X-GitHub-Event: pull_request\r\n"
     for hook in hooks:
