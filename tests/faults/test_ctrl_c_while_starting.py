@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 from sbfaults import assert_gone_with_serve, postmaster_of, serve_tree
-from sbtest import SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
+from sbtest import SWITCHBOARD, free_port, install_plugin_module, make_env, stop_process_group
 
 WORKERS = 2
 #: How long the held start would last: far past any stop that ends it.
@@ -37,21 +37,7 @@ MARK = "slow-start: held at"
 
 #: Holds every worker of serve at ``SLOW_START_AT``: its start-up hook, or an after-start
 #: listener (the last steps before the worker serves).
-PLUGIN = {
-    "pyproject.toml": """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "switchboard-slow-start"
-version = "0.1"
-dependencies = ["switchboard"]
-
-[project.entry-points.switchboard]
-slow_start = "switchboard_slow_start"
-""",
-    "switchboard_slow_start/__init__.py": f"""\
+PLUGIN = f"""\
 import asyncio
 import os
 import sys
@@ -80,8 +66,7 @@ def switchboard_startup(runtime, app):
 def switchboard_register_routes(app, runtime):
     if _held("after_start"):
         app.register_listener(lambda app: _hold("after_start"), "after_server_start")
-""",
-}
+"""
 
 #: Holds a worker's Python start-up itself, before it runs anything of Sanic's or serve's.
 SITECUSTOMIZE = f"""\
@@ -102,11 +87,7 @@ if (
 @pytest.fixture(scope="module")
 def slow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("slow-start")
-    source = root / "source"
-    for name, text in PLUGIN.items():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        (source / name).write_text(text)
-    site = install_distribution(source, root / "install")
+    site = install_plugin_module("switchboard-slow-start", "switchboard_slow_start", PLUGIN, root)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     return site
 

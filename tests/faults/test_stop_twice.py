@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 from sbfaults import assert_gone_with_serve, embedded_stage
-from sbtest import SWITCHBOARD, free_port, install_distribution, make_env, stop_process_group
+from sbtest import SWITCHBOARD, free_port, install_plugin_module, make_env, stop_process_group
 
 #: Long enough that a serve still draining when the test gives up is unmistakable.
 GRACE_S = 30
@@ -71,21 +71,7 @@ def _stop_twice(srv: Any, postmaster: psutil.Process, group: list[int]) -> None:
 
 #: A third party's plugin whose start-up fails in serve's workers only (serve's main
 #: process and the CLI never start a runtime's plugins with a serve pid that is not theirs).
-BROKEN = {
-    "pyproject.toml": """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "switchboard-broken-start"
-version = "0.1"
-dependencies = ["switchboard"]
-
-[project.entry-points.switchboard]
-broken_start = "switchboard_broken_start"
-""",
-    "switchboard_broken_start/__init__.py": """\
+BROKEN = """\
 import os
 
 from switchboard.plugin import hookimpl
@@ -96,19 +82,16 @@ def switchboard_startup(runtime, app):
     serve = os.environ.get("SWITCHBOARD_SERVE_PID")
     if serve and serve != str(os.getpid()):
         raise RuntimeError("broken_start refuses to start a worker")
-""",
-}
+"""
 
 
 @pytest.mark.slow
 def test_a_worker_that_never_comes_up_stops_serve_and_the_embedded_database(
     tmp_path: Path,
 ) -> None:
-    source = tmp_path / "broken"
-    for name, text in BROKEN.items():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        (source / name).write_text(text)
-    site = install_distribution(source, tmp_path / "install")
+    site = install_plugin_module(
+        "switchboard-broken-start", "switchboard_broken_start", BROKEN, tmp_path / "broken"
+    )
     data = tmp_path / "data"
     env = make_env(None, data, PYTHONPATH=str(site))
     log = tmp_path / "serve.log"

@@ -270,6 +270,27 @@ def install_hello(root: Path) -> Path:
     return install_distribution(HELLO, root)
 
 
+def install_plugin_module(dist: str, module: str, code: str, root: Path) -> Path:
+    """pip-install a plugin distribution ``dist`` of one package, ``module`` (its entry
+    point, named after it), whose ``__init__.py`` is ``code``, into ``root/site``
+    (:func:`install_distribution`); return that site."""
+    source = root / "source"
+    (source / module).mkdir(parents=True)
+    (source / "pyproject.toml").write_text(
+        "[build-system]\n"
+        'requires = ["setuptools>=68"]\n'
+        'build-backend = "setuptools.build_meta"\n\n'
+        "[project]\n"
+        f'name = "{dist}"\n'
+        'version = "0.1"\n'
+        'dependencies = ["switchboard"]\n\n'
+        "[project.entry-points.switchboard]\n"
+        f'{module.removeprefix("switchboard_")} = "{module}"\n'
+    )
+    (source / module / "__init__.py").write_text(code)
+    return install_distribution(source, root / "install")
+
+
 def install_distribution(source: Path, root: Path) -> Path:
     """pip-install a copy of the distribution at ``source`` into ``root/site``; return it.
 
