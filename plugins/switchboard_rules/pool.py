@@ -15,7 +15,7 @@ from pathlib import Path
 from . import protocol as proto
 from .limits import PARSE_S_PER_BYTE, Limits, SandboxUnavailable
 from .policy import Attempt
-from .resume import answered
+from .resume import HARD_DEADLINE, answered
 from .wire import exchange, parse_line
 
 #: This plugin's package, and the fork server's module in it.
@@ -56,6 +56,12 @@ class Evaluator:
         return False  # EOF, or its zygote's exit report: it retired or was evicted
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A start nobody waits for any more: its failure is the next request's to meet."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Pool:
     """The fork server, and up to ``owner_concurrency`` warm evaluators per rule set.
 
@@ -71,6 +77,8 @@ class Pool:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
+        #: the fork server's (re)start under way, shared by whoever needs it meanwhile
+        self._starting: asyncio.Task[None] | None = None
         #: warm evaluators by rule-set key, least recently used first
         self.idle: OrderedDict[str, list[Evaluator]] = OrderedDict()
         self.live: dict[str, int] = {}  #: evaluators started per key and not yet closed
@@ -138,6 +146,9 @@ class Pool:
                     hello = await loop.sock_recv(mine, 16)
             except TimeoutError:
                 hello = b""
+            except BaseException:  # cancelled (the sandbox closing): no half-started server
+                self._reset()
+                raise
             if hello != proto.READY:
                 self._reset()
                 raise SandboxUnavailable("the routing sandbox did not start")
@@ -166,6 +177,8 @@ class Pool:
 
     async def close(self) -> None:
         """Stop the fork server and every zygote and evaluator under it."""
+        if self._starting is not None:
+            self._starting.cancel()
         async with self._lock:
             for task in self.refills.values():
                 task.cancel()
@@ -186,8 +199,15 @@ class Pool:
 
     async def _ctrl_socket(self) -> socket.socket:
         if self._proc is None or self._proc.poll() is not None or self._ctrl is None:
-            await self.start()
-        assert self._ctrl is not None
+            # One (re)start at a time, shared, and never cancelled by a request that stops
+            # waiting for it (at its own deadline): a slow start still completes for the
+            # next request, rather than each request killing and starting it again.
+            if self._starting is None or self._starting.done():
+                self._starting = asyncio.get_running_loop().create_task(self.start())
+                self._starting.add_done_callback(_retrieved)
+            await asyncio.shield(self._starting)
+        if self._ctrl is None:
+            raise SandboxUnavailable("the routing sandbox did not start")
         return self._ctrl
 
     async def open(self, op: str, key: str, spec: bytes) -> socket.socket:
@@ -327,7 +347,13 @@ class Pool:
             fresh = ev is None
             if ev is None:
                 try:
-                    ev = await self._spawn(key, spec)
+                    # the fork server's (re)start, when it needs one, counts against the
+                    # deadline: it may take seconds, or hang
+                    async with asyncio.timeout_at(deadline):
+                        ev = await self._spawn(key, spec)
+                except (TimeoutError, SandboxUnavailable) as exc:  # never (re)started in time
+                    garbage = HARD_DEADLINE if isinstance(exc, TimeoutError) else str(exc)
+                    return [Attempt(garbage=garbage)] + [Attempt() for _ in range(count - 1)]
                 except OSError as exc:  # the fork server or the zygote went away: again
                     atts = [Attempt(garbage=f"sandbox unreachable: {exc}")]
                     atts += [Attempt() for _ in range(count - 1)]

@@ -71,13 +71,15 @@ async def exchange(
     j, cur = 0, att
     cur.first_arm = loop.time()
     try:
-        if body:
-            # Never an empty send: a compile sends nothing more, and its zygote may have
-            # answered and closed already, when even a zero-byte send fails with EPIPE
-            # although the answer waits, complete, in the receive buffer.
-            await loop.sock_sendall(sock, body)
         buf = b""
         async with asyncio.timeout_at(deadline):
+            if body:
+                # Never an empty send: a compile sends nothing more, and its zygote may have
+                # answered and closed already, when even a zero-byte send fails with EPIPE
+                # although the answer waits, complete, in the receive buffer. The send is
+                # under the deadline too: a frame larger than the socket's buffer waits for
+                # the evaluator to read it, and a frozen one never does.
+                await loop.sock_sendall(sock, body)
             while not cur.done and cur.status is None and cur.garbage is None:
                 chunk = await loop.sock_recv(sock, 65536)
                 if not chunk:
