@@ -55,6 +55,9 @@ POLL_S = 0.5
 LEASE_MARGIN_S = 5.0
 #: How long a stopping worker lets in-flight runs finish before it gives their leases back.
 STOP_GRACE_S = 2.0
+#: How long a stopping worker waits for the runs it cancelled to end (one cancelled inside
+#: a statement on a frozen database waits 5 s for psycopg's cancel request: not waited).
+CANCEL_WAIT_S = 0.5
 #: A claimed row's key for when (``time.monotonic()``) this worker claimed it.
 CLAIMED_AT = "claimed_at_monotonic"
 
@@ -114,22 +117,37 @@ class TriageWorker:
         self._loop = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop claiming; in-flight runs finish within the grace, or give their leases back."""
+        """Stop claiming; in-flight runs finish within the grace, or give their leases back.
+
+        Bounded whatever the database does: a task cancelled inside a statement waits for
+        psycopg's cancel request, which a frozen server never answers (5 s), so cancelled
+        tasks get :data:`CANCEL_WAIT_S` to end, and a lease not given back (the database
+        away) runs out instead."""
         wake.forget(self._bell)
         if self._loop is not None:
             self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+            await asyncio.wait([self._loop], timeout=CANCEL_WAIT_S)
         running = dict(self.in_flight)
         if running:
             await asyncio.wait(running.values(), timeout=STOP_GRACE_S)
         left = {k: t for k, t in running.items() if not t.done()}
         for task in left.values():
             task.cancel()
-        await asyncio.gather(*left.values(), return_exceptions=True)
-        if left:
+        if not left:
+            return
+        await asyncio.wait(left.values(), timeout=CANCEL_WAIT_S)
+        try:
             given = await self.rt.store.release_pending(self.owner, [k[0] for k in left])
-            log.info("triage %s: gave %d lease(s) back at stop", self.stage.name, given)
+        except StoreUnavailable as exc:
+            log.warning(
+                "triage %s: %d lease(s) not given back at stop, the database is unavailable"
+                " (%s): they run out instead",
+                self.stage.name,
+                len(left),
+                exc.detail or exc,
+            )
+            return
+        log.info("triage %s: gave %d lease(s) back at stop", self.stage.name, given)
 
     async def _run(self) -> None:
         while True:
@@ -165,9 +183,24 @@ class TriageWorker:
         except NotYet as later:
             self._resume_at = time.monotonic() + min(later.retry_after_s, POLL_S)
             # Pending a while longer (a spent budget): claimable again after retry_after_s.
-            await self.rt.store.postpone_pending(
-                str(row["event_id"]), self.owner, later.retry_after_s
-            )
+            try:
+                await self.rt.store.postpone_pending(
+                    str(row["event_id"]), self.owner, later.retry_after_s
+                )
+            except StoreUnavailable as exc:
+                # The database went away under the run (its "not yet" is often that very
+                # outage): one line, no traceback; the lease stays and runs out, as below.
+                log.warning(
+                    "triage %s: event %s not postponed, the database is unavailable (%s):"
+                    " claimed again when its lease runs out",
+                    self.stage.name,
+                    row["event_id"],
+                    exc.detail or exc,
+                )
+                return
+            except Exception:
+                log.exception("triage %s: event %s not postponed", self.stage.name, row["event_id"])
+                return
             log.info(
                 "triage %s: event %s waits %.0f s: %s",
                 self.stage.name,
