@@ -12,9 +12,8 @@ mid-prune, fails its run in one line and prunes the rest once the database is ba
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,9 @@ import psycopg
 import pytest
 from fakeai import FakeAI
 from sbfaults import PrivatePostgres, deliver, timed
-from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, llm_toml
-from sbtest import CLI, Server, remember_secrets
+from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, llm_toml, own_tenant
+from sbtest import CLI, Server
 from sbworld import World
-
-from switchboard.config import load_config
-from switchboard.runtime import Runtime
-from switchboard.service import webhooks
 
 pytestmark = pytest.mark.slow
 
@@ -65,26 +60,8 @@ def _config(fault_config: Any, fake: FakeAI) -> Path:
     return path
 
 
-@contextlib.asynccontextmanager
-async def _tenant(srv: Server, n: int) -> AsyncIterator[Tenant]:
-    """A tenant whose runtime is closed again before the fault (its pool is not the
-    server's: only the server under test may meet the frozen database)."""
-    rt = Runtime(load_config(env=srv.env))
-    await rt.open_store(migrate=False)
-    try:
-        w = World(CLI(srv.env), prefix=f"bg{n}-", direct=True)
-        w.human("alice")
-        owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
-        endpoint = await rt.store.get_endpoint(owner["endpoint_id"])
-        hook = await webhooks.create_webhook(rt, endpoint, "generic", "inbox")
-        remember_secrets(hook)
-        yield Tenant(srv, rt, w, hook, n)
-    finally:
-        await rt.shutdown()
-
-
 async def _opted_in(srv: Server, fake: FakeAI, n: int, delay: float) -> tuple[Tenant, str]:
-    async with _tenant(srv, n) as t:
+    async with own_tenant(srv, n, "bg") as t:
         model = fake.on(t.model("bg"), GOOD, delay=delay)
         await t.triage(model, timeout_ms=MAX_TIMEOUT_MS, prompt_budget_per_minute=60)
     return t, model

@@ -25,6 +25,19 @@ MCP_ACCEPT = "application/json, text/event-stream"
 MCP_VERSION = "2025-06-18"
 
 
+@contextlib.contextmanager
+def frozen(*procs: psutil.Process) -> Iterator[None]:
+    """``procs`` stopped (SIGSTOP) for the block, and continued after, whatever happens."""
+    for proc in procs:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGCONT)
+
+
 class PrivatePostgres:
     """An embedded PostgreSQL of one test module's own, so a fault on it hurts nobody else.
 
@@ -52,15 +65,8 @@ class PrivatePostgres:
     def frozen(self) -> Iterator[None]:
         """SIGSTOP on every PostgreSQL process (a network partition, as the client sees it:
         connections accepted by the kernel, no answer ever), SIGCONT on leaving."""
-        procs = self.processes()
-        for proc in procs:
-            proc.send_signal(signal.SIGSTOP)
-        try:
+        with frozen(*self.processes()):
             yield
-        finally:
-            for proc in procs:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         """``pg_ctl restart -m fast``: every session ends (``AdminShutdown``), then a new

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import psycopg
-from sbtest import SHOWN_SECRETS, Server
+from sbtest import CLI, SHOWN_SECRETS, Server, remember_secrets
 from sbworld import World
 
+from switchboard.config import load_config
 from switchboard.runtime import Runtime
+from switchboard.service import webhooks
 
 #: The provider's API key lives in this environment variable; no log may show it.
 KEY_ENV = "SB_TEST_LLM_API_KEY"
@@ -137,6 +141,24 @@ class Tenant:
                 "SELECT queue, routing_trace FROM todos WHERE event_id = %s", (event_id,)
             ).fetchall()
         return trace, [(q, t) for q, t in todos]
+
+
+@contextlib.asynccontextmanager
+async def own_tenant(srv: Server, n: int, prefix: str) -> AsyncIterator[Tenant]:
+    """A tenant of ``srv`` (its own human, endpoint and generic webhook) on a runtime of its
+    own, closed again when the block ends: a fault test's own pool never meets the fault."""
+    rt = Runtime(load_config(env=srv.env))
+    await rt.open_store(migrate=False)
+    try:
+        w = World(CLI(srv.env), prefix=f"{prefix}{n}-", direct=True)
+        w.human("alice")
+        owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
+        endpoint = await rt.store.get_endpoint(owner["endpoint_id"])
+        hook = await webhooks.create_webhook(rt, endpoint, "generic", "inbox")
+        remember_secrets(hook)
+        yield Tenant(srv, rt, w, hook, n)
+    finally:
+        await rt.shutdown()
 
 
 def event_of(t: Tenant, delivery: str) -> dict[str, Any]:

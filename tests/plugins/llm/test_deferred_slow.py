@@ -7,25 +7,17 @@ a ``serve`` SIGKILLed with calls in flight loses nothing: another takes the leas
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import statistics
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from fakeai import FakeAI
-from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, events_of, llm_toml
-from sbtest import CLI, Server, remember_secrets
-from sbworld import World
-
-from switchboard.config import load_config
-from switchboard.runtime import Runtime
-from switchboard.service import webhooks
+from sbllm import API_KEY, KEY_ENV, Tenant, burst, decided, events_of, llm_toml, own_tenant
 
 pytestmark = pytest.mark.slow
 
@@ -39,22 +31,6 @@ def _config(tmp_path: Path, fake: FakeAI, **settings: Any) -> Path:
     settings = {"max_in_flight": MAX_IN_FLIGHT, "max_timeout_ms": 4000, **settings}
     path.write_text(llm_toml(fake.base_url, mode="deferred", **settings))
     return path
-
-
-@contextlib.asynccontextmanager
-async def _tenant(srv: Server, n: int, *, triage: bool = True) -> AsyncIterator[Tenant]:
-    rt = Runtime(load_config(env=srv.env))
-    await rt.open_store(migrate=False)
-    try:
-        w = World(CLI(srv.env), prefix=f"slow{n}-", direct=True)
-        w.human("alice")
-        owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
-        endpoint = await rt.store.get_endpoint(owner["endpoint_id"])
-        hook = await webhooks.create_webhook(rt, endpoint, "generic", "inbox")
-        remember_secrets(hook)
-        yield Tenant(srv, rt, w, hook, n)
-    finally:
-        await rt.shutdown()
 
 
 def _p99(values: list[float]) -> float:
@@ -75,7 +51,7 @@ async def test_a_burst_against_a_slow_model_is_acknowledged_at_once(
     )
     srv = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     n, delay = 50, 8.0
-    async with _tenant(srv, 1) as t, _tenant(srv, 2) as plain:
+    async with own_tenant(srv, 1, "slow") as t, own_tenant(srv, 2, "slow") as plain:
         model = fake_ai.on(t.model("slow"), GOOD, delay=delay)
         await t.triage(model, timeout_ms=10000, prompt_budget_per_minute=60)
         # The same burst to a webhook without triage, first: the baseline.
@@ -113,7 +89,7 @@ async def test_a_slot_given_back_is_taken_by_a_waiting_call_without_a_postponeme
     monkeypatch.setenv(KEY_ENV, API_KEY)
     config = _config(tmp_path, fake_ai, fake_max_in_flight=1)
     srv = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
-    async with _tenant(srv, 7) as t:
+    async with own_tenant(srv, 7, "slow") as t:
         model = fake_ai.on(t.model("one"), GOOD, delay=0.1)
         await t.triage(model, timeout_ms=4000)
         await burst(t, 2, "one")
@@ -132,7 +108,7 @@ async def test_a_killed_serve_loses_nothing_and_doubles_nothing(
     config = _config(tmp_path, fake_ai, max_in_flight=in_flight, fake_max_in_flight=in_flight)
     first = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     n = 14
-    async with _tenant(first, 3) as t:
+    async with own_tenant(first, 3, "slow") as t:
         model = fake_ai.on(t.model("crash"), GOOD, delay=2.0)
         await t.triage(model, timeout_ms=4000)
         await burst(t, n, "c")
@@ -167,7 +143,7 @@ async def test_sigterm_gives_the_leases_back_and_a_restart_decides_once(
     monkeypatch.setenv(KEY_ENV, API_KEY)
     config = _config(tmp_path, fake_ai)
     first = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
-    async with _tenant(first, 4) as t:
+    async with own_tenant(first, 4, "slow") as t:
         # Longer than the stop's grace: the calls cannot finish, so their leases go back.
         model = fake_ai.on(t.model("term"), GOOD, delay=3.5)
         await t.triage(model, timeout_ms=4000, token_budget_per_day=100_000)
@@ -204,7 +180,7 @@ async def test_two_servers_on_one_database_decide_each_event_once(
     one = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     n = 80
-    async with _tenant(one, 5) as t:
+    async with own_tenant(one, 5, "slow") as t:
         model = fake_ai.on(t.model("two"), GOOD, delay=0.5)
         await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=60)
         await burst(t, n, "two")
@@ -245,7 +221,7 @@ async def test_the_providers_cap_holds_across_two_servers(
     one = server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     server_factory(dsn, config=config, env_extra={KEY_ENV: API_KEY})
     n = 200  # the number, pending at once
-    async with _tenant(one, 6) as t:
+    async with own_tenant(one, 6, "slow") as t:
         model = fake_ai.on(t.model("cap"), GOOD, delay=0.2)
         await t.triage(model, timeout_ms=4000, prompt_budget_per_minute=n)
         await burst(t, n, "cap")

@@ -12,8 +12,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import httpx
 import psutil
 import psycopg
 import pytest
+from sbfaults import frozen
 from sbsandbox import sandbox
 from sbtest import CLI, Server
 from sbworld import World
@@ -54,21 +53,6 @@ def fork_server(root: int) -> psutil.Process:
     found = [p for p in procs if p.ppid() not in pids]
     assert len(found) == 1, found
     return found[0]
-
-
-@contextmanager
-def frozen(*procs: psutil.Process) -> Iterator[None]:
-    """``procs`` stopped (SIGSTOP) for the block, and continued after, whatever happens."""
-    for proc in procs:
-        proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for proc in procs:
-            try:
-                proc.send_signal(signal.SIGCONT)
-            except psutil.NoSuchProcess:
-                pass
 
 
 # -- the server's side, without a server -------------------------------------------------------
