@@ -150,15 +150,21 @@ async def own_tenant(srv: Server, n: int, prefix: str) -> AsyncIterator[Tenant]:
     rt = Runtime(load_config(env=srv.env))
     await rt.open_store(migrate=False)
     try:
-        w = World(CLI(srv.env), prefix=f"{prefix}{n}-", direct=True)
-        w.human("alice")
-        owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
-        endpoint = await rt.store.get_endpoint(owner["endpoint_id"])
-        hook = await webhooks.create_webhook(rt, endpoint, "generic", "inbox")
-        remember_secrets(hook)
-        yield Tenant(srv, rt, w, hook, n)
+        yield await new_tenant(srv, rt, n, prefix)
     finally:
         await rt.shutdown()
+
+
+async def new_tenant(srv: Server, rt: Runtime, n: int, prefix: str) -> Tenant:
+    """Its own human, endpoint (webhook queues inbox, triage, review) and generic webhook,
+    the webhook made in process through ``rt`` (the CLI costs a second)."""
+    w = World(CLI(srv.env), prefix=f"{prefix}{n}-", direct=True)
+    w.human("alice")
+    owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
+    endpoint = await rt.store.get_endpoint(owner["endpoint_id"])
+    hook = await webhooks.create_webhook(rt, endpoint, "generic", "inbox")
+    remember_secrets(hook)
+    return Tenant(srv, rt, w, hook, n)
 
 
 def event_of(t: Tenant, delivery: str) -> dict[str, Any]:

@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 from fakeai import FakeAI
-from sbllm import API_KEY, KEY_ENV, Tenant, llm_toml
-from sbtest import CLI, Server, remember_secrets
-from sbworld import World
+from sbllm import API_KEY, KEY_ENV, Tenant, llm_toml, new_tenant
+from sbtest import Server
 
 from switchboard.config import load_config
 from switchboard.runtime import Runtime
-from switchboard.service import webhooks
 
 _tenant = itertools.count()
 
@@ -60,12 +58,4 @@ async def llm_runtime(
 @pytest.fixture
 async def tenant(llm_server: Server, llm_runtime: Runtime) -> Tenant:
     """This test's own human, endpoint (webhook queues inbox, triage, review) and webhook."""
-    n = next(_tenant)
-    w = World(CLI(llm_server.env), prefix=f"llm{n}-", direct=True)
-    w.human("alice")
-    owner = w.endpoint("alice", "owner", queues="inbox", webhook_queues="inbox,triage,review")
-    # In process, through the service `webhook create` calls (the CLI costs a second).
-    endpoint = await llm_runtime.store.get_endpoint(owner["endpoint_id"])
-    hook = await webhooks.create_webhook(llm_runtime, endpoint, "generic", "inbox")
-    remember_secrets(hook)
-    return Tenant(llm_server, llm_runtime, w, hook, n)
+    return await new_tenant(llm_server, llm_runtime, next(_tenant), "llm")
