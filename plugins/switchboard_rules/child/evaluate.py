@@ -82,11 +82,18 @@ def evaluate_match(  # pragma: no cover - child
                 end = wire.BudgetSpent(i).encode() + end
                 break
             limit = rule_s + parse if k == 0 else rule_s  # the first rule also parses
-            # re-arming replaces the last rule's alarm, so the hot path never disarms (one
-            # syscall a rule, not two); arm, then name the rule, so an alarm that fires
-            # in between names the rule whose time it measured
-            setitimer(timer, limit if limit <= left else left)
-            pack(progress, 0, i, rule_limit if limit <= left else budget_limit, b"0")
+            how = rule_limit if limit <= left else budget_limit
+            if k:
+                # re-arming replaces the last rule's alarm, so the hot path never disarms
+                # (one syscall a rule, not two); arm, then name the rule, so an alarm that
+                # fires in between names the rule whose time it measured
+                setitimer(timer, limit if limit <= left else left)
+                pack(progress, 0, i, how, b"0")
+            else:
+                # no alarm is pending yet: name the rule, then arm, so that however long
+                # this process is held in between, its alarm finds a rule named
+                pack(progress, 0, i, how, b"0")
+                setitimer(timer, limit if limit <= left else left)
             if results is None:
                 results = iter(program.input_text((b"[%d,%s]" % (start, env)).decode("utf-8")))
             verdict = next(results)

@@ -38,9 +38,11 @@ def sweep_match(  # pragma: no cover - child
     error_v = wire.JQ_ERROR
     end, code = "d\n", 0
     lines = []
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    # arm, then name it: an alarm in between still finds the sweep armed
+    # name it, then arm: an alarm that fires however soon (a 1 ms sweep_ms, this process held
+    # by a busy machine right after arming) finds the sweep named, never an evaluator that
+    # died running nothing (a sandbox_failure and no match)
     wire.pack_progress(progress, 0, rules.good[0], wire.SWEEP.encode(), b"0")
+    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         for out in program.input_text((b"[0,%s]" % env).decode("utf-8")):
             if type(out) is int and out in good:  # the first match: nothing after it runs

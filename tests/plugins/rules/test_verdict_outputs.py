@@ -234,3 +234,51 @@ def test_a_sweep_answers_what_going_rule_by_rule_answers(exprs: list[str]) -> No
         by_rule = _run(wire.MODE_MATCH, "", rules=rules, envelope=envelope)
         assert swept == by_rule, (exprs, envelope)
         assert swept[0] is None and swept[1][-1] == wire.DONE
+
+
+@pytest.mark.parametrize(
+    ("mode", "sweep", "first"),
+    [
+        (wire.MODE_MATCH, True, wire.SWEEP),
+        (wire.MODE_MATCH, False, wire.RULE_LIMIT),
+        (wire.MODE_VERDICTS, False, wire.RULE_LIMIT),
+    ],
+)
+def test_an_alarm_armed_with_none_pending_finds_its_rule_named(
+    monkeypatch: pytest.MonkeyPatch, mode: str, sweep: bool, first: str
+) -> None:
+    """However soon an alarm fires after it is armed, the zygote finds what it measured.
+
+    A busy machine can hold an evaluator between arming its alarm and naming the rule on
+    its progress page for longer than the alarm (a sweep's 1 ms ``sweep_ms`` in tests).
+    Armed with no alarm pending, the page must already name the sweep or the rule: else the
+    zygote reports an evaluator that died running nothing, a ``sandbox_failure`` and no
+    match, where the policy would have gone on rule by rule.
+    """
+    rules = RuleSet([".a == 2", ".a == 1"], {}, CFG)
+    rules.program_for(0, 2)  # compiled before (under an alarm of its own, no rule named)
+    page = wire.progress_page()
+    real = signal.setitimer
+    armings: list[tuple[tuple[float, float], wire.Armed | None]] = []
+
+    def setitimer(which: int, seconds: float, interval: float = 0.0) -> Any:
+        if seconds:  # what an alarm firing right after this arming would find
+            armings.append((signal.getitimer(which), wire.armed_at_death(page)))
+        return real(which, seconds, interval)
+
+    monkeypatch.setattr(signal, "setitimer", setitimer)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        header = wire.EvalHeader(0, 5000.0, mode, sweep=sweep)  # each rule its own limit
+        data = wire.encode_eval(header, wire.encode_envelope(ENVELOPE))
+        assert sandbox_child.evaluate_one(theirs.fileno(), data, rules, CFG, page) is None
+    finally:
+        mine.close()
+        theirs.close()
+        page.close()
+    assert real(signal.ITIMER_REAL, 0) == (0.0, 0.0)
+    assert armings, "no alarm was armed"
+    pending, named = armings[0]
+    assert pending == (0.0, 0.0) and named == wire.Armed(0, first)
+    for pending, named in armings[1:]:  # re-armed: the rule before is named until the next
+        assert pending != (0.0, 0.0) and named is not None
