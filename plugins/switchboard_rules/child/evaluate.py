@@ -165,9 +165,14 @@ def evaluate_verdicts(  # pragma: no cover - child
                     chars.append(wire.VERDICT_BUDGET)
                     continue
                 limit = rule_s + parse if first else rule_s
-                first = False
-                pack(progress, 0, i, rule_limit if limit <= left else budget_limit, b"0")
-                setitimer(timer, limit if limit <= left else left)
+                how = rule_limit if limit <= left else budget_limit
+                if first:  # no alarm pending: name, then arm (as evaluate_match does)
+                    pack(progress, 0, i, how, b"0")
+                    setitimer(timer, limit if limit <= left else left)
+                    first = False
+                else:  # re-arming: arm, then name, so the last rule's alarm still names it
+                    setitimer(timer, limit if limit <= left else left)
+                    pack(progress, 0, i, how, b"0")
                 if results is None:
                     assert program is not None
                     text = (b"[%d,%s]" % (start, env)).decode("utf-8")

@@ -280,5 +280,7 @@ def test_an_alarm_armed_with_none_pending_finds_its_rule_named(
     assert armings, "no alarm was armed"
     pending, named = armings[0]
     assert pending == (0.0, 0.0) and named == wire.Armed(0, first)
-    for pending, named in armings[1:]:  # re-armed: the rule before is named until the next
-        assert pending != (0.0, 0.0) and named is not None
+    for k, (pending, named) in enumerate(armings[1:]):
+        # re-armed: the last rule's alarm is pending, and its rule is named until the next is
+        assert pending != (0.0, 0.0) and named == wire.Armed(k, wire.RULE_LIMIT)
+    assert len(armings) == (1 if sweep else 2)
