@@ -15,6 +15,7 @@ from pathlib import Path
 from . import protocol as proto
 from .limits import PARSE_S_PER_BYTE, Limits, SandboxUnavailable
 from .policy import Attempt
+from .restarts import Restarts
 from .resume import HARD_DEADLINE, answered
 from .wire import exchange, parse_line
 
@@ -56,12 +57,6 @@ class Evaluator:
         return False  # EOF, or its zygote's exit report: it retired or was evicted
 
 
-def _retrieved(task: asyncio.Task[None]) -> None:
-    """A start nobody waits for any more: its failure is the next request's to meet."""
-    if not task.cancelled():
-        task.exception()
-
-
 class Pool:
     """The fork server, and up to ``owner_concurrency`` warm evaluators per rule set.
 
@@ -77,8 +72,7 @@ class Pool:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
-        #: the fork server's (re)start under way, shared by whoever needs it meanwhile
-        self._starting: asyncio.Task[None] | None = None
+        self._restarts = Restarts(self.start)  #: shared, and spaced out after failures
         #: warm evaluators by rule-set key, least recently used first
         self.idle: OrderedDict[str, list[Evaluator]] = OrderedDict()
         self.live: dict[str, int] = {}  #: evaluators started per key and not yet closed
@@ -113,6 +107,9 @@ class Pool:
                 budget_bytes=limits.memory_budget_mib * 2**20,
                 # an evaluator may grow by a quarter of its cap before it is replaced
                 retire_bytes=limits.memory_bytes // 4,
+                # a zygote is broken once every wait for its first word is over: a delivery's
+                # for its new evaluator (event and grace, then the compile), a refill's
+                takeup_ms=2 * limits.compile_ms + max(limits.event_ms + limits.kill_grace_ms, 1000),
             )
             argv = [
                 sys.executable,
@@ -177,8 +174,7 @@ class Pool:
 
     async def close(self) -> None:
         """Stop the fork server and every zygote and evaluator under it."""
-        if self._starting is not None:
-            self._starting.cancel()
+        self._restarts.cancel()
         async with self._lock:
             for task in self.refills.values():
                 task.cancel()
@@ -199,13 +195,7 @@ class Pool:
 
     async def _ctrl_socket(self) -> socket.socket:
         if self._proc is None or self._proc.poll() is not None or self._ctrl is None:
-            # One (re)start at a time, shared, and never cancelled by a request that stops
-            # waiting for it (at its own deadline): a slow start still completes for the
-            # next request, rather than each request killing and starting it again.
-            if self._starting is None or self._starting.done():
-                self._starting = asyncio.get_running_loop().create_task(self.start())
-                self._starting.add_done_callback(_retrieved)
-            await asyncio.shield(self._starting)
+            await self._restarts.wait()
         if self._ctrl is None:
             raise SandboxUnavailable("the routing sandbox did not start")
         return self._ctrl

@@ -205,7 +205,13 @@ class Sandbox:
             att = Attempt(garbage="sandbox unreachable")
             for _ in range(2):  # once more when the socket broke before the zygote read it
                 try:
-                    sock = await self._pool.open(proto.COMPILE, key, spec)
+                    # the fork server's (re)start, when it needs one, counts against the
+                    # deadline too: it may hang (then it goes on, shared, for later requests)
+                    async with asyncio.timeout_at(deadline):
+                        sock = await self._pool.open(proto.COMPILE, key, spec)
+                except TimeoutError:
+                    att = Attempt(garbage=HARD_DEADLINE)
+                    break
                 except OSError as exc:
                     att = Attempt(garbage=f"sandbox unreachable: {exc}")
                     continue

@@ -11,7 +11,7 @@ import select
 import signal
 import socket
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from .. import protocol as wire
@@ -110,6 +110,10 @@ class Zygote:
                         return self.finish()
                     if fds:
                         self.handle(data, fds[0])
+                    try:  # taken up: the fork server stops holding it against takeup_ms
+                        self.ctrl.send(wire.TAKEN)
+                    except OSError:
+                        pass
                 else:
                     self.reap(item)
 
@@ -163,6 +167,8 @@ class ForkServer:
     Keeps at most ``cache_size`` zygotes, and while the tree's memory (PSS, measured every
     ``MEASURE_S`` while anything changed) is over ``budget_bytes`` evicts the least recently
     used one (never the newest): its idle evaluators exit at once, busy ones after their answer.
+    A zygote that leaves a request untaken for ``takeup_ms`` (stopped, or hung) is killed,
+    its evaluators with it: its rule set's next request gets a new one.
     """
 
     def __init__(self, ctrl: socket.socket, cfg: wire.ChildConfig) -> None:
@@ -171,6 +177,8 @@ class ForkServer:
         self.zygotes: OrderedDict[str, tuple[int, socket.socket]] = OrderedDict()
         self.changed_at = 0.0  #: when a zygote was last started (then: measure again)
         self.measured_at = 0.0
+        #: by zygote pid: when each request sent to it must have been taken up (oldest first)
+        self.due: dict[int, deque[float]] = {}
 
     def spawn(self, key: str) -> socket.socket:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -193,8 +201,7 @@ class ForkServer:
 
     def evict(self) -> None:
         """Let the least recently used zygote go (it exits once its evaluators have)."""
-        _, (_, old) = self.zygotes.popitem(last=False)
-        old.close()  # the zygote sees EOF, shuts its evaluators' sockets and exits
+        self.drop(next(iter(self.zygotes)))
 
     def dispatch(self, data: bytes, fd: int | None) -> None:
         try:
@@ -212,21 +219,71 @@ class ForkServer:
             for _ in range(2):
                 if key in self.zygotes:
                     self.zygotes.move_to_end(key)
-                    zsock = self.zygotes[key][1]
                 else:
-                    zsock = self.spawn(key)
+                    self.spawn(key)
+                pid, zsock = self.zygotes[key]
                 try:
                     socket.send_fds(zsock, [data], [fd])
-                    return
                 except OSError:
                     self.drop(key)
+                    continue
+                if self.cfg.takeup_ms:
+                    due = time.monotonic() + self.cfg.takeup_ms / 1000
+                    self.due.setdefault(pid, deque()).append(due)
+                return
         finally:
             os.close(fd)
 
     def drop(self, key: str) -> None:
+        """Let ``key``'s zygote go: it sees EOF, shuts its evaluators' sockets and exits."""
         entry = self.zygotes.pop(key, None)
         if entry is not None:
+            self.due.pop(entry[0], None)
             entry[1].close()
+
+    def heard(self, key: str) -> None:
+        """Read what ``key``'s zygote said: a word per request taken up; EOF: it is gone."""
+        pid, zsock = self.zygotes[key]
+        while True:
+            try:
+                said = zsock.recv(16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                said = b""
+            if not said:  # it died or exited
+                self.drop(key)
+                return
+            due = self.due.get(pid)
+            if due:
+                due.popleft()
+
+    def kill_stuck(self) -> None:
+        """Kill each zygote that left a request untaken past its due time.
+
+        It is stopped (SIGSTOP) or hung, and would hold every request of its rule set (each
+        waiting out its deadline) for as long as it stays so: killed (SIGKILL reaches a
+        stopped process too; its evaluators die with it, PDEATHSIG) and dropped, so the next
+        request starts a new one, and continuing the old one later leaves nothing behind.
+        """
+        now = time.monotonic()
+        for key, (pid, _) in list(self.zygotes.items()):
+            due = self.due.get(pid)
+            if not due or due[0] > now:
+                continue
+            self.heard(key)  # what it said meanwhile: this loop may have been held up itself
+            due = self.due.get(pid)
+            if due and due[0] <= now:
+                try:  # not reaped yet (reap() comes later), so the pid is still ours
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.drop(key)
+
+    def wait_s(self) -> float:
+        """How long the loop may wait: until the next measure, or the next request's due time."""
+        dues = [due[0] for due in self.due.values() if due]
+        return max(0.0, min([MEASURE_S, *(d - time.monotonic() for d in dues)]))
 
     def keep_budget(self) -> None:
         """Measure the tree (only while something changed lately) and evict down to budget."""
@@ -249,15 +306,16 @@ class ForkServer:
         while True:
             socks = {s: k for k, (_, s) in self.zygotes.items()}
             watched: list[socket.socket] = [self.ctrl, *socks]
-            ready, _, _ = select.select(watched, [], [], MEASURE_S)
+            ready, _, _ = select.select(watched, [], [], self.wait_s())
             for sock in ready:
                 if sock is self.ctrl:
                     data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
                     if not data:
                         return self.shutdown()
                     self.dispatch(data, fds[0] if fds else None)
-                elif sock in socks and not sock.recv(16):
-                    self.drop(socks[sock])  # a zygote died or exited
+                elif sock in socks and self.zygotes.get(socks[sock], (0, None))[1] is sock:
+                    self.heard(socks[sock])  # (not when dispatch dropped it meanwhile)
+            self.kill_stuck()
             self.reap()
             self.keep_budget()
 

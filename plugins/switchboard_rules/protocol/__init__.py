@@ -9,6 +9,7 @@ Who says what to whom::
     server ── argv ────────────────────────▶ fork server  ChildConfig (JSON), at start
     server ◀─ control socket ─────────────── fork server  READY, once jq is imported
     server ── control socket + one fd ─────▶ fork server ─▶ zygote   Request; EOF: shut down
+    fork server ◀─ zygote's control socket ─ zygote       TAKEN, once per request taken up
     server ── control socket ──────────────▶ fork server  Request(TOUCH): a rule set in use
     server ── request socket (that fd) ────▶ zygote       frame: the rule set (spec)
     server ── request socket ──────────────▶ evaluator    frames: EvalHeader line + envelope
@@ -69,7 +70,7 @@ output).
 
 from __future__ import annotations
 
-from .control import COMPILE, READY, SPAWN, TOUCH, ChildConfig, Request
+from .control import COMPILE, READY, SPAWN, TAKEN, TOUCH, ChildConfig, Request
 from .frames import (
     MODE_MANY,
     MODE_MATCH,
@@ -135,6 +136,7 @@ __all__ = [
     "RULE_LIMIT",
     "SPAWN",
     "SWEEP",
+    "TAKEN",
     "TOUCH",
     "VERDICT_BUDGET",
     "VERDICT_CHARS",

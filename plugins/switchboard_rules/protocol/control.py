@@ -20,6 +20,9 @@ class ChildConfig:
     retire_bytes: int = 16 * 2**20  #: an evaluator that grew by more exits after answering
     #: a sweep's alarm; 0 (always, but in tests): one rule's, ``rule_ms``
     sweep_ms: int = 0
+    #: how long a zygote may take to take up a request (its compile included) before the
+    #: fork server kills it as broken (stopped, or hung); 0: never
+    takeup_ms: int = 0
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -37,6 +40,7 @@ class ChildConfig:
             budget_bytes=int(doc["budget_bytes"]),
             retire_bytes=int(doc["retire_bytes"]),
             sweep_ms=int(doc["sweep_ms"]),
+            takeup_ms=int(doc["takeup_ms"]),
         )
 
 
@@ -48,6 +52,9 @@ READY = b"ready"
 SPAWN = "spawn"
 COMPILE = "compile"
 TOUCH = "touch"
+#: A zygote's word to the fork server on its control socket, once per request it took up
+#: (answered a compile, forked an evaluator, or refused the request).
+TAKEN = b"t"
 
 
 @dataclass(frozen=True)
