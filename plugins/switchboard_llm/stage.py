@@ -15,8 +15,6 @@ import contextlib
 import json
 import logging
 import math
-import os
-import socket
 import time
 from typing import Any
 
@@ -41,6 +39,7 @@ from switchboard.plugin import (
 from . import store
 from .prompt import SYSTEM, build_prompt, event_view
 from .settings import ANSWER, CONFIG_SCHEMA, DEFAULT_PROVIDER_IN_FLIGHT, answer_schema
+from .slots import Slots
 
 log = logging.getLogger("switchboard.llm")
 
@@ -51,14 +50,6 @@ DEFAULTS: dict[str, Any] = {
 _ANSWER_MAX = 1000
 #: How soon an event that found its provider's calls all taken is claimed again.
 _BUSY_RETRY_S = 0.5
-#: How long a run waits for one of its provider's calls to end before the event goes back
-#: to pending (for _BUSY_RETRY_S): a slot a call of this process gives back is taken at
-#: once, one another server's gives back within _SLOT_POLL_S. Without the wait, every slot
-#: given back stood idle until the postponed events were claimed again.
-_SLOT_WAIT_S = 0.5
-_SLOT_POLL_S = 0.1
-#: Who holds a provider slot (for an operator reading ``llm_in_flight``).
-_HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 _DETAIL_MAX = 300
 #: How often an inline call looks again at tokens that calls in flight hold.
 _HELD_POLL_S = 0.1
@@ -123,8 +114,7 @@ class LLMStage:
         self.deferred = self.settings["mode"] == "deferred"
         self.max_in_flight = int(self.settings["max_in_flight"])
         self.max_attempts = int(self.settings["max_attempts"])
-        #: Per provider, set when a call of this process gives its slot back.
-        self._freed: dict[str, asyncio.Event] = {}
+        self._slots = Slots()
 
     async def _work(
         self, ctx: RoutingContext
@@ -182,7 +172,7 @@ class LLMStage:
         # cap the event stays pending (in the database) and is claimed again shortly.
         cap = _positive(getattr(provider, "max_in_flight", None), DEFAULT_PROVIDER_IN_FLIGHT)
         lease_s = self._timeout_ms(triage) / 1000 + 5
-        slot = await self._take_slot(rt, triage["provider"], cap, lease_s)
+        slot = await self._slots.take(rt, triage["provider"], cap, lease_s)
         if slot is None:
             raise NotYet(
                 f"provider {triage['provider']!r} has its {cap} calls in flight", _BUSY_RETRY_S
@@ -190,27 +180,7 @@ class LLMStage:
         try:
             return await self._ask(ctx, triage, offered, provider, info)
         finally:
-            try:
-                await store.give_slot(rt, slot)
-            except Exception as exc:  # the slot lapses at its lease
-                log.warning("llm triage: slot not given back: %s", type(exc).__name__)
-            freed = self._freed.pop(triage["provider"], None)
-            if freed is not None:
-                freed.set()  # this process's waiting runs ask at once
-
-    async def _take_slot(self, rt: Any, provider: str, cap: int, lease_s: float) -> str | None:
-        """One of ``provider``'s call slots, waiting up to :data:`_SLOT_WAIT_S` for one to
-        be given back; None past the wait."""
-        deadline = time.monotonic() + _SLOT_WAIT_S
-        while True:
-            # Taken before asking: a slot given back after the ask still wakes this wait.
-            freed = self._freed.setdefault(provider, asyncio.Event())
-            slot = await store.take_slot(rt, provider, cap, lease_s, _HOLDER)
-            left = deadline - time.monotonic()
-            if slot is not None or left <= 0:
-                return slot
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(freed.wait(), min(left, _SLOT_POLL_S))
+            await self._slots.give(rt, triage["provider"], slot)
 
     def _timeout_ms(self, triage: dict[str, Any]) -> int:
         """The endpoint's model call timeout, under the operator's ceiling."""

@@ -42,6 +42,7 @@ from ..routing.trace import validate_trace
 from ..runtime import Runtime
 from . import wake
 from .ingest import subject_and_claim, todo_fields
+from .postpone import postpone
 from .sinkrun import ring_sinks
 
 log = logging.getLogger("switchboard.triage")
@@ -183,24 +184,21 @@ class TriageWorker:
         except NotYet as later:
             self._resume_at = time.monotonic() + min(later.retry_after_s, POLL_S)
             # Pending a while longer (a spent budget): claimable again after retry_after_s.
+            until = float(row.get(CLAIMED_AT, time.monotonic())) + self.lease_s
             try:
-                await self.rt.store.postpone_pending(
-                    str(row["event_id"]), self.owner, later.retry_after_s
-                )
-            except StoreUnavailable as exc:
-                # The database went away under the run (its "not yet" is often that very
-                # outage): one line, no traceback; the lease stays and runs out, as below.
-                log.warning(
-                    "triage %s: event %s not postponed, the database is unavailable (%s):"
-                    " claimed again when its lease runs out",
+                postponed = await postpone(
+                    self.rt.store,
                     self.stage.name,
-                    row["event_id"],
-                    exc.detail or exc,
+                    str(row["event_id"]),
+                    self.owner,
+                    later.retry_after_s,
+                    until,
                 )
-                return
             except Exception:
                 log.exception("triage %s: event %s not postponed", self.stage.name, row["event_id"])
                 return
+            if postponed is None:
+                return  # the database stayed away: said, and the lease runs out
             log.info(
                 "triage %s: event %s waits %.0f s: %s",
                 self.stage.name,

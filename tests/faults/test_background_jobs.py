@@ -12,6 +12,7 @@ mid-prune, fails its run in one line and prunes the rest once the database is ba
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,15 +48,12 @@ def fake_ai() -> Iterator[FakeAI]:
     fake.stop()
 
 
-def _config(fault_config: Any, fake: FakeAI) -> Path:
+def _config(fault_config: Any, fake: FakeAI, database_timeout_ms: int = 2000, **llm: Any) -> Path:
+    settings = {"max_in_flight": MAX_IN_FLIGHT, "max_timeout_ms": MAX_TIMEOUT_MS, **llm}
     path: Path = fault_config(
-        f"[server]\ndatabase_timeout_ms = 2000\nshutdown_grace_s = {SHUTDOWN_GRACE_S}\n"
-        + llm_toml(
-            fake.base_url,
-            mode="deferred",
-            max_in_flight=MAX_IN_FLIGHT,
-            max_timeout_ms=MAX_TIMEOUT_MS,
-        )
+        f"[server]\ndatabase_timeout_ms = {database_timeout_ms}\n"
+        f"shutdown_grace_s = {SHUTDOWN_GRACE_S}\n"
+        + llm_toml(fake.base_url, mode="deferred", **settings)
     )
     return path
 
@@ -236,3 +234,140 @@ async def test_the_retention_job_frozen_mid_prune_fails_in_one_line_and_resumes(
     with private_pg.frozen():
         took, _ = timed(srv.stop)
     assert took < SHUTDOWN_GRACE_S, took
+
+
+#: The outage tests' model call ceiling: a run's budget of 19 s (5 s more), room for the
+#: database to stop, stay down and start again within it.
+OUTAGE_TIMEOUT_MS = 14000
+#: The line the host logs when an outage cut a run off (its stage said "not yet") and the
+#: postponement did not reach the database at once.
+CUT_OFF = "not postponed yet, the database is unavailable"
+#: Where a held row makes the next run wait, inside the stage, before the model is asked:
+#: its provider's only call slot (before taking it), or its endpoint's day budget (the slot
+#: taken, and not given back while the database is away).
+HELD = {
+    "slot": (
+        "llm_in_flight",
+        "INSERT INTO llm_in_flight (provider, slot, token, holder, until)"
+        " VALUES ('fake', 1, gen_random_uuid(), 'test', '-infinity')",
+    ),
+    "budget": (
+        "llm_triage_budget",
+        "INSERT INTO llm_triage_budget (endpoint_id, span, window_start, used)"
+        " VALUES (%s, 'day', date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 0)",
+    ),
+}
+
+
+def _waits_on(dsn: str, table: str) -> bool:
+    """Whether a statement on ``table`` waits for a lock."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE %s",
+            (f"%{table}%",),
+        ).fetchone()
+    return row is not None and int(row[0]) > 0
+
+
+async def _cut_before_the_model(
+    srv: Server, private_pg: PrivatePostgres, dsn: str, fake: FakeAI, **kw: Any
+) -> tuple[dict[str, Any], int, str]:
+    """One delivery whose run waits on a row a transaction holds (``hold``, a key of
+    :data:`HELD`) when the ``fault`` (``restarted``: down ``down_s``; ``frozen``: for
+    ``down_s``) cuts it off; its decision's trace, how often the model was asked, and the
+    server's log. ``n``: the tenant's number (the fake counts calls per model name)."""
+    async with own_tenant(srv, kw["n"], "out") as t:
+        model = fake.on(t.model("out"), GOOD)
+        await t.triage(model, timeout_ms=kw["timeout_ms"])
+    table, insert = HELD[kw["hold"]]
+    holder = psycopg.connect(dsn)  # a transaction, left open until the fault is over
+    try:
+        holder.execute(insert, (t.owner,) if "%s" in insert else ())
+        t.deliver({"title": "Crash on start", "kind": "bug"}, "o1")
+        deadline = time.monotonic() + 20
+        while not _waits_on(dsn, table):
+            assert time.monotonic() < deadline, srv.log.read_text()[-3000:]
+            await asyncio.sleep(0.05)
+        if kw["fault"] == "frozen":
+            with private_pg.frozen():
+                await asyncio.sleep(kw["down_s"])
+        else:
+            private_pg.outage(kw["down_s"])  # every session ends, the holder's too
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            holder.rollback()
+        with contextlib.suppress(psycopg.Error):
+            holder.close()
+    [event] = decided(t, ["o1"], timeout=kw["timeout_ms"] / 1000 + 10 + 30)
+    assert [q for q, _ in event["todos"]] == ["triage"], event
+    trace, asked = event["trace"], len(fake.requests(model))
+    print(f"\n{kw}: {trace.get('cause') or trace['stage']}, {trace['deferred']}, asked {asked}")
+    log = srv.log.read_text()
+    assert CUT_OFF in log, log[-3000:]  # the fault did cut the run off, as meant
+    _assert_quiet(log)
+    return trace, asked, log
+
+
+@pytest.mark.parametrize(("fault", "hold"), [("frozen", "slot"), ("restarted", "budget")])
+async def test_a_run_cut_off_by_an_outage_before_the_model_spends_no_attempt(
+    server_factory: Any,
+    private_pg: PrivatePostgres,
+    private_dsn: str,
+    fault_config: Any,
+    fake_ai: FakeAI,
+    monkeypatch: Any,
+    fault: str,
+    hold: str,
+) -> None:
+    """One attempt allowed, and the database goes away while the run waits inside the
+    stage: restarted (down 4 s) or frozen (8 s), longer than the store's waits (2 s each)
+    the cut run still makes, so a postponement written at once finds no database. The
+    run used to keep its lease (its postponement unwritten), so the next claim was its
+    second: the default, ``llm_error`` "no decision after 1 attempts", the model never
+    asked. The host now tries the postponement again until the lease runs out, so the
+    event is postponed with its attempt back; the provider slot the cut run held is given
+    back by the next run before it takes one."""
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    timeout_ms = OUTAGE_TIMEOUT_MS
+    config = _config(
+        fault_config, fake_ai, max_timeout_ms=timeout_ms, max_attempts=1, fake_max_in_flight=1
+    )
+    srv = server_factory(private_dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    n = len(fault) * 10 + len(hold)
+    trace, asked, log = await _cut_before_the_model(
+        srv, private_pg, private_dsn, fake_ai, fault=fault, hold=hold, n=n,
+        timeout_ms=timeout_ms, down_s=8.0 if fault == "frozen" else 4.0,
+    )  # fmt: skip
+    # Decided by the model, on its first attempt: the outage cost none.
+    assert trace["stage"] == "llm" and trace["action"] == {"queue": "triage"}, trace
+    assert trace["deferred"]["attempts"] == 1 and asked == 1, (trace, asked)
+    # The slot the cut run held went back once the database answered: it did not hold
+    # the provider's only call (and the event) until its lease ran out.
+    assert "calls in flight" not in log
+
+
+async def test_an_outage_past_the_runs_budget_still_spends_the_attempt_never_more(
+    server_factory: Any,
+    private_pg: PrivatePostgres,
+    private_dsn: str,
+    fault_config: Any,
+    fake_ai: FakeAI,
+    monkeypatch: Any,
+) -> None:
+    """Frozen longer than the run's lease: the postponement's tries end with it (one line),
+    the attempt counts as for a worker that died (the bound holds), and the next claim asks
+    the model."""
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    timeout_ms = 2000  # a stage budget of 7 s, a lease of 12 s: shorter than the freeze
+    config = _config(
+        fault_config, fake_ai, max_timeout_ms=timeout_ms, max_attempts=2, fake_max_in_flight=1
+    )
+    srv = server_factory(private_dsn, config=config, env_extra={KEY_ENV: API_KEY})
+    trace, asked, log = await _cut_before_the_model(
+        srv, private_pg, private_dsn, fake_ai, fault="frozen", hold="slot", n=0,
+        timeout_ms=timeout_ms, down_s=14.0,
+    )  # fmt: skip
+    assert trace["stage"] == "llm" and trace["action"] == {"queue": "triage"}, trace
+    assert trace["deferred"]["attempts"] == 2 and asked == 1, (trace, asked)
+    assert "not postponed, the database is unavailable" in log
