@@ -23,7 +23,7 @@ from .plugins import apply_config, build_registries, call_each, make_plugin_mana
 from .secrets_box import SecretBox, load_or_create_secret_key
 from .store import Database, Store
 from .store import migrate as migrations
-from .store.db import check_dsn, unreachable
+from .store.dsn import check_dsn, unreachable
 from .store.embedded import EmbeddedPostgres, embedded_exists
 from .store.refusals import DEFAULT_REFUSALS_KEPT
 from .store.rings import Rings
@@ -118,9 +118,10 @@ class Runtime:
 
     async def migrate(self, *, create: bool = True) -> list[str]:
         dsn = self.ensure_database(create=create)
+        timeout_s = int(self.config.section("server").get("database_timeout_ms", 2000)) / 1000
         try:
             return await migrations.apply(
-                dsn, migrations.collect(self.registries.migrations.directories)
+                dsn, migrations.collect(self.registries.migrations.directories), timeout=timeout_s
             )
         except psycopg.OperationalError as exc:
             raise unreachable(dsn, self.database_url_from(), exc) from exc

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from .. import __version__, loghygiene, logsetup
 from ..config import base_url_mismatch, load_config
-from ..errors import ConfigError, InvalidArgument, SwitchboardError
+from ..errors import ConfigError, InvalidArgument, StoreUnavailable, SwitchboardError
 from ..runtime import Runtime
+from ..store.dsn import stopped_answering
 
 
 def emit(doc: Any) -> None:
@@ -117,6 +120,33 @@ def _configure_logging(rt: Runtime, command: str, args: argparse.Namespace) -> N
         os.environ[logsetup.LEVEL_ENV], os.environ[logsetup.FORMAT_ENV] = name, fmt
 
 
+@contextlib.contextmanager
+def driver_warnings_quiet() -> Iterator[None]:
+    """psycopg's and its pool's warnings hidden for the block, unless at debug level.
+
+    A command says a database failure in its own error line, and exits 130 on Ctrl-C:
+    their warnings on the way (a cancel a frozen server never answered, a connection
+    discarded, a reconnect that timed out) only repeat it, as JSON lines on a pipe.
+    serve's log keeps them once it serves.
+    """
+    driver = logging.getLogger("psycopg")
+    level = driver.level
+    if not driver.isEnabledFor(logging.DEBUG):
+        driver.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        driver.setLevel(level)
+
+
+def _where_unavailable(rt: Runtime, exc: SwitchboardError) -> SwitchboardError:
+    """The store's bare "database unavailable" (a statement with no answer in time, a
+    connection lost), said with which database and why, as a refused connection is."""
+    if isinstance(exc, StoreUnavailable) and rt.dsn and str(exc) == str(StoreUnavailable()):
+        return stopped_answering(rt.dsn, rt.database_url_from(), exc)
+    return exc
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
@@ -139,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(rt, cmd.name, args)
     try:
         if inspect.iscoroutinefunction(cmd.run):
-            result: int = asyncio.run(_run_async(rt, cmd, args))
+            with driver_warnings_quiet():
+                result: int = asyncio.run(_run_async(rt, cmd, args))
         else:
             result = cmd.run(args, rt)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
@@ -150,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE
     except SwitchboardError as exc:
+        exc = _where_unavailable(rt, exc)
         code = getattr(exc, "code", None)
         prefix = f"{code}: " if code and code not in str(exc) else ""
         print(f"switchboard: error: {prefix}{exc}", file=sys.stderr)

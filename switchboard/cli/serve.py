@@ -15,7 +15,8 @@ from ..errors import ConfigError, SwitchboardError
 from ..oserrors import os_reason
 from ..plugins import list_plugins
 from ..runtime import Runtime
-from ..store.db import dsn_where
+from ..store.dsn import dsn_where
+from .main import driver_warnings_quiet
 
 log = logging.getLogger("switchboard.serve")
 
@@ -183,7 +184,8 @@ def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str
     if embedded is not None:
         # Dies with this process (a daemon thread); workers reconnect through their pools.
         Supervisor(embedded).start()
-    applied = asyncio.run(rt.migrate())
+    with driver_warnings_quiet():  # a database it cannot use is one error line
+        applied = asyncio.run(rt.migrate())
     if applied:
         print(f"switchboard: applied migrations {', '.join(applied)}", file=sys.stderr)
     port = int(sock.getsockname()[1])  # the one the system picked for --port 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import socket
 import time
 import uuid
@@ -20,8 +19,9 @@ from psycopg.rows import RowMaker, dict_row
 from psycopg.types.json import set_json_dumps
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import ConfigError, StoreUnavailable
+from ..errors import StoreUnavailable
 from ..jsontext import dumps_bytes
+from .dsn import dsn_where
 
 Row = dict[str, Any]
 
@@ -129,17 +129,32 @@ class DeadlineConnection(psycopg.AsyncConnection[Row]):
     #: The loop time the current lending must finish by (None: each statement its own).
     until: float | None = None
     abandoned: bool = False
+    #: The deadline of the wait in progress, if one is.
+    _expiry: asyncio.TimerHandle | None = None
 
     async def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         seconds = self.statement_s
         if self.until is not None:
             seconds = min(seconds, self.until - loop.time())
-        expiry = loop.call_later(max(0.0, seconds), self._expire)
+        expiry = self._expiry = loop.call_later(max(0.0, seconds), self._expire)
         try:
             return await super().wait(gen, *args, **kwargs)
         finally:
             expiry.cancel()
+            self._expiry = None
+
+    async def cancel_safe(self, *, timeout: float = 30.0) -> None:
+        """psycopg cancels a statement whose wait was interrupted (Ctrl-C, a cancelled
+        task) by a request on a new connection, waited on 5 s: a frozen server's too, so
+        Ctrl-C on a command then took 5 s and more. Within the wait's own deadline here,
+        after which its connection is abandoned anyway (and nothing is left to cancel)."""
+        if self._expiry is not None:
+            left = self._expiry.when() - asyncio.get_running_loop().time()
+            if self.abandoned or left <= 0:
+                return
+            timeout = min(timeout, left)
+        await super().cancel_safe(timeout=timeout)
 
     def _expire(self) -> None:
         self.abandoned = True
@@ -185,56 +200,6 @@ def _connection_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
         "keepalives_count": 3,
         "tcp_user_timeout": ms,
     }
-
-
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def check_dsn(dsn: str, source: str) -> None:
-    """Refuse (``ConfigError``, exit 2) a ``database_url`` libpq cannot read, naming
-    ``source`` (where it was set). The value is never quoted: it may hold a password."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        scheme = _SCHEME.match(dsn.strip())
-        why = (
-            f"its scheme is {scheme[1]}://, not postgresql://"
-            if scheme
-            else "it is neither a postgresql:// URL nor key=value settings"
-        )
-        raise ConfigError(
-            f"{source} is not a PostgreSQL URL: {why} (expected "
-            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or host=... dbname=...)"
-        ) from None
-    port = str(parts.get("port") or "")
-    if port and not all(p.strip().isdigit() for p in port.split(",")):
-        raise ConfigError(f"{source} is not a PostgreSQL URL: its port {port!r} is not a number")
-
-
-def dsn_where(dsn: str) -> str:
-    """Where ``dsn`` points, without its credentials: ``host:port/database``, or its socket."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "(unparsable DSN)"
-    host = str(parts.get("host") or "localhost")
-    port, name = parts.get("port") or 5432, parts.get("dbname") or "?"
-    if host.startswith("/"):
-        return f"socket in {host} (port {port}), database {name}"
-    return f"{host}:{port}/{name}"
-
-
-def unreachable(dsn: str, source: str, exc: BaseException) -> StoreUnavailable:
-    """What a connection refused at start says (exit 1): where, from which setting, and the
-    driver's reason (its first line: libpq names host and port, never the password)."""
-    first = (str(exc).splitlines() or [""])[0]
-    reason = first.rsplit(" failed: ", 1)[-1].strip() or type(exc).__name__
-    reason = re.sub(r"^(FATAL|ERROR):\s*", "", reason)
-    reason = reason[:1].lower() + reason[1:]
-    return StoreUnavailable(
-        f"the database is unavailable: cannot connect to {dsn_where(dsn)} ({source}): {reason}",
-        detail=str(exc),
-    )
 
 
 class Database:

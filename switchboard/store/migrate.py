@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import dict_row
 
 from ..resources import migrations_dir
+from .db import DeadlineConnection
+
+log = logging.getLogger("switchboard.store")
 
 #: Arbitrary constant naming Switchboard's migration lock.
 MIGRATION_LOCK = 0x5357_4D49
+#: How long connecting and each bookkeeping statement (the lock, the list of what is
+#: applied) may wait for an answer, unless told (``server.database_timeout_ms``).
+#: Every command migrates before it opens the store, so this is where a frozen database
+#: (SIGSTOP, a partition: the kernel accepts, nobody answers) is first met.
+TIMEOUT_S = 2.0
+#: A migration's own SQL may legitimately run long (an index on a big table): it waits
+#: this long, then the server is taken for frozen.
+MIGRATION_S = 600.0
+#: How often a process waiting for another's migrations asks for the lock again. Asked,
+#: not queued for (``pg_advisory_lock``): each ask has the deadline above, a queued wait
+#: could not have one without cutting short the other process's long migration.
+LOCK_POLL_S = 0.2
 
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -35,30 +53,70 @@ def _numbered(directory: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.name)
 
 
-async def apply(dsn: str, migrations: list[Migration]) -> list[str]:
-    """Apply what is missing; returns the keys applied by this call."""
+class NoAnswer(psycopg.OperationalError):
+    """The server accepted the connection (or the statement) and never answered in time:
+    frozen, or partitioned. An OperationalError, as a refused connection is, so callers
+    report both the same way (:func:`switchboard.store.dsn.unreachable`)."""
+
+
+async def apply(dsn: str, migrations: list[Migration], *, timeout: float = TIMEOUT_S) -> list[str]:
+    """Apply what is missing; returns the keys applied by this call.
+
+    Connecting and each bookkeeping statement wait at most ``timeout`` seconds, each
+    migration at most :data:`MIGRATION_S`; past that :class:`NoAnswer` is raised.
+    """
+    seconds = max(1, round(timeout))  # libpq's connect_timeout is whole seconds
+    try:
+        conn = await DeadlineConnection.connect(
+            dsn, autocommit=True, row_factory=dict_row, connect_timeout=seconds
+        )
+    except psycopg.errors.ConnectionTimeout as exc:
+        raise NoAnswer(f"no answer within {seconds} s") from exc
+    conn.statement_s = timeout
+    try:
+        async with conn:
+            return await _apply_locked(conn, migrations)
+    except psycopg.OperationalError as exc:
+        if conn.abandoned:
+            raise NoAnswer(f"no answer within {conn.statement_s:g} s") from exc
+        raise
+
+
+async def _apply_locked(conn: DeadlineConnection, migrations: list[Migration]) -> list[str]:
     applied: list[str] = []
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        # A session-level lock: two processes starting at once queue here, and the
-        # second finds everything already applied.
-        await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-        try:
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " key text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            cur = await conn.execute("SELECT key FROM schema_migrations")
-            done = {row[0] for row in await cur.fetchall()}
-            for mig in migrations:
-                if mig.key in done:
-                    continue
-                sql = mig.path.read_text(encoding="utf-8")
-                async with conn.transaction():
-                    await conn.execute(sql.encode())
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (key) VALUES (%s)", (mig.key,)
-                    )
-                applied.append(mig.key)
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+    # A session-level lock: two processes starting at once wait here, and the second
+    # finds everything already applied. Closing the connection releases it too.
+    await _lock(conn)
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " key text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    cur = await conn.execute("SELECT key FROM schema_migrations")
+    done = {row["key"] for row in await cur.fetchall()}
+    bookkeeping_s = conn.statement_s
+    for mig in migrations:
+        if mig.key in done:
+            continue
+        sql = mig.path.read_text(encoding="utf-8")
+        conn.statement_s = MIGRATION_S
+        async with conn.transaction():
+            await conn.execute(sql.encode())
+            await conn.execute("INSERT INTO schema_migrations (key) VALUES (%s)", (mig.key,))
+        conn.statement_s = bookkeeping_s
+        applied.append(mig.key)
+    await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
     return applied
+
+
+async def _lock(conn: DeadlineConnection) -> None:
+    """Take the migration lock, asking again while another process holds it."""
+    waited = False
+    while True:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS locked", (MIGRATION_LOCK,))
+        row = await cur.fetchone()
+        if row is not None and row["locked"]:
+            return
+        if not waited:
+            log.info("waiting for another process's migrations (their lock is held)")
+            waited = True
+        await asyncio.sleep(LOCK_POLL_S)
