@@ -33,6 +33,8 @@ from sbtest import SWITCHBOARD, make_env, stop_process_group
 
 from switchboard.store.migrate import MIGRATION_LOCK
 
+pytestmark = pytest.mark.slow
+
 #: A frozen database's outcome comes within this (measured: 2.6-4.1 s; the machine is slow).
 ENDS_WITHIN_S = 15
 #: The statement deadline of the tests that freeze a command while it waits on a statement:

@@ -23,7 +23,7 @@ from switchboard_rules.sandbox import Sandbox, SandboxUnavailable
 
 from switchboard.plugin import MatchResult
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # real faults: the slow envs run them
 
 RULES: list[tuple[str | None, str]] = [("a", '.kind == "issues"'), ("b", ".payload.n == 7")]
 ENV: dict[str, Any] = {"source": "gitea", "kind": "push", "payload": {"n": 7}, "size": 10}
