@@ -9,6 +9,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,18 @@ def emit(doc: Any) -> None:
 #: (128 + SIGPIPE, as a shell reports a Unix tool the signal stopped) when the reader of
 #: its output went away.
 EXIT_RUNTIME, EXIT_USAGE, EXIT_PIPE = 1, 2, 141
+#: 128 + SIGTERM: stopped by SIGTERM before anything of its own (serve's server) took it.
+EXIT_TERM = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is: the command unwinds (its ``finally`` blocks run), so an
+    embedded PostgreSQL it started is stopped, not left running as it was when the signal
+    killed the process outright (``serve`` in its start, before Sanic takes the signal)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def exit_code(exc: BaseException) -> int:
@@ -167,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(rt).parse_args(argv)
     cmd = args._command
     _configure_logging(rt, cmd.name, args)
+    signal.signal(signal.SIGTERM, _terminated)  # from here on, something may need stopping
     try:
         if inspect.iscoroutinefunction(cmd.run):
             with driver_warnings_quiet():
@@ -186,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         prefix = f"{code}: " if code and code not in str(exc) else ""
         print(f"switchboard: error: {prefix}{exc}", file=sys.stderr)
         return exit_code(exc)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        return EXIT_TERM if isinstance(exc, Terminated) else 130
     finally:
         rt.stop_embedded()
 
