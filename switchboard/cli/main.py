@@ -11,7 +11,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import __version__, loghygiene, logsetup
@@ -44,6 +45,16 @@ class Terminated(KeyboardInterrupt):
 
 def _terminated(signum: int, frame: object) -> None:
     raise Terminated
+
+
+def _sigterm_as_ctrl_c() -> Callable[[], object]:
+    """SIGTERM raises :class:`Terminated` from now on; returns what puts the previous
+    handler back. Only in the main thread: a caller running commands on another thread (the
+    tests, in process) keeps its own, as Python allows no other."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def exit_code(exc: BaseException) -> int:
@@ -180,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(rt).parse_args(argv)
     cmd = args._command
     _configure_logging(rt, cmd.name, args)
-    signal.signal(signal.SIGTERM, _terminated)  # from here on, something may need stopping
+    restore = _sigterm_as_ctrl_c()  # from here on, something may need stopping
     try:
         if inspect.iscoroutinefunction(cmd.run):
             with driver_warnings_quiet():
@@ -204,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_TERM if isinstance(exc, Terminated) else 130
     finally:
         rt.stop_embedded()
+        restore()
 
 
 if __name__ == "__main__":  # pragma: no cover
