@@ -54,16 +54,10 @@ class Slots:
                 await asyncio.wait_for(freed.wait(), min(left, SLOT_POLL_S))
 
     async def give(self, rt: Runtime, provider: str, slot: str) -> None:
-        """The call ended: its slot is free for any server (never raises)."""
-        try:
-            await store.give_slot(rt, slot)
-        except Exception as exc:
-            log.warning("llm triage: slot not given back: %s", type(exc).__name__)
-            self._stranded[slot] = provider
-            return
-        self._wake(provider)
-        if self._stranded:  # the database answers again
-            await self.give_stranded(rt)
+        """The call ended: its slot is free for any server (never raises). It is given
+        back as a stranded one is, with any stranded before it: one path for both."""
+        self._stranded[slot] = provider
+        await self.give_stranded(rt)
 
     async def give_stranded(self, rt: Runtime) -> None:
         """The slots whose giving back failed, given back now; those that fail again stay
