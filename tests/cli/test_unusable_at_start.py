@@ -15,9 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
-from sbtest import CLI, SWITCHBOARD, free_port, make_env, stop_process_group
+from sbtest import CLI, SWITCHBOARD, free_port, make_env, session_of, stop_process_group
 from sbworld import World
 
 #: How long a start that should be refused may take (a refusal is immediate; a start that
@@ -25,16 +24,6 @@ from sbworld import World
 REFUSED_WITHIN_S = 60
 #: A password that must never reach stderr.
 PASSWORD = "hunter2-not-shown"
-
-
-def session_of(sid: int) -> list[int]:
-    """The processes still running in session ``sid`` (serve's and its workers')."""
-    left = []
-    for pid in psutil.pids():
-        with contextlib.suppress(OSError, psutil.Error):
-            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.append(pid)
-    return left
 
 
 def refused(env: dict[str, str], *args: str, data: Path | None = None) -> tuple[int, str]:

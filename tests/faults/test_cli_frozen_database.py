@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sbfaults import PrivatePostgres
-from sbtest import SWITCHBOARD, make_env, stop_process_group
+from sbtest import SWITCHBOARD, make_env, session_of, stop_process_group
 
 from switchboard.store.migrate import MIGRATION_LOCK
 
@@ -62,16 +61,6 @@ def frozen_dsn(private_pg: PrivatePostgres) -> str:
     return private_pg.migrated_database(f"sb_cli_frozen{os.getpid()}")
 
 
-def _session_of(sid: int) -> list[int]:
-    """The processes still running in session ``sid`` (the command's and its children)."""
-    left = []
-    for pid in psutil.pids():
-        with contextlib.suppress(OSError, psutil.Error):
-            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.append(pid)
-    return left
-
-
 def _run(
     env: dict[str, str],
     *args: str,
@@ -98,7 +87,7 @@ def _run(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(ENDS_WITHIN_S)
             took = time.monotonic() - started
-            left = _session_of(proc.pid)
+            left = session_of(proc.pid)
         finally:
             stop_process_group(proc, grace=1)
         err.seek(0)
@@ -193,28 +182,6 @@ def test_a_partitioned_tcp_database_is_named_without_its_password(tmp_path: Path
     )
 
 
-def test_frozen_while_a_command_waits_on_a_statement_it_ends_within_the_deadline(
-    private_pg: PrivatePostgres,
-    frozen_dsn: str,
-    tmp_path: Path,
-    holding: Callable[[str], None],
-) -> None:
-    env = _waits_on_a_statement(frozen_dsn, tmp_path, holding)
-    with contextlib.ExitStack() as freeze:
-        out = _run(
-            env,
-            "webhook",
-            "list",
-            when_waiting=lambda p: _waiting_on(frozen_dsn, p, "wait_event_type = 'Lock'"),
-            then=lambda p: freeze.enter_context(private_pg.frozen()),
-        )
-    _assert_one_line(
-        out,
-        f"switchboard: error: the database is unavailable: {_where(private_pg, frozen_dsn)}"
-        f" (SWITCHBOARD_DATABASE_URL): no answer within {STATEMENT_MS // 1000} s",
-    )
-
-
 def _frozen_then_ctrl_c(pg: PrivatePostgres, freeze: contextlib.ExitStack) -> Callable[..., None]:
     def act(proc: subprocess.Popen[bytes]) -> None:
         freeze.enter_context(pg.frozen())
@@ -224,12 +191,16 @@ def _frozen_then_ctrl_c(pg: PrivatePostgres, freeze: contextlib.ExitStack) -> Ca
     return act
 
 
-def test_ctrl_c_on_a_command_waiting_on_a_frozen_statement_exits_130_quietly(
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["to-its-deadline", "then-ctrl-c"])
+def test_frozen_while_a_command_waits_on_a_statement(
     private_pg: PrivatePostgres,
     frozen_dsn: str,
     tmp_path: Path,
     holding: Callable[[str], None],
+    ctrl_c: bool,
 ) -> None:
+    """It ends within the statement's deadline, naming the database; or, on Ctrl-C, exits
+    130 quietly."""
     env = _waits_on_a_statement(frozen_dsn, tmp_path, holding)
     with contextlib.ExitStack() as freeze:
         out = _run(
@@ -237,11 +208,22 @@ def test_ctrl_c_on_a_command_waiting_on_a_frozen_statement_exits_130_quietly(
             "webhook",
             "list",
             when_waiting=lambda p: _waiting_on(frozen_dsn, p, "wait_event_type = 'Lock'"),
-            then=_frozen_then_ctrl_c(private_pg, freeze),
+            then=(
+                _frozen_then_ctrl_c(private_pg, freeze)
+                if ctrl_c
+                else lambda p: freeze.enter_context(private_pg.frozen())
+            ),
         )
-    assert out.code == 130, out
-    assert out.stderr == "", out.stderr  # not the driver's warnings about its cancel
-    assert out.took < ENDS_WITHIN_S and not out.left, out
+    if ctrl_c:
+        assert out.code == 130, out
+        assert out.stderr == "", out.stderr  # not the driver's warnings about its cancel
+        assert out.took < ENDS_WITHIN_S and not out.left, out
+        return
+    _assert_one_line(
+        out,
+        f"switchboard: error: the database is unavailable: {_where(private_pg, frozen_dsn)}"
+        f" (SWITCHBOARD_DATABASE_URL): no answer within {STATEMENT_MS // 1000} s",
+    )
 
 
 def test_ctrl_c_on_serve_waiting_at_its_migrations_on_a_frozen_server_exits_130_quietly(

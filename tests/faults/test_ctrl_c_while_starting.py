@@ -20,10 +20,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
-from sbfaults import assert_gone_with_serve, postmaster_of, serve_tree
-from sbtest import SWITCHBOARD, free_port, install_plugin_module, make_env, stop_process_group
+from sbfaults import (
+    assert_gone_with_serve,
+    exit_after,
+    postmaster_of,
+    serve_logged,
+    serve_tree,
+    stop_leftover_postmaster,
+)
+from sbtest import install_plugin_module, make_env, stop_process_group
 
 WORKERS = 2
 #: How long the held start would last: far past any stop that ends it.
@@ -98,7 +104,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stops the embedded PostgreSQL in it."""
     data = tmp_path_factory.mktemp("ctrl-c-starting") / "data"
     yield data
-    _stop_leftover_postmaster(data)
+    stop_leftover_postmaster(data)
 
 
 @pytest.mark.slow
@@ -109,27 +115,15 @@ def test_ctrl_c_while_the_workers_start_stops_serve_quietly(
     path = os.pathsep.join(p for p in (str(slow_site), os.environ.get("PYTHONPATH")) if p)
     env = make_env(None, data_dir, PYTHONPATH=path, SLOW_START_AT=where)
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*SWITCHBOARD, "serve", "--port", str(free_port()), "--workers", str(WORKERS)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = serve_logged(env, log, WORKERS)
     try:
         _wait_for(lambda: log.read_text().count(MARK) >= WORKERS, proc, log)
         text = log.read_text()
         assert "Worker ready" not in text, text[-3000:]
         postmaster = postmaster_of(data_dir / "pg")
         group = serve_tree(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
-        signalled = time.monotonic()
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            code = None
-        took = time.monotonic() - signalled
+        # what the terminal sends on Ctrl-C
+        code, took = exit_after(proc, lambda: os.killpg(proc.pid, signal.SIGINT), 30)
     finally:
         stop_process_group(proc)
     text = log.read_text()
@@ -140,7 +134,7 @@ def test_ctrl_c_while_the_workers_start_stops_serve_quietly(
     try:
         assert_gone_with_serve(postmaster, group, text)
     finally:
-        _stop_leftover_postmaster(data_dir)
+        stop_leftover_postmaster(data_dir)
 
 
 def _wait_for(done: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -152,18 +146,6 @@ def _wait_for(done: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path
             raise AssertionError(f"serve exited early:\n{log.read_text()[-3000:]}")
         time.sleep(0.01)
     raise AssertionError(f"the workers never reached the held point:\n{log.read_text()[-3000:]}")
-
-
-def _stop_leftover_postmaster(data: Path) -> None:
-    """No server left behind by this module, even by a failing test."""
-    pid_file = data / "pg" / "postmaster.pid"
-    if not pid_file.exists():
-        return
-    pid = int(pid_file.read_text().splitlines()[0])
-    if psutil.pid_exists(pid):
-        postmaster = psutil.Process(pid)
-        postmaster.send_signal(signal.SIGINT)
-        postmaster.wait(30)
 
 
 #: serve's main process waiting for its workers' acknowledgements (Sanic's worker manager,

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from sbfaults import assert_gone_with_serve, postmaster_of, serve_tree
-from sbtest import SWITCHBOARD, free_port, install_plugin_module, make_env, stop_process_group
+from sbfaults import (
+    assert_gone_with_serve,
+    exit_after,
+    postmaster_of,
+    serve_logged,
+    serve_tree,
+    stop_leftover_postmaster,
+)
+from sbtest import install_plugin_module, make_env, stop_process_group
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +59,7 @@ def held_site(tmp_path: Path) -> Path:
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     data = tmp_path / "data"
     yield data
-    pid_file = data / "pg" / "postmaster.pid"
-    if pid_file.exists():  # no server left behind, even by a failing test
-        postmaster = postmaster_of(data / "pg")
-        postmaster.send_signal(signal.SIGINT)
-        postmaster.wait(30)
+    stop_leftover_postmaster(data)
 
 
 def _held(pgdata: Path) -> bool:
@@ -80,14 +82,7 @@ def test_sigterm_while_serve_migrates_stops_it_and_its_embedded_database(
     path = os.pathsep.join(p for p in (str(held_site), os.environ.get("PYTHONPATH")) if p)
     env = make_env(None, data_dir, PYTHONPATH=path)
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*SWITCHBOARD, "serve", "--port", str(free_port()), "--workers", "1"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = serve_logged(env, log, workers=1)
     try:
         deadline = time.monotonic() + 90
         while not _held(data_dir / "pg"):
@@ -96,13 +91,8 @@ def test_sigterm_while_serve_migrates_stops_it_and_its_embedded_database(
             time.sleep(0.1)
         postmaster = postmaster_of(data_dir / "pg")
         group = serve_tree(proc.pid)
-        proc.send_signal(signal.SIGTERM)  # what a service manager sends serve's main process
-        signalled = time.monotonic()
-        try:
-            code = proc.wait(STOP_S + 15)
-        except subprocess.TimeoutExpired:
-            code = None
-        took = time.monotonic() - signalled
+        # what a service manager sends serve's main process
+        code, took = exit_after(proc, lambda: proc.send_signal(signal.SIGTERM), STOP_S + 15)
     finally:
         stop_process_group(proc)
     text = log.read_text()

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from sbfaults import assert_gone_with_serve, embedded_stage
-from sbtest import SWITCHBOARD, free_port, install_plugin_module, make_env, stop_process_group
+from sbfaults import assert_gone_with_serve, embedded_stage, serve_logged, stop_leftover_postmaster
+from sbtest import install_plugin_module, make_env, stop_process_group
 
 #: Long enough that a serve still draining when the test gives up is unmistakable.
 GRACE_S = 30
@@ -95,27 +94,15 @@ def test_a_worker_that_never_comes_up_stops_serve_and_the_embedded_database(
     data = tmp_path / "data"
     env = make_env(None, data, PYTHONPATH=str(site))
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*SWITCHBOARD, "serve", "--port", str(free_port()), "--workers", "2"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = serve_logged(env, log, workers=2)
     try:
         code = proc.wait(60)
     finally:
         stop_process_group(proc)
-        pid_file = data / "pg" / "postmaster.pid"
-        pid = int(pid_file.read_text().splitlines()[0]) if pid_file.exists() else None
-        postmaster = psutil.Process(pid) if pid and psutil.pid_exists(pid) else None
-        if postmaster is not None and postmaster.is_running():
-            postmaster.send_signal(signal.SIGINT)  # no server left behind, even failing
-            postmaster.wait(30)
+        left = stop_leftover_postmaster(data)
     text = log.read_text()
     assert "broken_start refuses to start a worker" in text, text[-3000:]
     # serve failed (Sanic's exit status after a kill), not killed by its own SIGKILL ...
     assert code == 1, (code, text[-3000:])
     # ... and stopped the database it had started: nothing left to clean up above.
-    assert postmaster is None, "the embedded PostgreSQL outlived serve"
+    assert not left, "the embedded PostgreSQL outlived serve"

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -313,3 +313,47 @@ def postmaster_of(pgdata: Path) -> psutil.Process:
 def serve_tree(pid: int) -> list[int]:
     """``serve`` (``pid``) and every process under it: its workers and their children."""
     return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+
+
+def serve_logged(env: dict[str, str], log: Path, workers: int) -> subprocess.Popen[bytes]:
+    """``switchboard serve`` on a free port, in a session of its own (so a signal meant
+    for it reaches only it), its output in ``log``."""
+    from sbtest import SWITCHBOARD, free_port
+
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [*SWITCHBOARD, "serve", "--port", str(free_port()), "--workers", str(workers)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def exit_after(
+    proc: subprocess.Popen[bytes], stop: Callable[[], None], wait_s: float
+) -> tuple[int | None, float]:
+    """``stop`` (a signal to serve), then serve's exit code (None: still running after
+    ``wait_s``) and how long after the signal it came."""
+    stop()
+    signalled = time.monotonic()
+    try:
+        code: int | None = proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        code = None
+    return code, time.monotonic() - signalled
+
+
+def stop_leftover_postmaster(data: Path) -> bool:
+    """No embedded PostgreSQL left behind under ``data``, even by a failing test: True if
+    one was left (and is now stopped)."""
+    pid_file = data / "pg" / "postmaster.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text().splitlines()[0])
+    if not psutil.pid_exists(pid):
+        return False
+    postmaster = psutil.Process(pid)
+    postmaster.send_signal(signal.SIGINT)
+    postmaster.wait(30)
+    return True

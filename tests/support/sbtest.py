@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 # The installed console script, never `python -m` from a checkout: tests exercise the
 # package exactly as pip installed it.
 SWITCHBOARD = [str(Path(sys.executable).with_name("switchboard"))]
@@ -195,6 +197,17 @@ class CLI:
         doc = json.loads(self.run(*args).stdout)
         remember_secrets(doc)
         return doc
+
+
+def session_of(sid: int) -> list[int]:
+    """The processes still running in session ``sid`` (a command's or serve's, and their
+    children: a worker, an evaluator)."""
+    left = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+    return left
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
