@@ -41,6 +41,17 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
         pytest.mark.anyio(obj)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by it
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``own_server``: a test that never uses the session's PostgreSQL (it starts, freezes,
+    kills or restarts one of its own, always the embedded one). Against an external server
+    (tox's ``pg``) such a test proves nothing the embedded run does not: ``pg`` skips the
+    slow ones (tox.ini)."""
+    for item in items:
+        if "pg_server" not in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.own_server)
+
+
 #: What the session ran against, for the closing summary ("PostgreSQL 16.2 (embedded, …)").
 _SERVER_LINE: list[str] = []
 

@@ -195,6 +195,12 @@ def _events(dsn: str) -> int:
     return int(row[0])
 
 
+#: Old events to prune: about 2 s of pruning left at the thaw.
+COPIES = 10000
+#: Long enough for two of the pruner's runs to fail (each waits its 2 s deadline).
+PRUNE_FROZEN_S = 5.0
+
+
 async def test_the_retention_job_frozen_mid_prune_fails_in_one_line_and_resumes(
     server_factory: Any, private_pg: PrivatePostgres, private_dsn: str, fault_config: Any
 ) -> None:
@@ -206,18 +212,18 @@ async def test_the_retention_job_frozen_mid_prune_fails_in_one_line_and_resumes(
     with httpx.Client(timeout=30) as http:
         assert deliver(http, url, "old").status_code == 202
     plain.stop()
-    _copies_of_the_event(private_dsn, 30000, days_old=40)
+    _copies_of_the_event(private_dsn, COPIES, days_old=40)
     config = fault_config(
         "[server]\ndatabase_timeout_ms = 2000\n"
         "[retention]\nevents_days = 30\ninterval_s = 0.5\nbatch_size = 100\n"
     )
     srv = server_factory(private_dsn, config=config)
     deadline = time.monotonic() + 20
-    while _events(private_dsn) > 30001 - 500:  # mid-prune: batches paced, seconds to go
+    while _events(private_dsn) > COPIES + 1 - 500:  # mid-prune: batches paced, seconds to go
         assert time.monotonic() < deadline, srv.log.read_text()[-3000:]
         await asyncio.sleep(0.05)
     with private_pg.frozen():
-        await asyncio.sleep(FROZEN_S)
+        await asyncio.sleep(PRUNE_FROZEN_S)
     frozen_left = _events(private_dsn)
     assert frozen_left > 0  # the freeze came mid-prune
     back = time.monotonic()
@@ -228,7 +234,7 @@ async def test_the_retention_job_frozen_mid_prune_fails_in_one_line_and_resumes(
     log = srv.log.read_text()
     failed = [line for line in log.splitlines() if "retention: prune run failed" in line]
     # One line a run (each waits its deadline, 2 s, then the interval): never a spin.
-    assert 1 <= len(failed) <= FROZEN_S / 2 + 1, failed
+    assert 1 <= len(failed) <= PRUNE_FROZEN_S / 2 + 1, failed
     _assert_quiet(log)
     # The pruner's stop with the database frozen is bounded too.
     with private_pg.frozen():
