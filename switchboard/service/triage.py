@@ -37,7 +37,7 @@ from ..routing.model import (
     StageResult,
 )
 from ..routing.route import config_of, grant_for, route
-from ..routing.stagecall import budget_ms, stage_timeout_ms
+from ..routing.stagecall import STORE_RETRY_S, budget_ms, stage_timeout_ms
 from ..routing.trace import validate_trace
 from ..runtime import Runtime
 from . import wake
@@ -231,11 +231,17 @@ class TriageWorker:
         claimed = float(row.get(CLAIMED_AT, time.monotonic()))
         pending_trace = row["routing_trace"] or {}
         faults = [_fault(f) for f in pending_trace.get("faults") or () if isinstance(f, dict)]
-        webhook = (
-            await rt.store.resolve_webhook_by_id(str(row["webhook_id"]))
-            if row["webhook_id"]
-            else None
-        )
+        try:
+            webhook = (
+                await rt.store.resolve_webhook_by_id(str(row["webhook_id"]))
+                if row["webhook_id"]
+                else None
+            )
+        except StoreUnavailable:
+            # Before any stage ran, nothing was asked: postponed with its attempt given
+            # back, as a stage's own outage is (call_stage), not held to its lease and
+            # claimed again as one more attempt.
+            raise NotYet("the database is unavailable", STORE_RETRY_S) from None
         envelope: dict[str, Any] = {}
         if webhook is None:
             decision = _orphan(name)

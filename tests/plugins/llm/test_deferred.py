@@ -159,6 +159,35 @@ async def test_after_max_attempts_the_default_says_so(tenant: Tenant, fake_ai: F
     assert len(fake_ai.requests(model)) == 1
 
 
+async def test_a_run_cut_off_before_any_stage_spends_no_attempt(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    """The database away while the worker reads the event's webhook, before any stage ran
+    (that read waits on a lock past the store's 2 s deadline): the event is postponed with
+    its attempt given back, as a stage's own outage is. It used to keep its lease (15 s
+    here) and be claimed again as its second attempt."""
+    t = tenant
+    model = fake_ai.on(t.model("unread"), GOOD)
+    await t.triage(model)
+    t.deliver(ISSUE, "warm")  # the receiver keeps the webhook's resolution from here on
+    decided(t, ["warm"])
+    dsn = t.srv.env["SWITCHBOARD_DATABASE_URL"]
+    with psycopg.connect(dsn) as holder:
+        # Read by the worker's resolution of the webhook, never by a kept one's delivery.
+        holder.execute("LOCK TABLE webhook_routes IN ACCESS EXCLUSIVE MODE")
+        reply = t.deliver(ISSUE, "cut")
+        assert reply["disposition"] == "pending", reply
+        deadline = time.monotonic() + 20
+        while f"event {reply['event_id']} waits" not in t.srv.log.read_text():
+            assert time.monotonic() < deadline, t.srv.log.read_text()[-3000:]
+            time.sleep(0.1)
+        holder.rollback()
+    [event] = decided(t, ["cut"])
+    assert event["trace"]["stage"] == "llm", event["trace"]
+    assert event["trace"]["deferred"]["attempts"] == 1, event["trace"]
+    assert len(fake_ai.requests(model)) == 2  # "warm", then "cut" once
+
+
 async def test_metrics_show_the_queue_the_wait_and_the_tokens(
     tenant: Tenant, fake_ai: FakeAI
 ) -> None:
