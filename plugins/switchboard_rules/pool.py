@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -17,7 +18,10 @@ from .limits import PARSE_S_PER_BYTE, Limits, SandboxUnavailable
 from .policy import Attempt
 from .restarts import Restarts
 from .resume import HARD_DEADLINE, answered
+from .takeup import Takeup, takeup_ms
 from .wire import exchange, parse_line
+
+log = logging.getLogger("switchboard.rules")
 
 #: This plugin's package, and the fork server's module in it.
 _PACKAGE = __name__.rpartition(".")[0]
@@ -73,6 +77,9 @@ class Pool:
         self._ctrl: socket.socket | None = None
         self._lock = asyncio.Lock()
         self._restarts = Restarts(self.start)  #: shared, and spaced out after failures
+        # a request is overdue once every wait for it is over (as the fork server's for a
+        # zygote's: a delivery's for its new evaluator, a refill's)
+        self._takeup = Takeup(takeup_ms(limits) / 1000)
         #: warm evaluators by rule-set key, least recently used first
         self.idle: OrderedDict[str, list[Evaluator]] = OrderedDict()
         self.live: dict[str, int] = {}  #: evaluators started per key and not yet closed
@@ -109,7 +116,7 @@ class Pool:
                 retire_bytes=limits.memory_bytes // 4,
                 # a zygote is broken once every wait for its first word is over: a delivery's
                 # for its new evaluator (event and grace, then the compile), a refill's
-                takeup_ms=2 * limits.compile_ms + max(limits.event_ms + limits.kill_grace_ms, 1000),
+                takeup_ms=takeup_ms(limits),
             )
             argv = [
                 sys.executable,
@@ -161,6 +168,7 @@ class Pool:
         self.live.clear()
         self.busy.clear()
         self._touched.clear()
+        self._takeup.clear()
         if self._ctrl is not None:
             self._ctrl.close()
             self._ctrl = None
@@ -194,6 +202,19 @@ class Pool:
             self._reset()
 
     async def _ctrl_socket(self) -> socket.socket:
+        if self._takeup.overdue(self._ctrl):
+            async with self._lock:  # one judge at a time; the others find it settled
+                late = await self._takeup.stuck(self._ctrl)
+                if late:
+                    # Stopped (SIGSTOP) or hung, it would hold every new evaluator and
+                    # compile (each waiting out its deadline) for as long as it stays so:
+                    # killed with everything under it (SIGKILL reaches a stopped process).
+                    log.warning(
+                        "rules sandbox: the fork server took up no request for %.1f s"
+                        " (stopped or hung): killed, and a new one started",
+                        late,
+                    )
+                    self._reset()
         if self._proc is None or self._proc.poll() is not None or self._ctrl is None:
             await self._restarts.wait()
         if self._ctrl is None:
@@ -211,6 +232,7 @@ class Pool:
                 ctrl = await self._ctrl_socket()
                 try:
                     socket.send_fds(ctrl, [request], [theirs.fileno()])
+                    self._takeup.sent()
                     break
                 except OSError:
                     async with self._lock:

@@ -313,6 +313,8 @@ class ForkServer:
                     if not data:
                         return self.shutdown()
                     self.dispatch(data, fds[0] if fds else None)
+                    if fds:  # taken up: the server stops holding it against takeup_ms
+                        self.ctrl.send(wire.TAKEN)
                 elif sock in socks and self.zygotes.get(socks[sock], (0, None))[1] is sock:
                     self.heard(socks[sock])  # (not when dispatch dropped it meanwhile)
             self.kill_stuck()

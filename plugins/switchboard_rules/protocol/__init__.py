@@ -9,6 +9,7 @@ Who says what to whom::
     server ── argv ────────────────────────▶ fork server  ChildConfig (JSON), at start
     server ◀─ control socket ─────────────── fork server  READY, once jq is imported
     server ── control socket + one fd ─────▶ fork server ─▶ zygote   Request; EOF: shut down
+    server ◀─ control socket ─────────────── fork server  TAKEN, once per request handed on
     fork server ◀─ zygote's control socket ─ zygote       TAKEN, once per request taken up
     server ── control socket ──────────────▶ fork server  Request(TOUCH): a rule set in use
     server ── request socket (that fd) ────▶ zygote       frame: the rule set (spec)

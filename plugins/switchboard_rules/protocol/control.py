@@ -53,7 +53,8 @@ SPAWN = "spawn"
 COMPILE = "compile"
 TOUCH = "touch"
 #: A zygote's word to the fork server on its control socket, once per request it took up
-#: (answered a compile, forked an evaluator, or refused the request).
+#: (answered a compile, forked an evaluator, or refused the request); and the fork server's
+#: to the server, once per request with a socket it handed on (or refused).
 TAKEN = b"t"
 
 

@@ -79,6 +79,34 @@ async def test_a_frozen_zygote_is_killed_and_its_rule_set_gets_a_new_one() -> No
         assert stopped == []
 
 
+async def test_a_frozen_fork_server_is_killed_and_a_new_one_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The fork server frozen (SIGSTOP) while deliveries need new evaluators: the delivery
+    whose request it never took up gets a bounded answer; once that request is overdue the
+    next delivery kills it (with everything under it) and is served by a new one. Each such
+    delivery once waited out its deadline for ``sandbox_failure``, for as long as the fork
+    server stayed stopped. Continuing it afterwards finds nothing to continue."""
+    async with sandbox(kill_grace_ms=500, evaluator_uses=1) as sb:  # a new evaluator each time
+        assert (await sb.evaluate(RULES, {}, ENV)).rule_index == 1
+        assert sb.pid is not None
+        first = psutil.Process(sb.pid)
+        under = first.children(recursive=True)
+        with frozen(first):
+            result = await asyncio.wait_for(sb.evaluate(RULES, {}, ENV), 30)
+            # the fault at its deadline, or the match (when the kill came first: tried again)
+            assert result.rule_index == 1 or faults(result) == FAILED, result
+            result = await _until_matched(sb, 20)
+            assert result.rule_index == 1, result
+            assert sb.pid is not None and sb.pid != first.pid
+            _, alive = psutil.wait_procs([first, *under], timeout=10)  # killed, and reaped
+            assert alive == []
+        assert (await sb.evaluate(RULES, {}, ENV)).rule_index == 1
+        assert psutil.Process(sb.pid).status() != psutil.STATUS_STOPPED
+    said = [r.getMessage() for r in caplog.records if "fork server took up no" in r.getMessage()]
+    assert len(said) == 1, said
+
+
 # -- the fork server's restarts ------------------------------------------------------------------
 
 
