@@ -299,7 +299,10 @@ async def _cut_before_the_model(
             with private_pg.frozen():
                 await asyncio.sleep(kw["down_s"])
         else:
-            private_pg.outage(kw["down_s"])  # every session ends, the holder's too
+            # Every session ends at once: the holder's, and the run's waiting for its row
+            # (a fast stop let that run's statement take the row and commit first, now and
+            # then: the run then went on to the model, uncut).
+            private_pg.outage(kw["down_s"], mode="immediate")
     finally:
         with contextlib.suppress(psycopg.Error):
             holder.rollback()

@@ -73,15 +73,17 @@ class PrivatePostgres:
         postmaster on the same socket."""
         self._pg_ctl(["-w", "-m", "fast", "restart"])
 
-    def outage(self, down_s: float) -> None:
+    def outage(self, down_s: float, mode: str = "fast") -> None:
         """Stop the server (every session ends), keep it down ``down_s`` seconds, start it
         again on the same socket with the options it ran with; returns once it accepts
-        connections."""
+        connections. ``mode``: pg_ctl's; ``immediate`` ends every session at once, where
+        ``fast`` lets a statement that was waiting for a lock the first one to end held
+        finish (and commit) before its own session ends."""
         import shlex
 
         argv = shlex.split((self.pgdata / "postmaster.opts").read_text())[1:]
         options = [a for i, a in enumerate(argv) if a != "-D" and (i == 0 or argv[i - 1] != "-D")]
-        self._pg_ctl(["-w", "-m", "fast", "stop"])
+        self._pg_ctl(["-w", "-m", mode, "stop"])
         time.sleep(down_s)
         self._pg_ctl(
             ["-w", "-l", str(self.pgdata / "outage.log"), "-o", shlex.join(options), "start"]
