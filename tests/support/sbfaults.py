@@ -27,13 +27,20 @@ MCP_VERSION = "2025-06-18"
 
 @contextlib.contextmanager
 def frozen(*procs: psutil.Process) -> Iterator[None]:
-    """``procs`` stopped (SIGSTOP) for the block, and continued after, whatever happens."""
-    for proc in procs:
-        proc.send_signal(signal.SIGSTOP)
+    """``procs`` stopped (SIGSTOP) for the block, and continued after, whatever happens.
+
+    One that is gone by the time it is stopped (a backend whose client just left) is passed
+    over: it used to raise before the block, leaving those already stopped stopped for good.
+    """
+    stopped: list[psutil.Process] = []
     try:
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGSTOP)
+                stopped.append(proc)
         yield
     finally:
-        for proc in procs:
+        for proc in stopped:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(signal.SIGCONT)
 
