@@ -27,7 +27,8 @@ class World:
     go through the CLI's commands. Those run in this process (:meth:`CLI.fast`: the same
     parser, runtime and service calls, without the half second a child's start-up costs;
     tests/cli runs each verb through the console script itself), unless the environment
-    puts plugins of its own on ``PYTHONPATH``, which only a child would load.
+    puts plugins of its own on ``PYTHONPATH``, which only a child would load, or names no
+    database (the embedded one a serve started, which a process keeps one handle on).
     """
 
     cli: CLI
@@ -36,8 +37,13 @@ class World:
     direct: bool = False
 
     def _commands(self) -> CLI:
-        if self.cli.env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
+        env = self.cli.env
+        if env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
             return self.cli  # a plugin only a child sees
+        if "SWITCHBOARD_DATABASE_URL" not in env:
+            # the embedded database of a serve: a command in this process would keep its
+            # own handle on it (the embedded server's, one per data directory a process)
+            return self.cli
         return self.cli.fast()
 
     def name(self, short: str) -> str:
