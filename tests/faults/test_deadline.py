@@ -12,6 +12,8 @@ from sbfaults import PrivatePostgres
 from switchboard.errors import StoreUnavailable
 from switchboard.store.db import Database
 
+pytestmark = pytest.mark.slow  # a frozen server: the fault tests' envs run it
+
 TIMEOUT_S = 0.5
 
 

@@ -32,6 +32,7 @@ async def quiet_owner(sb: Sandbox, n: int) -> list[MatchResult]:
     return out
 
 
+@pytest.mark.slow
 async def test_slow_rules_at_32_connections_degrade_only_their_owner() -> None:
     async with sandbox() as sb:
         assert await sb.evaluate(QUIET, {}, ENV, owner="quiet", scope="quiet-hook") == MatchResult(
@@ -57,6 +58,7 @@ async def test_slow_rules_at_32_connections_degrade_only_their_owner() -> None:
     assert "timeout" in causes and "sandbox_busy" in causes
 
 
+@pytest.mark.slow
 async def test_without_shares_the_same_flood_would_degrade_the_quiet_owner() -> None:
     """The control: one shared pool of two slots (the old sandbox) lets the flood through.
 

@@ -58,6 +58,7 @@ def fork_server(root: int) -> psutil.Process:
 # -- the server's side, without a server -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_frozen_warm_evaluator_never_holds_a_large_frame_past_its_deadline() -> None:
     """A frame larger than the socket's buffer, sent to a warm evaluator frozen meanwhile:
     the send itself waits for it, and must keep the frame's deadline (it once waited for
@@ -80,6 +81,7 @@ async def test_a_frozen_warm_evaluator_never_holds_a_large_frame_past_its_deadli
         assert (await sb.evaluate(rules, {}, big)).rule_index == 0  # a new one serves
 
 
+@pytest.mark.slow
 async def test_a_fork_server_frozen_at_its_restart_costs_a_delivery_its_deadline_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -235,6 +235,7 @@ def _causes(dsn: str, t: Tenant) -> Counter[str]:
     )
 
 
+@pytest.mark.slow
 async def test_slow_rules_at_32_connections_degrade_only_their_owner(
     server: Server, tenants: tuple[Tenant, Tenant], module_runtime: Runtime, module_dsn: str
 ) -> None:
