@@ -18,6 +18,7 @@ from sbfaults import (
     assert_gone_with_serve,
     embedded_stage,
     read_reply,
+    stop_leftover_postmaster,
     stored_deliveries,
 )
 
@@ -61,9 +62,7 @@ def test_ctrl_c_drains_like_sigterm_and_stops_the_embedded_database(
         assert code == 0, (code, log[-3000:])
         assert_gone_with_serve(postmaster, group, log)
     finally:
-        if postmaster.is_running():  # this test leaves no server behind, even failing
-            postmaster.send_signal(signal.SIGINT)
-            postmaster.wait(30)
+        stop_leftover_postmaster(data)  # this test leaves no server behind, even failing
     # Every delivery answered 202 was committed: read back from the stopped server's data.
     _assert_stored(data, set(bodies))
 

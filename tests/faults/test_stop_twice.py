@@ -46,9 +46,7 @@ def test_a_second_sigterm_during_the_drain_still_stops_the_embedded_database(
         _stop_twice(srv, postmaster, group)
     finally:
         stuck.close()
-        if postmaster.is_running():  # this test leaves no server behind, even failing
-            postmaster.send_signal(signal.SIGINT)
-            postmaster.wait(30)
+        stop_leftover_postmaster(data)  # this test leaves no server behind, even failing
 
 
 def _stop_twice(srv: Any, postmaster: psutil.Process, group: list[int]) -> None:

@@ -370,10 +370,10 @@ def stop_leftover_postmaster(data: Path) -> bool:
     pid_file = data / "pg" / "postmaster.pid"
     if not pid_file.exists():
         return False
-    pid = int(pid_file.read_text().splitlines()[0])
-    if not psutil.pid_exists(pid):
+    try:
+        postmaster = postmaster_of(data / "pg")
+    except psutil.NoSuchProcess:
         return False
-    postmaster = psutil.Process(pid)
     postmaster.send_signal(signal.SIGINT)
     postmaster.wait(30)
     return True
