@@ -33,11 +33,15 @@ from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
 
-#: Events read per page, and sent to the sandbox per batch.
+#: Events read per page, and sent to the sandbox per batch at most.
 PAGE = 256
 #: Batches in the sandbox at once (each holds one of the owner's evaluation slots while it
 #: runs and gives it back after, so the owner's live deliveries wait at most one batch).
 PARALLEL = 2
+#: About how long one batch may keep the sandbox (see ``_Pace``), and the first batch's size
+#: (before its pace is known).
+BATCH_S = 0.5
+FIRST_BATCH = 8
 
 #: ``progress(done, total, message)``: how far a history call is (total None: unknown).
 Progress = Callable[[int, int | None, str | None], Awaitable[None]]
@@ -227,20 +231,25 @@ async def evaluated(
     read = 0
     asked = min(PAGE, want)
     fetch: asyncio.Task[list[Row]] | None = asyncio.ensure_future(page(window.after, asked))
+    rows: deque[Row] = deque()
     inflight: deque[asyncio.Task[list[Evaluated]]] = deque()
+    pace = _Pace()
     try:
-        while fetch is not None or inflight:
-            if fetch is not None and len(inflight) < PARALLEL:
-                rows = await fetch
-                fetch = None
-                read += len(rows)
-                if len(rows) == asked and read < want:  # more may follow: read it meanwhile
-                    last, asked = rows[-1], min(PAGE, want - read)
-                    fetch = asyncio.ensure_future(
-                        page((last["received_at"], str(last["id"])), asked)
-                    )
-                if rows:
-                    inflight.append(asyncio.ensure_future(judge(rows)))
+        while fetch is not None or rows or inflight:
+            if len(inflight) < PARALLEL and (rows or fetch is not None):
+                if fetch is not None and len(rows) < pace.size:
+                    got = await fetch
+                    fetch = None
+                    read += len(got)
+                    if len(got) == asked and read < want:  # more may follow: read it meanwhile
+                        last, asked = got[-1], min(PAGE, want - read)
+                        fetch = asyncio.ensure_future(
+                            page((last["received_at"], str(last["id"])), asked)
+                        )
+                    rows.extend(got)
+                    continue
+                batch = [rows.popleft() for _ in range(min(pace.size, len(rows)))]
+                inflight.append(asyncio.ensure_future(pace.timed(judge(batch), len(batch))))
                 continue
             done = await inflight.popleft()
             for item in done:
@@ -253,6 +262,23 @@ async def evaluated(
                 await task
             except BaseException:  # noqa: BLE001 - cancelled or failed: either way, gone
                 pass
+
+
+class _Pace:
+    """How many events go to the stage in one batch: as many as it evaluates in about
+    :data:`BATCH_S`, at most :data:`PAGE`. A caller stops at its deadline only between
+    batches, and what is still in the sandbox then is thrown away: with slow rules (each
+    event a timeout) a page-sized batch would run for many times the deadline."""
+
+    def __init__(self) -> None:
+        self.size = FIRST_BATCH
+
+    async def timed(self, batch: Awaitable[list[Evaluated]], n: int) -> list[Evaluated]:
+        began = time.monotonic()
+        out = await batch
+        each = (time.monotonic() - began) / n
+        self.size = max(1, min(PAGE, int(BATCH_S / each) if each > 0 else PAGE))
+        return out
 
 
 class Clock:
