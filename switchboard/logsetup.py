@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -155,9 +156,19 @@ class TextFormatter(logging.Formatter):
         return loghygiene.redact(line)
 
 
+#: A field value written bare in the text format: no space, quote or backslash.
+_BARE = re.compile(r'[^\s"\\]+')
+
+
 def _text(value: Any) -> str:
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False) if (not value or " " in value) else value
+        # Quoted (JSON's escapes) unless plainly one token: a producer's header (a kind, a
+        # delivery id) with a newline or a quote must not begin a forged line of its own.
+        if value.isprintable() and _BARE.fullmatch(value):
+            return value
+        quoted = json.dumps(value, ensure_ascii=False)
+        # JSON leaves U+0085, U+2028 and the like as they are: line breaks to splitlines()
+        return quoted if quoted.isprintable() else json.dumps(value)
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value) or "-"
     return str(value)

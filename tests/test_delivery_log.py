@@ -186,6 +186,26 @@ def test_formatters_spell_the_fields_and_redact_them() -> None:
     assert "faults=timeout" in line and token not in line
 
 
+def test_a_producers_line_break_never_begins_a_line_of_its_own_in_text() -> None:
+    """A kind or delivery id is the producer's text: in the text format a value with a line
+    break (``\\n``, or one of Unicode's: U+0085, U+2028) or a quote is written quoted, with
+    JSON's escapes, so it cannot forge a line; a plain token stays bare."""
+    forged = "push\n2026-01-01 00:00:00 ERROR switchboard: forged"
+    line = TextFormatter().format(
+        _record(
+            "delivery 202 routed",
+            status=202,
+            kind=forged,
+            delivery_id='a"b\u2028c\x85d',
+            queue="inbox",
+        )
+    )
+    assert line.splitlines() == [line], line
+    assert 'kind="push\\n2026' in line
+    assert 'delivery_id="a\\"b\\u2028c\\u0085d"' in line
+    assert "queue=inbox" in line
+
+
 def test_the_delivery_line_redacts_what_the_producer_wrote_once() -> None:
     """The delivery line is formatted without a whole-line pass: ``observe`` redacts the
     producer's own words (its kind, the verifier's detail) before the line is built."""
