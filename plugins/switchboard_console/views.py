@@ -264,6 +264,9 @@ class Console:
             doc = json.loads(text)
         except ValueError as exc:
             raise InvalidArgument(f"candidate: not JSON ({exc})") from None
+        except RecursionError:
+            # json.loads recurses once per level: ~1000 nested brackets exhaust the stack
+            raise InvalidArgument("candidate: nested too deeply to read as JSON") from None
         if isinstance(doc, list):
             doc = {"rules": doc}
         if not isinstance(doc, dict):

@@ -32,6 +32,19 @@ class ClientDisconnected(OSError):
     """The client closed the connection while the ASGI app was still sending."""
 
 
+def _wire(text: str) -> bytes:
+    """The bytes ``text`` came from, or goes out as: Sanic decodes a request's head as UTF-8
+    with surrogateescape and encodes response headers back the same way, so any byte a client
+    sends (a UTF-8 ``User-Agent``, a token that is not UTF-8) round-trips exactly, where
+    Latin-1 would fail on the one and mangle the other."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _unwire(raw: bytes) -> str:
+    """``_wire`` undone: an ASGI app's header bytes as the text Sanic writes back unchanged."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def build_scope(request: Request, path: str | None = None) -> dict[str, Any]:
     """An ASGI HTTP scope for a Sanic request (headers lower-cased, as ASGI requires)."""
     path = path or request.path
@@ -43,13 +56,10 @@ def build_scope(request: Request, path: str | None = None) -> dict[str, Any]:
         "method": request.method,
         "scheme": request.scheme,
         "path": path,
-        "raw_path": path.encode(),
+        "raw_path": _wire(path),
         "root_path": "",
-        "query_string": (request.query_string or "").encode("latin-1"),
-        "headers": [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in request.headers.items()
-        ],
+        "query_string": _wire(request.query_string or ""),
+        "headers": [(_wire(name.lower()), _wire(value)) for name, value in request.headers.items()],
         "client": (request.ip, request.port) if request.ip else None,
         "server": (request.server_name, server_port),
         "state": {},
@@ -103,10 +113,11 @@ class _Exchange:
 
     async def _respond(self) -> None:
         assert self.start is not None
-        headers = Header(
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.start.get("headers", [])]
-        )
-        content_type = headers.pop("content-type", None)
+        headers = Header([(_unwire(k), _unwire(v)) for k, v in self.start.get("headers", [])])
+        # Sanic writes a content type on every response with a body (the string "None" when
+        # given none). A response sent without one (the SDK's plain-text 400s) means
+        # "assume application/octet-stream" (RFC 9110 8.3), so that is what goes out.
+        content_type = headers.pop("content-type", None) or "application/octet-stream"
         self.response = await self.request.respond(
             status=int(self.start["status"]), headers=headers, content_type=content_type
         )

@@ -1,7 +1,8 @@
 """What a producer or a client sends that the console must answer with one of its pages,
 never a 500 or a traceback: a delivery whose JSON holds a lone surrogate, numbers that
-``str.isdigit()`` takes but ``int()`` does not, a non-ASCII CSRF token or cookie, and a form
-that is not one. A real server; the delivery taken in by the real ingest function."""
+``str.isdigit()`` takes but ``int()`` does not, a non-ASCII CSRF token or cookie, a rules
+candidate nested too deeply to read, and a form that is not one. A real server; the delivery
+taken in by the real ingest function."""
 
 from __future__ import annotations
 
@@ -130,6 +131,29 @@ def test_a_posted_last_that_is_not_a_number_is_refused_by_name(seeded: Any, last
             f"/console/webhooks/{hid}/reroute", data={"csrf": csrf, "step": "plan", "last": last}
         )
         assert _page(plan, 400) == "last: must be a number from 1 to 10000"
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        "[" * 100_000 + "]" * 100_000,  # the report's
+        "[" * 1000 + "]" * 1000,  # about where json.loads runs out of stack
+        '{"rules": ' + "[" * 5000 + "]" * 5000 + "}",
+    ],
+)
+def test_a_candidate_nested_too_deeply_is_the_400_page_naming_it(
+    seeded: Any, candidate: str
+) -> None:
+    hid = seeded["hook"]["webhook_id"]
+    with contextlib.closing(_signed_in(seeded)) as client:
+        csrf = _csrf(client.get(f"/console/webhooks/{hid}/rules").text)
+        dry = client.post(
+            f"/console/webhooks/{hid}/rules",
+            data={"csrf": csrf, "candidate": candidate, "last": "5"},
+        )
+        assert dry.status_code == 400, (dry.status_code, dry.text[:300])
+        found = re.search(r'id="dry-run-error">(.*?)</p>', dry.text, re.S)
+        assert found and found[1] == "candidate: nested too deeply to read as JSON", dry.text[:300]
 
 
 @pytest.mark.parametrize(
