@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 from typing import Any, cast
 
 from sanic.exceptions import (
+    BadURL,
     ExpectationFailed,
     PayloadTooLarge,
     RequestTimeout,
@@ -73,6 +75,10 @@ OWN_WORDS = (ArrivalTimeout, UnsupportedExpect)
 #: How much of an unsupported ``Expect`` value the ``417`` body quotes.
 EXPECT_SHOWN = 64
 
+#: A ``Content-Length`` (base 10) or a chunk size (base 16): ASCII digits only (RFC 9112),
+#: since ``int()`` also reads "٧" as 7, a length a proxy in front would read otherwise.
+_NUMBER = {10: re.compile("[0-9]+"), 16: re.compile("[0-9A-Fa-f]+")}
+
 
 def _late(what: str, seconds: float, setting: str) -> str:
     return f"request {what} not received within {round(seconds * 1000)} ms ({setting})"
@@ -101,6 +107,27 @@ class BoundedHttp(Http):
     def init_for_request(self) -> None:
         super().init_for_request()
         self._disarm()
+
+    @staticmethod
+    def _safe_int(value: str, base: int = 10) -> int:
+        # Sanic's own refuses a sign or an underscore, and takes any other int() text.
+        if not _NUMBER[base].fullmatch(value.strip(" \t")):
+            raise ValueError(f"not a base-{base} number")
+        return int(value, base)
+
+    def create_empty_request(self) -> None:
+        """The stand-in request a refusal before the request was parsed is answered on.
+
+        Sanic builds it from the target the refused request line carried; a target the
+        URL parser refuses (a control byte, no leading ``/``) would raise again while the
+        ``400`` is prepared, leaving no answer and a traceback in the log. Such a request
+        is answered as one with no target.
+        """
+        try:
+            super().create_empty_request()
+        except BadURL:
+            self.url = None
+            super().create_empty_request()
 
     async def http1_request_header(self) -> None:
         # Called once the request's first bytes are in the buffer.
@@ -161,9 +188,8 @@ class BoundedHttp(Http):
         if getattr(self.protocol.app.ctx, "draining", False):
             self.keep_alive = False
             raise ServiceUnavailable("server shutting down")
-        assert self.request is not None
-        length = self.request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.protocol.request_max_size:
+        # Sanic read a declared length into request_bytes (a chunked body declares none).
+        if self.request_body is True and self.request_bytes > self.protocol.request_max_size:
             self.expecting_continue = False
             self.keep_alive = False
             raise PayloadTooLarge("Request body exceeds the size limit")

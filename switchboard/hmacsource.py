@@ -44,7 +44,7 @@ from .sources import (
     Identity,
     Verification,
     body_key,
-    usable_delivery_id,
+    delivery_id_key,
 )
 
 _LOCATION: dict[str, Any] = {
@@ -136,7 +136,9 @@ SCHEME_SCHEMA: dict[str, Any] = {
 }
 
 _VALIDATOR = Draft202012Validator(SCHEME_SCHEMA)
-_MAX_TIMESTAMP_DIGITS = 12
+# ASCII digits only: str.isdigit() also takes "²" and "٣", which int() refuses or reads.
+_TIMESTAMP = re.compile("[0-9]{1,12}")
+_INDEX = re.compile("[0-9]+")
 
 
 class SchemeError(ValueError):
@@ -188,7 +190,7 @@ def _pointer(doc: Any, pointer: str) -> Any:
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(doc, dict):
             doc = doc.get(part)
-        elif isinstance(doc, list) and part.isdigit():
+        elif isinstance(doc, list) and _INDEX.fullmatch(part):
             index = int(part)
             doc = doc[index] if index < len(doc) else None
         else:
@@ -244,11 +246,8 @@ class _Read:
         return None
 
     def delivery_id(self) -> str:
-        for loc in self.scheme.delivery_id:
-            usable = usable_delivery_id(self.at(loc))
-            if usable is not None:
-                return usable
-        return body_key(self.body)
+        found = delivery_id_key(self.at(loc) for loc in self.scheme.delivery_id)
+        return found or body_key(self.body)
 
     def signatures(self) -> list[str]:
         prefix = self.scheme.signature_prefix
@@ -366,7 +365,7 @@ class HmacSource:
         stamp = ""
         if scheme.timestamp is not None:
             stamp = read.at(scheme.timestamp) or ""
-            if not stamp.isdigit() or len(stamp) > _MAX_TIMESTAMP_DIGITS:
+            if not _TIMESTAMP.fullmatch(stamp):
                 return Verification.refuse(
                     reason=REASON_MALFORMED, detail="missing or malformed signature timestamp"
                 )

@@ -7,6 +7,7 @@ from typing import Any
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
+from .errors import RETRY_AFTER_SECONDS
 from .jsontext import dumps_bytes
 from .runtime import Runtime
 from .service.ingest import ingest
@@ -31,5 +32,9 @@ def add_receiver_routes(app: Sanic[Any, Any], rt: Runtime) -> None:
         # Written by orjson into a plain response: Sanic's JSONResponse would serialise with
         # json.dumps and keep the body around for later changes no receiver makes.
         return HTTPResponse(
-            dumps_bytes(reply.body), status=reply.status, content_type="application/json"
+            dumps_bytes(reply.body),
+            status=reply.status,
+            # every 503 says when to try again (a webhook with no live target yet)
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)} if reply.status == 503 else None,
+            content_type="application/json",
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .contract.sources import (
     MAX_DELIVERY_ID_BYTES,
@@ -34,7 +34,7 @@ from .contract.sources import (
     Verification,
     reason_code,
 )
-from .pgtext import raw_bytes
+from .pgtext import key_text, raw_bytes
 
 __all__ = [
     "MAX_DELIVERY_ID_BYTES",
@@ -111,6 +111,18 @@ def body_key(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
+#: The key of a delivery id over :data:`MAX_DELIVERY_ID_BYTES` starts so: a prefix of its
+#: own, so the hash of an id and the hash of a body (:func:`body_key`) never meet.
+LONG_ID_PREFIX = "id-sha256:"
+
+
+def long_id_key(value: str) -> str:
+    """The key of a delivery id too long to keep: its hash (never truncated, since two ids
+    sharing a prefix must not collide), so a retry of it still dedups. Hashed in its
+    one-to-one escaped form, so ids that differ by a byte PostgreSQL cannot hold differ."""
+    return LONG_ID_PREFIX + hashlib.sha256(key_text(value).encode()).hexdigest()
+
+
 # --------------------------------------------------------------------------------------
 # Helpers for source authors: refusals, delivery ids, header precedence, signatures
 # --------------------------------------------------------------------------------------
@@ -149,9 +161,27 @@ def delivery_id_from_headers(headers: Headers, names: Sequence[str]) -> str | No
     return None
 
 
+def delivery_id_key(candidates: Iterable[str | None]) -> str | None:
+    """The key of the first usable delivery id among ``candidates`` (in precedence order);
+    when every one given is too long, the first one's :func:`long_id_key`; None when none
+    is given. Read lazily: a later candidate (a body pointer) is not read once one is kept.
+
+    A producer that sent an id is never keyed by its body: two deliveries with distinct
+    long ids and the same body would be merged into one.
+    """
+    too_long: str | None = None
+    for value in candidates:
+        if usable_delivery_id(value) is not None:
+            return value
+        if value and too_long is None:
+            too_long = value
+    return None if too_long is None else long_id_key(too_long)
+
+
 def delivery_key(headers: Headers, names: Sequence[str], body: bytes) -> str:
-    """The delivery id from ``names``, else the body's hash (so a retry still dedups)."""
-    return delivery_id_from_headers(headers, names) or body_key(body)
+    """The delivery id from ``names`` (see :func:`delivery_id_key`), else the body's hash
+    (so a retry still dedups)."""
+    return delivery_id_key(headers.get(name) for name in names) or body_key(body)
 
 
 def prefixed_signature(secret: bytes, body: bytes) -> str:

@@ -232,3 +232,53 @@ def test_a_get_with_a_harmless_body_logs_no_error(server: Server) -> None:
     errors = [d for d in _log(server) if d["level"] in ("error", "critical")]
     assert not errors, errors
     assert "body not consumed" not in server.log.read_text()
+
+
+def test_a_target_the_url_parser_refuses_is_a_400_never_a_traceback(
+    server: Server, ingest_path: str
+) -> None:
+    # A control byte in the path, no leading "/", a raw non-ASCII byte: each a 400 with
+    # the one error shape, then closed; nothing logged as an error.
+    logged = len(_log(server))
+    targets = [
+        ingest_path.encode() + b"\x00",
+        ingest_path.encode() + b"\x01x",
+        b"/healthz\x7f",
+        b"healthz",
+        b"?a",
+        b"#a",
+        b"http://",
+        b"/healthz\xff",
+    ]
+    for target in targets:
+        for method, tail in ((b"GET", b""), (b"POST", b"Content-Length: 2\r\n\r\n{}")):
+            request = method + b" " + target + b" HTTP/1.1\r\nHost: x\r\n"
+            request += tail or b"\r\n"
+            _, got, closed = _exchange(server.port, request)
+            assert closed and _reply(got) == (400, error_body(400)), (target, got[:300])
+    # the server still answers
+    assert httpx.get(server.base_url + "/healthz", timeout=10).status_code == 200
+    time.sleep(0.2)
+    errors = [d for d in _log(server)[logged:] if d["level"] in ("error", "critical")]
+    assert not errors, errors
+    assert "Traceback" not in server.log.read_text()
+    assert ingest_path.rsplit("/", 1)[1] not in server.log.read_text()
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        "Content-Length: \u0662",  # an Arabic-Indic 2: int() reads it, a proxy would not
+        "Content-Length: \u00b2",
+        "Content-Length: \uff12",
+        "Transfer-Encoding: chunked",
+    ],
+)
+def test_a_length_of_other_than_ascii_digits_is_a_400(
+    server: Server, ingest_path: str, framing: str
+) -> None:
+    # The chunked body's size is the same Arabic-Indic 2, in UTF-8.
+    body = b"\xd9\xa2\r\n{}\r\n0\r\n\r\n" if "chunked" in framing else b"{}"
+    request = _head("POST", ingest_path, framing, "Connection: close") + body
+    _, got, closed = _exchange(server.port, request)
+    assert closed and _reply(got) == (400, error_body(400)), got[:300]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from switchboard.plugin import SCHEME_SCHEMA, HmacSource, Scheme, SchemeError, signed_content
-from switchboard.sources import Delivery, Headers
+from switchboard.sources import Delivery, Headers, long_id_key
 
 NOW = 1_800_000_000
 SECRET = b"s3cret-for-the-engine-tests"
@@ -189,7 +189,8 @@ def test_sign_then_verify_round_trips_every_location_kind() -> None:
     (b'{"meta": {"id": 5e999}, "events": NaN}', None),  # not strict JSON: no payload
     (b'{"meta": {"id": "\\ud800"}}', "\ud800"),  # kept: ids are escaped reversibly later
     (b"\xff\xfe\x00", None),
-    (b'{"meta": {"id": "' + b"x" * 300 + b'"}}', None),  # an id too long to be a key
+    # an id too long to keep as it is: keyed by its own hash, never by the body's
+    (b'{"meta": {"id": "' + b"x" * 300 + b'"}}', long_id_key("x" * 300)),
 ])  # fmt: skip
 def test_hostile_bodies_are_verified_or_refused_never_raised(
     body: bytes, body_id: str | None
@@ -226,3 +227,46 @@ def test_a_header_that_was_not_utf8_is_signed_as_the_bytes_that_arrived() -> Non
     verdict = _deliver(src, headers, body, SCHEME)
     assert verdict.ok and verdict.delivery_id == sent
     assert not _deliver(src, {**headers, "Id": "d-\ud800"}, body, SCHEME).ok  # no exception
+
+
+@pytest.mark.parametrize("stamp", ["²", "¹²³", "١٧٠٠٠٠٠٠٠٠", "１８００٠٠٠٠٠٠", ""])
+def test_a_timestamp_of_other_than_ascii_digits_is_malformed_never_raised(stamp: str) -> None:
+    """``str.isdigit()`` takes superscripts and other scripts' digits, which ``int()``
+    refuses (an unauthenticated 500) or reads: only ASCII digits are a timestamp."""
+    src = HmacSource("hmac")
+    body = b'{"meta": {"id": "m-1"}}'
+    as_entry = _deliver(src, {"Sig": f"t={stamp},v1={_sig(body, 'm-1', NOW)}"}, body, SCHEME)
+    as_header = _deliver(
+        src,
+        {"Ts": stamp, "Sig": "v0=00"},
+        body,
+        {"signature_header": "Sig", "signed": "{t}:{body}", "timestamp": {"header": "Ts"}},
+    )
+    for verdict in (as_entry, as_header):
+        assert (verdict.ok, verdict.reason) == (False, "malformed"), verdict
+        assert verdict.detail == "missing or malformed signature timestamp"
+
+
+def test_a_pointer_index_of_other_than_ascii_digits_finds_nothing() -> None:
+    src = HmacSource("hmac")
+    body = b'{"events": [{"kind": "first"}]}'
+    mac = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    for index, kind in (("0", "first"), ("²", None), ("٠", None)):
+        scheme = {"signature_header": "S", "kind": [{"pointer": f"/events/{index}/kind"}]}
+        verdict = _deliver(src, {"S": mac}, body, scheme)
+        assert verdict.ok and verdict.kind == kind, index
+
+
+def test_long_delivery_ids_are_keyed_by_their_own_hash() -> None:
+    """Two ids over 256 bytes stay two deliveries, and one of them again is the same key."""
+    src = HmacSource("hmac")
+    scheme = {"signature_header": "S", "delivery_id": [{"header": "Id"}, {"header": "Alt"}]}
+    body = b"{}"
+    mac = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    a, b = "a" * 300, "b" * 300
+    keys = [_deliver(src, {"S": mac, "Id": i}, body, scheme).delivery_id for i in (a, b, a)]
+    assert keys == [long_id_key(a), long_id_key(b), long_id_key(a)]
+    assert keys[0].startswith("id-sha256:") and keys[0] != keys[1]
+    # a usable id in a later location still wins over a long one
+    both = _deliver(src, {"S": mac, "Id": a, "Alt": "short"}, body, scheme)
+    assert both.delivery_id == "short"

@@ -32,8 +32,10 @@ from switchboard.sources import (
     Verification,
     body_key,
     constant_time_equal,
+    delivery_id_key,
     hmac_sha256_hex,
     identify,
+    long_id_key,
 )
 
 SECRET = b"third-party-secret-0123456789abcdef"
@@ -276,24 +278,29 @@ IDENTITY_CASES: list[tuple[str, str, dict[str, str], bytes, str | None, str | No
      {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "gh-1"}, FORGE_BODY, "issues", "gh-1"),
     ("github ignores gitea's headers", "github",
      {"X-Gitea-Event": "push", "X-Gitea-Delivery": "gt-1"}, FORGE_BODY, None, None),
-    ("github over-long id", "github", {"X-GitHub-Delivery": LONG_ID}, FORGE_BODY, None, None),
+    ("github over-long id", "github", {"X-GitHub-Delivery": LONG_ID}, FORGE_BODY, None,
+     long_id_key(LONG_ID)),
     ("github bare", "github", {}, FORGE_BODY, None, None),
     ("gitea own headers first", "gitea",
      {"X-Gitea-Event": "issues", "X-Gitea-Delivery": "gt-1", "X-GitHub-Delivery": "gh-1"},
      FORGE_BODY, "issues", "gt-1"),
     ("gitea github-compatible headers", "gitea",
      {"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-1"}, FORGE_BODY, "push", "gh-1"),
+    ("gitea over-long own id, usable github one", "gitea",
+     {"X-Gitea-Delivery": LONG_ID, "X-GitHub-Delivery": "gh-1"}, FORGE_BODY, None, "gh-1"),
     ("gitea bare", "gitea", {}, FORGE_BODY, None, None),
     ("cairn body kind and event_id", "cairn", {"X-Cairn-Event": "header.kind"},
      _cairn_body(), "artifact.created", "e-1"),
     ("cairn body without kind", "cairn", {}, _cairn_body(kind=None), None, "e-1"),
     ("cairn over-long event_id", "cairn", {}, _cairn_body(event_id=LONG_ID),
-     "artifact.created", None),
+     "artifact.created", long_id_key(LONG_ID)),
     ("generic producer headers", "generic",
      {"X-Delivery-Id": "d-1", "X-Cairn-Event": "artifact.created"},
      FORGE_BODY, "artifact.created", "d-1"),
     ("generic forge headers", "generic", {"Webhook-Id": "w-1", "X-GitHub-Event": "ping"},
      FORGE_BODY, "ping", "w-1"),
+    ("generic every id over-long", "generic", {"X-Delivery-Id": LONG_ID, "Webhook-Id": "w" * 300},
+     FORGE_BODY, None, long_id_key(LONG_ID)),
     ("generic bare", "generic", {}, FORGE_BODY, None, None),
 ]  # fmt: skip
 
@@ -315,6 +322,22 @@ def test_verify_and_identify_report_the_same_kind_and_id(
     assert Identity(verdict.kind, verdict.delivery_id) == expected
     # A dry run's sample has no signature: identify() must not need one.
     assert source.identify(Headers(headers), body) == expected
+
+
+def test_long_delivery_ids_stay_distinct_and_apart_from_body_keys() -> None:
+    """An id over 256 bytes is keyed by its own hash: two such ids with the same body are
+    two deliveries (the body's hash would merge them), one of them again is a redelivery."""
+    body = b'{"ping": true}'
+    a, b = "A" * 300, "B" * 300
+    keys = [delivery_key(Headers({"X-Id": i}), ("X-Id",), body) for i in (a, b, a)]
+    assert keys[0] != keys[1] and keys[0] == keys[2]
+    assert keys[0].startswith("id-sha256:") and keys[0] != body_key(body)
+    # an id that differs only by a byte PostgreSQL cannot hold is another id
+    assert long_id_key(a + "\udcff") != long_id_key(a + "\udcfe") != long_id_key(a + "\\xfe")
+    # precedence: the first usable id, else the first over-long one's hash, else none
+    assert delivery_id_key([None, "", a, "short", b]) == "short"
+    assert delivery_id_key(["", b, a]) == long_id_key(b)
+    assert delivery_id_key([None, ""]) is None
 
 
 @pytest.mark.parametrize("source_name", ["cairn", "gitea", "github", "generic"])

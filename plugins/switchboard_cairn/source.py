@@ -20,9 +20,9 @@ from switchboard.plugin import (
     Verification,
     body_key,
     constant_time_equal,
+    delivery_id_key,
     prefixed_signature,
     prefixed_signature_refusal,
-    usable_delivery_id,
 )
 
 SIGNATURE_HEADER = "X-Cairn-Signature"
@@ -64,7 +64,8 @@ def _body_object(body: bytes) -> dict[str, Any] | None:
 
 
 def identity(doc: dict[str, Any] | None, body: bytes) -> Identity:
-    """The body's ``kind`` and ``event_id`` (else the body's hash) from its parsed ``doc``.
+    """The body's ``kind`` and ``event_id`` (else the body's hash) from its parsed ``doc``;
+    an ``event_id`` too long to keep is keyed by its own hash (``delivery_id_key``).
 
     Never the ``X-Cairn-*`` headers: only the body is signed.
     """
@@ -72,8 +73,7 @@ def identity(doc: dict[str, Any] | None, body: bytes) -> Identity:
     kind, event_id = doc.get("kind"), doc.get("event_id")
     return Identity(
         kind=kind if isinstance(kind, str) and kind else None,
-        # An over-long event_id cannot be a key; the body hash still dedups retries.
-        delivery_id=(usable_delivery_id(event_id) if isinstance(event_id, str) else None)
+        delivery_id=delivery_id_key([event_id if isinstance(event_id, str) else None])
         or body_key(body),
     )
 

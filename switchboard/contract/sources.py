@@ -10,8 +10,9 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 TRUST_SIGNED = "signed"
 TRUST_TOKEN = "token"
 
-#: Longest delivery id kept as an idempotency key; longer ones are ignored (never truncated,
-#: since two different ids sharing a prefix must not collide) and the next candidate is used.
+#: Longest delivery id kept as an idempotency key; longer ones are passed over (never
+#: truncated, since two different ids sharing a prefix must not collide) for the next
+#: candidate; when none is short enough, the first one's hash (``id-sha256:``) is the key.
 MAX_DELIVERY_ID_BYTES = 256
 
 #: The prefix of the ``sha256=<hex>`` signature form many producers send.

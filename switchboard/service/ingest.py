@@ -49,13 +49,22 @@ UNVERIFIED = IngestReply(401, error_body(401, "signature verification failed"))
 UNCONFIGURED = IngestReply(503, error_body(503, "webhook not configured"))
 
 
+#: Longest todo title kept: a projected title and a producer's kind can be any length.
+TITLE_MAX = 200
+
+
 def todo_title(envelope: dict[str, Any], projections: ProjectionRegistry) -> str:
-    """The first non-empty title a projection of this source offers, else source and kind."""
+    """The first non-empty title a projection of this source offers, else source and kind;
+    either cut to :data:`TITLE_MAX` characters."""
+    return _title(envelope, projections)[:TITLE_MAX]
+
+
+def _title(envelope: dict[str, Any], projections: ProjectionRegistry) -> str:
     for projection in projections.for_source(envelope["source"]):
         key = projection.title_key
         sub = envelope.get(projection.name)
         if key and isinstance(sub, dict) and isinstance(sub.get(key), str) and sub[key]:
-            return sub[key][:200]
+            return str(sub[key])
     return f"{envelope['source']} {envelope.get('kind') or 'delivery'}"
 
 

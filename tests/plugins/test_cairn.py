@@ -19,7 +19,7 @@ from switchboard.errors import ConfigError
 from switchboard.runtime import Runtime
 from switchboard.service import identity, webhooks
 from switchboard.service.ingest import ingest
-from switchboard.sources import Delivery, Headers, body_key, hmac_sha256_hex
+from switchboard.sources import Delivery, Headers, body_key, hmac_sha256_hex, long_id_key
 
 SECRET = b"a-cairn-subscription-secret-of-32-chars+"
 CREATED = "2026-09-11T17:04:05Z"
@@ -154,11 +154,11 @@ def test_body_without_kind_has_no_kind() -> None:
     assert result.ok and result.kind is None
 
 
-def test_overlong_event_id_falls_back_to_the_body_key() -> None:
+def test_an_overlong_event_id_is_keyed_by_its_own_hash() -> None:
     body = event(event_id="e" * 257)
     result = CairnSource().verify(signed(body), SECRET, NOW)
     assert result.ok
-    assert result.delivery_id == body_key(body)
+    assert result.delivery_id == long_id_key("e" * 257) != body_key(body)
 
 
 @pytest.mark.parametrize("window,ok", [(10.0, False), (60.0, True)])

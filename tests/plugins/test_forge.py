@@ -14,6 +14,7 @@ from switchboard.plugin import (
     body_key,
     delivery_key,
     hmac_sha256_hex,
+    long_id_key,
     usable_delivery_id,
 )
 
@@ -135,7 +136,12 @@ DELIVERY_CASES = [
     ("github id", GithubSource(), {"X-GitHub-Delivery": "gh-1"}, "gh-1"),
     ("github without id", GithubSource(), {}, None),
     ("github ignores gitea's id", GithubSource(), {"X-Gitea-Delivery": "gt-1"}, None),
-    ("github over-long id", GithubSource(), {"X-GitHub-Delivery": LONG_ID}, None),
+    (
+        "github over-long id: its hash",
+        GithubSource(),
+        {"X-GitHub-Delivery": LONG_ID},
+        long_id_key(LONG_ID),
+    ),
     ("github 256-byte id", GithubSource(), {"X-GitHub-Delivery": "d" * 256}, "d" * 256),
     (
         "gitea prefers its own",

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from switchboard_generic.source import GenericSource, kind_from_headers
 
-from switchboard.plugin import TRUST_TOKEN, Delivery, Headers, body_key
+from switchboard.plugin import TRUST_TOKEN, Delivery, Headers, body_key, long_id_key
 
 
 def deliver(body: bytes, headers: dict[str, str]) -> Delivery:
@@ -32,7 +32,11 @@ CASES = [
     ("X-GitHub-Delivery third", {"X-GitHub-Delivery": "c", "X-Gitea-Delivery": "d"}, "c"),
     ("X-Gitea-Delivery last", {"X-Gitea-Delivery": "d"}, "d"),
     ("over-long X-Delivery-Id ignored", {"X-Delivery-Id": LONG, "Webhook-Id": "b"}, "b"),
-    ("every id over-long", {"X-Delivery-Id": LONG, "Webhook-Id": LONG}, None),
+    (
+        "every id over-long: the first one's hash",
+        {"X-Delivery-Id": LONG, "Webhook-Id": LONG},
+        long_id_key(LONG),
+    ),
     ("empty X-Delivery-Id ignored", {"X-Delivery-Id": "", "Webhook-Id": "b"}, "b"),
     ("case-insensitive", {"x-delivery-id": "a"}, "a"),
     ("no id at all", {}, None),

@@ -235,7 +235,47 @@ def test_no_live_target_is_503(world: Any, module_dsn: str) -> None:
         "error": "webhook not configured",
         "code": "unavailable",
     }
+    # like every 503 "unavailable": when to try again
+    assert resp.headers.get("Retry-After") == "2"
     assert _events(module_dsn, hook) == 0
+
+
+def test_long_delivery_ids_stay_distinct_and_each_dedups(world: Any, module_dsn: str) -> None:
+    """Ids over 256 bytes are keyed by their own hash, never by the body's: two of them
+    with the same body are two deliveries, and a redelivery of one is recognised."""
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    body = b'{"ping": true}'
+    created = []
+    for delivery_id in ("A" * 300, "B" * 300, "A" * 300):
+        resp = httpx.post(
+            hook["ingest_url"], content=body, headers={"X-Delivery-Id": delivery_id}, timeout=30
+        )
+        assert resp.status_code == 202, resp.text
+        created.append(resp.json()["created"])
+    assert created == [1, 1, 0]
+    assert _events(module_dsn, hook) == 2
+    with psycopg.connect(module_dsn) as conn:
+        keys = [
+            r[0].split(":", 1)[1]
+            for r in conn.execute(
+                "SELECT external_id FROM events WHERE webhook_id = %s", (hook["webhook_id"],)
+            )
+        ]
+    assert all(k.startswith("id-sha256:") for k in keys), keys
+
+
+def test_a_long_kind_makes_a_title_cut_like_any_other(world: Any, module_dsn: str) -> None:
+    srv, w = world
+    hook = w.webhook("owner", "generic")
+    resp = httpx.post(
+        hook["ingest_url"], content=b"{}", headers={"X-GitHub-Event": "k" * 7000}, timeout=30
+    )
+    assert resp.status_code == 202, resp.text
+    [todo] = resp.json()["todos"]
+    with psycopg.connect(module_dsn) as conn:
+        row = conn.execute("SELECT title FROM todos WHERE id = %s", (todo["id"],)).fetchone()
+    assert row is not None and row[0] == ("generic " + "k" * 7000)[:200]
 
 
 @pytest.mark.slow
