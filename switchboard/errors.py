@@ -90,6 +90,18 @@ _HTTP_MESSAGE = {
 }
 
 
+#: How many characters of a caller's value a message echoes: an id or a name is not
+#: bounded before it is looked up, and a megabyte echoed (twice, over MCP) is past the
+#: 1 MiB event a stock MCP client accepts.
+ECHO_MAX = 100
+
+
+def clip(value: object) -> str:
+    """``value`` as text, cut to :data:`ECHO_MAX` characters and ``…``, for a message."""
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= ECHO_MAX else text[:ECHO_MAX] + "…"
+
+
 def error_body(status: int, message: str | None = None) -> dict[str, str]:
     """Every HTTP error body's shape, ``{"error": message, "code": code}``; without
     ``message``, the status's fixed one (which echoes nothing of the request)."""

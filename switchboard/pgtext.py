@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .errors import clip
+
 REPLACEMENT = "\ufffd"
 
 # NUL, and any surrogate code point (a valid str never holds one outside surrogateescape
@@ -92,3 +94,41 @@ def raw_bytes(value: str) -> bytes:
         return value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return value.encode("utf-8", "backslashreplace")
+
+
+def _bad_char(text: str) -> str | None:
+    """The first character of ``text`` PostgreSQL cannot store in text or jsonb, named."""
+    found = _BAD.search(text)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "NUL (U+0000)"
+    # a surrogate: argv bytes that are not UTF-8 (surrogateescape), or a lone JSON \udXXX
+    return f"U+{ord(found.group()):04X}, a lone surrogate (text that is not valid UTF-8)"
+
+
+def unstorable(value: Any, field: str) -> str | None:
+    """Why PostgreSQL would refuse a caller's ``value`` (a string, or a JSON value: any
+    string or key in it), in the caller's terms under the name ``field``; None when it can
+    be stored. For what a caller names or writes (a note, a result), which is refused
+    rather than cleaned: a producer's text is :func:`clean_text`-ed instead."""
+    # an explicit stack: a JSON value from a caller may be nested past the recursion limit
+    stack: list[tuple[Any, str]] = [(value, field)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            char = _bad_char(item)
+            if char is None:
+                continue
+            if path == field:
+                return f"must not contain {char}"
+            return f"a string at {clip(path)} contains {char}, which PostgreSQL cannot store"
+        if isinstance(item, dict):
+            for key in item:
+                char = _bad_char(key) if isinstance(key, str) else None
+                if char is not None:
+                    return f"a key in {clip(path)} contains {char}, which PostgreSQL cannot store"
+            stack.extend((v, f"{path}.{k}") for k, v in reversed(list(item.items())))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None

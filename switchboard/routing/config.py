@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from switchboard.contract.schemaerrors import SchemaProblem, first_schema_problem
-from switchboard.errors import RuleValidationError
+from switchboard.errors import RuleValidationError, clip
+from switchboard.pgtext import unstorable
 from switchboard.routing.decide import resolve
 from switchboard.routing.model import ON_FAULT, Grant, RoutingConfig, ValidatingStage
 from switchboard.routing.trace import validator
@@ -66,7 +67,9 @@ def mint_rule_id(rule: Mapping[str, Any], taken: set[str]) -> str:
         default=repr,  # an invalid action is refused later, naming its field
     )
     for n in itertools.count():
-        digest = hashlib.sha256(f"{n}:{content}".encode()).hexdigest()[:24]
+        # surrogatepass: a name or expr holding a lone surrogate is refused after the id
+        # is minted, naming its field, not by an encoding error here
+        digest = hashlib.sha256(f"{n}:{content}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
         if "rule_" + digest not in taken:
             return "rule_" + digest
     raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
@@ -80,8 +83,8 @@ class _Where:
         if self.index is None:
             return "default_action"
         parts = [
-            f"id {self.rule_id}" if self.rule_id else None,
-            f"name {self.name}" if self.name else None,
+            f"id {clip(self.rule_id)}" if self.rule_id else None,
+            f"name {clip(self.name)}" if self.name else None,
         ]
         inner = ", ".join(p for p in parts if p)
         return f"rule {self.index} ({inner})" if inner else f"rule {self.index}"
@@ -136,7 +139,7 @@ def _check_action(action: Any, where: _Where, grant: Grant | None) -> dict[str, 
         if queue != grant.target_queue and queue not in grant.queues:
             raise where.fail(
                 "not_granted",
-                f"queue {queue!r} is not granted to this webhook"
+                f"queue {clip(repr(queue))} is not granted to this webhook"
                 f" ({', '.join(grant.queues)}): {_QUEUE_HINT}",
             )
         targets = set(grant.endpoint_ids)
@@ -171,13 +174,16 @@ def _check_params(params: Any) -> dict[str, Any]:
     try:
         size = len(json.dumps(params, separators=(",", ":"), allow_nan=False).encode())
     except (TypeError, ValueError) as exc:
-        raise fail(f"not serializable as JSON ({exc})") from None
+        raise fail(f"not serializable as JSON ({clip(exc)})") from None
     if size > MAX_PARAMS_BYTES:
         raise fail(f"over {MAX_PARAMS_BYTES} bytes serialized")
+    problem = unstorable(params, "params")
+    if problem is not None:
+        raise fail(problem)
     for key, value in params.items():
         if not _scalar(value) and not _homogeneous_list(value):
             raise fail(
-                f"{key!r} must be a string, number, boolean or a list of only strings "
+                f"{clip(repr(key))} must be a string, number, boolean or a list of only strings "
                 "or only numbers"
             )
     return dict(params)
@@ -212,9 +218,9 @@ def _check_rule(
         raise _Where(index, None, None).fail("invalid_rule", "a rule must be an object")
     rid = rule.get("id")
     name = rule.get("name")
-    where = _Where(
-        index, rid if isinstance(rid, str) else None, name if isinstance(name, str) else None
-    )
+    # a name PostgreSQL cannot store is refused below, and not echoed in the meantime
+    named = name if isinstance(name, str) and unstorable(name, "name") is None else None
+    where = _Where(index, rid if isinstance(rid, str) else None, named)
     unknown = sorted(set(rule) - {"id", "name", "expr", "action"})
     if unknown:
         raise where.fail("invalid_rule", f"unknown field {unknown[0]!r}")
@@ -228,6 +234,8 @@ def _check_rule(
     seen.add(rid)
     if name is not None and not isinstance(name, str):
         raise where.fail("invalid_rule", "name must be a string")
+    if name is not None and name != named:
+        raise where.fail("invalid_rule", f"name {unstorable(name, 'name')}")
     if name is not None and len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise where.fail("invalid_rule", f"name is over {MAX_NAME_BYTES} bytes")
     if "expr" not in rule:
@@ -237,6 +245,9 @@ def _check_rule(
         raise where.fail("invalid_expression", f"expr must be a string (got {_kind(expr)})")
     if not expr.strip():
         raise where.fail("invalid_expression", "expr is empty")
+    problem = unstorable(expr, "expr")
+    if problem is not None:
+        raise where.fail("invalid_expression", f"expr {problem}")
     if len(expr.encode("utf-8")) > MAX_EXPR_BYTES:
         raise where.fail("invalid_expression", f"expression is over {MAX_EXPR_BYTES} bytes")
     if "action" not in rule:
@@ -280,7 +291,7 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
         on_fault = "default"
     if on_fault not in ON_FAULT:
         raise RuleValidationError(
-            "invalid_rule", f"on_fault: one of {', '.join(ON_FAULT)} (got {on_fault!r})"
+            "invalid_rule", f"on_fault: one of {', '.join(ON_FAULT)} (got {clip(repr(on_fault))})"
         )
     return RoutingConfig(
         rules=tuple(normalized),
@@ -306,7 +317,7 @@ def _check_events_days(days: Any) -> int | None:
         raise RuleValidationError(
             "invalid_rule",
             f"events_days: an integer of days, 1 to {MAX_EVENTS_DAYS} (0 or null: the"
-            f" server's [retention] events_days) (got {days!r})",
+            f" server's [retention] events_days) (got {clip(repr(days))})",
         )
     return days
 
@@ -323,10 +334,10 @@ def _check_lanes(lanes: Any, grant: Grant | None) -> dict[str, dict[str, Any]]:
         raise RuleValidationError("invalid_rule", "lanes must be an object of queue names")
     out: dict[str, dict[str, Any]] = {}
     for queue, lane in lanes.items():
-        where = f"lanes.{queue}"
+        where = f"lanes.{clip(queue)}"
         if grant is not None and queue not in {grant.target_queue, *grant.queues}:
             raise RuleValidationError(
-                "not_granted", f"{where}: queue {queue!r} is not granted to this webhook"
+                "not_granted", f"{where}: queue {clip(repr(queue))} is not granted to this webhook"
             )
         if not isinstance(lane, dict):
             raise RuleValidationError("invalid_rule", f"{where} must be an object")
@@ -339,7 +350,8 @@ def _check_lanes(lanes: Any, grant: Grant | None) -> dict[str, dict[str, Any]]:
         ):
             raise RuleValidationError(
                 "invalid_rule",
-                f"{where}.once_ttl_s: an integer of seconds, 1 to {MAX_ONCE_TTL_S} (got {ttl!r})",
+                f"{where}.once_ttl_s: an integer of seconds, 1 to {MAX_ONCE_TTL_S}"
+                f" (got {clip(repr(ttl))})",
             )
         if lane:
             out[str(queue)] = dict(lane)

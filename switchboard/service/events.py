@@ -14,7 +14,7 @@ from ..routing.model import DISPOSITIONS
 from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
-from .common import jsonable
+from .common import clip, jsonable
 from .todos import browsed_view
 from .webhooks import owned_webhook
 
@@ -111,7 +111,7 @@ async def get_event(
     hook = await owned_webhook(rt, caller, webhook_id, deleted=True)
     row = await rt.store.get_event(event_id)
     if row is None or _webhook_of(row) != hook["id"]:
-        raise NotFound(f"event {event_id} not found")
+        raise NotFound(f"event {clip(event_id)} not found")
     view = event_view(row)
     view["headers"] = row.get("headers") or {}
     view["payload"] = parse_payload(bytes(row["body"]))
@@ -154,7 +154,7 @@ async def show_event(rt: Runtime, caller: Row | None, event_id: str) -> dict[str
             except NotFound:
                 row = None
         if row is None:
-            raise NotFound(f"event {event_id} not found")
+            raise NotFound(f"event {clip(event_id)} not found")
         todos = await rt.store.todos_of_event(row["id"])
     view = event_view(row)
     view["headers"] = row.get("headers") or {}

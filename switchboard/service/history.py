@@ -26,7 +26,8 @@ from ..routing.stagereplay import Replayed, needs_envelope, replay
 from ..routing.verdicts import VerdictStage, explained, verdict_stage
 from ..runtime import Runtime
 from ..store import Row
-from .common import jsonable
+from .changes import DEFAULT_LAST, call_window
+from .common import clip, jsonable
 from .lint import lint_findings
 from .replay import Clock, Progress, Window, count_window, evaluated, window_of
 from .versions import config_hash
@@ -34,8 +35,6 @@ from .webhooks import owned_webhook
 
 #: Changed events listed per page of ``diff_rules`` (then ``next_cursor``).
 CHANGES_PAGE = 100
-#: The window of ``last`` when neither ``last`` nor ``since`` is given.
-DEFAULT_LAST = 1000
 
 
 #: History's bounds when no enabled stage declares its own (``history_max_events``, ...).
@@ -93,7 +92,7 @@ async def _webhook(rt: Runtime, caller: Row | None, webhook_id: str) -> tuple[Ro
     row = await owned_webhook(rt, caller, webhook_id)
     resolved = await rt.store.resolve_webhook_by_id(row["id"])
     if resolved is None:
-        raise NotFound(f"webhook {webhook_id} not found")
+        raise NotFound(f"webhook {clip(webhook_id)} not found")
     return row, resolved, grant_for(resolved)
 
 
@@ -241,9 +240,7 @@ async def diff_rules(
     if cursor is not None and changes_cursor is not None:
         raise InvalidArgument("give at most one of cursor or changes_cursor")
     listing = changes_cursor is not None
-    window = window_of(
-        last, since, changes_cursor if listing else cursor, default_last=DEFAULT_LAST
-    )
+    window = call_window(last, since, cursor, changes_cursor)
     cap = rp.max_events
     total = await count_window(rt, row["id"], window, cap) if progress is not None else None
     clock = Clock(rp.deadline_s, progress, total)
@@ -376,7 +373,7 @@ async def explain_event(
     if event_id is not None:
         event = await rt.store.get_event(event_id)
         if event is None or event["webhook_id"] != row["id"]:
-            raise NotFound(f"event {event_id} not found")
+            raise NotFound(f"event {clip(event_id)} not found")
         envelope = stored_envelope(rt.registries.projections, event, row["id"])
         out["event_id"] = str(event["id"])
         stored = event.get("routing_trace")
@@ -413,11 +410,11 @@ async def explain_stored(rt: Runtime, caller: Row | None, event_id: str) -> dict
     """:func:`explain_event` by the event's id alone (its webhook read from the event)."""
     event = await rt.store.get_event(event_id)
     if event is None or not event.get("webhook_id"):
-        raise NotFound(f"event {event_id} not found")
+        raise NotFound(f"event {clip(event_id)} not found")
     try:
         return await explain_event(rt, caller, str(event["webhook_id"]), event_id=event_id)
     except NotFound:
-        raise NotFound(f"event {event_id} not found") from None
+        raise NotFound(f"event {clip(event_id)} not found") from None
 
 
 async def lint_rules(

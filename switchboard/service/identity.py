@@ -8,9 +8,19 @@ from typing import Any
 from ..errors import Forbidden, InvalidArgument, NotFound
 from ..runtime import Runtime
 from ..secrets_box import hash_token, mint_token
-from .common import check_name, check_queues, jsonable
+from ..store import Row
+from .common import check_name, check_queues, clip, jsonable
 
 TOKEN_PREFIX = "sbe_"
+#: The longest an endpoint may be vended for: a hundred years (``--expires-in``); past
+#: it the expiry date is out of range (a traceback, before this bound).
+EXPIRES_MAX_S = 36500 * 86400
+
+
+async def named_human(rt: Runtime, name_or_id: Any, field: str) -> Row:
+    """The human a caller names (by name or id), the name checked first: one that could
+    not be stored names no one, and psycopg cannot even send it."""
+    return await rt.store.get_human(check_name(name_or_id, field))
 
 
 async def add_human(rt: Runtime, name: str) -> dict[str, Any]:
@@ -24,8 +34,8 @@ async def add_friend(
     """Record a directed friendship: ``from`` lets its webhooks route to ``to``'s endpoints."""
     if state not in ("pending", "approved", "revoked"):
         raise InvalidArgument("state: must be pending, approved or revoked")
-    a = await rt.store.get_human(from_name)
-    b = await rt.store.get_human(to_name)
+    a = await named_human(rt, from_name, "from")
+    b = await named_human(rt, to_name, "to")
     if a["id"] == b["id"]:
         raise InvalidArgument("to: a human cannot befriend itself")
     row = await rt.store.set_friendship(a["id"], b["id"], state)
@@ -54,7 +64,7 @@ async def list_humans(rt: Runtime) -> dict[str, Any]:
 async def list_friends(rt: Runtime, human: str | None = None) -> dict[str, Any]:
     """Every friendship, or those ``human`` (a name or id) is on either side of; unknown is
     not found. ``from``'s webhooks may route to ``to``'s endpoints while ``approved``."""
-    found = await rt.store.get_human(human) if human is not None else None
+    found = await named_human(rt, human, "human") if human is not None else None
     rows = await rt.store.list_friendships(found["id"] if found else None)
     return {
         "friendships": [
@@ -81,8 +91,8 @@ async def remove_friend(rt: Runtime, from_name: str, to_name: str) -> dict[str, 
     --state revoked`` is the pause that keeps them). A rule naming one of those endpoints
     then takes the default (``rule_not_granted``), and its next save is refused.
     """
-    a = await rt.store.get_human(from_name)
-    b = await rt.store.get_human(to_name)
+    a = await named_human(rt, from_name, "from")
+    b = await named_human(rt, to_name, "to")
     routes = await rt.store.remove_friendship(a["id"], b["id"])
     if routes is None:
         raise NotFound(
@@ -132,7 +142,8 @@ async def vend_endpoint(
     expires_in_seconds: int | None = None,
 ) -> dict[str, Any]:
     """Create an endpoint; the token is returned here once and stored only as a hash."""
-    human = await rt.store.get_human(owner)
+    human = await named_human(rt, owner, "owner")
+    name = check_name(name, "name")
     sources = list(dict.fromkeys(source_types or []))
     unknown = [s for s in sources if s not in rt.registries.sources]
     if unknown:
@@ -153,13 +164,16 @@ async def vend_endpoint(
         raise InvalidArgument(f"verbs: unknown verb {bad[0]!r}")
     expires_at = None
     if expires_in_seconds is not None:
-        if expires_in_seconds <= 0:
-            raise InvalidArgument("expires_in: must be a positive number of seconds")
+        if not 0 < expires_in_seconds <= EXPIRES_MAX_S:
+            raise InvalidArgument(
+                f"expires_in: a number of seconds from 1 to {EXPIRES_MAX_S} (100 years)"
+                f" (got {clip(expires_in_seconds)})"
+            )
         expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires_in_seconds)
     token = mint_token(TOKEN_PREFIX)
     row = await rt.store.create_endpoint(
         owner_human=human["id"],
-        name=check_name(name, "name"),
+        name=name,
         token_hash=hash_token(token),
         scope_queues=check_queues(queues or [], "queues"),
         verbs=chosen,

@@ -18,7 +18,7 @@ from ..routing.model import Decision
 from ..routing.workorder import ONCE_CLAIMED, ONCE_NO_SUBJECT, ONCE_REPEAT, once_key, work_order
 from ..runtime import Runtime
 from ..store import Row
-from .common import jsonable
+from .common import check_storable, clip, jsonable
 from .ingest import subject_and_claim
 from .versions import author_of
 from .webhooks import owned_webhook
@@ -32,7 +32,7 @@ SUBJECT_MAX = 1000
 def _text(value: Any, field: str, limit: int) -> str:
     if not isinstance(value, str) or not value or len(value) > limit:
         raise InvalidArgument(f"{field}: a non-empty string of at most {limit} characters")
-    return value
+    return str(check_storable(value, field))
 
 
 async def release_once_claim(
@@ -56,8 +56,10 @@ async def release_once_claim(
     who = author_of(caller)
     rows = await rt.store.release_once([str(h["id"]) for h in hooks], key, lane, subject, who)
     if not rows:
-        where = f"webhook {webhook_id}" if webhook_id else "any of your webhooks"
-        raise NotFound(f"no once claim for subject {subject!r} in lane {lane!r} on {where}")
+        where = f"webhook {clip(webhook_id)}" if webhook_id else "any of your webhooks"
+        raise NotFound(
+            f"no once claim for subject {clip(repr(subject))} in lane {lane!r} on {where}"
+        )
     for row in rows:
         log.info(
             "once claim released %s %s",

@@ -10,7 +10,7 @@ from ..errors import InvalidArgument, NotFound
 from ..routing.replay import stored_envelope
 from ..runtime import Runtime
 from ..store import Row
-from .common import jsonable
+from .common import clip, jsonable
 from .todos import todo_view
 from .webhooks import owned_webhook
 
@@ -77,7 +77,7 @@ async def queue_todos(
 ) -> list[dict[str, Any]]:
     """The queue's pending, claimed and dead todos (dead first), each with its webhook."""
     if queue not in list(caller["scope_queues"]):
-        raise NotFound(f"queue {queue} not found")
+        raise NotFound(f"queue {clip(queue)} not found")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= TODOS_MAX:
         raise InvalidArgument(f"limit: must be an integer from 1 to {TODOS_MAX}")
     rows = await rt.store.queue_todos(str(caller["id"]), queue, limit)
@@ -93,11 +93,11 @@ async def envelope(rt: Runtime, caller: Row | None, event_id: str) -> dict[str, 
     event = await rt.store.get_event(event_id)
     hook_id = None if event is None else event.get("webhook_id")
     if event is None or not hook_id:
-        raise NotFound(f"event {event_id} not found")
+        raise NotFound(f"event {clip(event_id)} not found")
     try:
         hook = await owned_webhook(rt, caller, str(hook_id))
     except NotFound:
-        raise NotFound(f"event {event_id} not found") from None
+        raise NotFound(f"event {clip(event_id)} not found") from None
     return dict(jsonable(dict(stored_envelope(rt.registries.projections, event, hook["id"]))))
 
 

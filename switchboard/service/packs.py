@@ -9,6 +9,7 @@ from ..routing.model import json_copy
 from ..runtime import Runtime
 from ..store import Row
 from . import rules
+from .common import clip
 
 
 def _view(rt: Runtime, name: str) -> dict[str, Any]:
@@ -40,7 +41,7 @@ async def install_pack(
     found = rt.registries.rule_packs.get(pack)
     if found is None:
         raise NotFound(
-            f"rule pack {pack!r} not found (installed: "
+            f"rule pack {clip(repr(pack))} not found (installed: "
             f"{', '.join(rt.registries.rule_packs.names()) or 'none'})",
             code="pack_not_found",
         )

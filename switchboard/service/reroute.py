@@ -35,9 +35,10 @@ from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
 from . import liveload
-from .common import jsonable
-from .history import DEFAULT_LAST, _Replay, _Totals, _webhook, decision_view
-from .replay import Clock, Only, Progress, count_window, evaluated, window_of
+from .changes import call_window
+from .common import clip, jsonable
+from .history import _Replay, _Totals, _webhook, decision_view
+from .replay import Clock, Only, Progress, count_window, evaluated
 from .reroute_apply import Taken, prepared
 from .rules import expected_version
 from .sinkrun import ring_sinks_many
@@ -146,14 +147,12 @@ async def reroute_events(
     version = int(row["routing_version"])  # the version of these rules: read with them
     if expected is not None and version != expected:
         raise Conflict(
-            f"webhook {webhook_id} is at version {version}, not {expected}: its rules "
+            f"webhook {clip(webhook_id)} is at version {version}, not {expected}: its rules "
             "changed since that version was planned; plan again",
             current_version=version,
         )
     listing = changes_cursor is not None
-    window = window_of(
-        last, since, changes_cursor if listing else cursor, default_last=DEFAULT_LAST
-    )
+    window = call_window(last, since, cursor, changes_cursor)
     cap = rp.max_events
     total = await count_window(rt, hook, window, cap, only) if progress is not None else None
     clock = Clock(rp.deadline_s, progress, total)

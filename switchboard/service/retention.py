@@ -21,6 +21,7 @@ from ..errors import InvalidArgument, NotFound
 from ..runtime import Runtime
 from ..store.db import is_uuid
 from ..store.retention import Cutoff
+from .common import clip
 
 #: Between two batches of one run the pruner idles this many times as long as the batch
 #: took (and at least BATCH_PAUSE_S): it has the database a quarter of the time at most, so
@@ -70,12 +71,12 @@ async def cutoffs_before(
         live = await rt.store.live_webhook_ids()
         return [*(Cutoff("live", before, w) for w in live), Cutoff("detached", before)]
     if not is_uuid(webhook_id):
-        raise InvalidArgument(f"webhook: not a webhook id: {webhook_id!r}")
+        raise InvalidArgument(f"webhook: not a webhook id: {clip(repr(webhook_id))}")
     if webhook_id in await rt.store.live_webhook_ids():
         return [Cutoff("live", before, webhook_id)]
     if await rt.store.deleted_webhook_exists(webhook_id):
         return [Cutoff("deleted", before, webhook_id)]
-    raise NotFound(f"webhook {webhook_id} not found")
+    raise NotFound(f"webhook {clip(webhook_id)} not found")
 
 
 def _iso(value: Any) -> str | None:

@@ -14,6 +14,7 @@ from ..routing.route import config_of, grant_for
 from ..runtime import Runtime
 from ..store import Row
 from . import once, versions
+from .common import clip
 from .webhooks import owned_webhook, reach_warnings
 
 #: The mutable form a verb edits: ``RoutingConfig.to_json()``.
@@ -26,7 +27,7 @@ LLM_CHOICES = ("skip", "run")
 async def _grant(rt: Runtime, webhook_id: str) -> Grant:
     resolved = await rt.store.resolve_webhook_by_id(webhook_id)
     if resolved is None:
-        raise NotFound(f"webhook {webhook_id} not found")
+        raise NotFound(f"webhook {clip(webhook_id)} not found")
     return grant_for(resolved)
 
 
@@ -62,17 +63,21 @@ def expected_version(value: Any) -> int | None:
     return value
 
 
-async def _gate(rt: Runtime, webhook_id: str, candidate_hash: str, diffed: Any) -> None:
-    """``diffed`` names the candidate the caller diffed; ``[routing] require_diff`` asks
-    for a recent diff of this very candidate over enough stored deliveries."""
+async def _gate(
+    rt: Runtime, webhook_id: str, candidate_hash: str, diffed: Any, *, required: bool
+) -> None:
+    """``diffed`` names the candidate the caller diffed: checked whenever it is given (a
+    guard the caller passed is never ignored); ``required`` (a save that changes routing),
+    ``[routing] require_diff`` asks for a recent diff of this very candidate over enough
+    stored deliveries."""
     if diffed is not None and diffed != candidate_hash:
         raise InvalidArgument(
-            f"diffed: {diffed!r} is not this candidate's hash ({candidate_hash}); "
+            f"diffed: {clip(repr(diffed))} is not this candidate's hash ({candidate_hash}); "
             "run diff_webhook_rules on the config you save",
             code="diff_mismatch",
         )
     section = rt.config.section("routing")
-    if not section.get("require_diff"):
+    if not required or not section.get("require_diff"):
         return
     wanted = int(section.get("min_diff_events") or 1)
     ttl = float(section.get("diff_ttl_seconds") or 3600)
@@ -104,22 +109,23 @@ async def save_config(
     """Read-modify-validate-write under the webhook's row lock: no edit is ever lost, and
     each save is a new version. ``expect_version`` refuses with ``conflict`` when the
     current version is another (someone saved meanwhile); ``gated`` False (a rollback to a
-    config that was live before) skips ``[routing] require_diff``."""
+    config that was live before, a policy save that routes nothing differently) skips
+    ``[routing] require_diff``, never the check of a ``diffed`` given."""
     expected = expected_version(expect_version)
     note = versions.checked_note(note)
     await owned_webhook(rt, caller, webhook_id)
     resolved = await rt.store.resolve_webhook_by_id(webhook_id)
     if resolved is None:
-        raise NotFound(f"webhook {webhook_id} not found")
+        raise NotFound(f"webhook {clip(webhook_id)} not found")
     grant = grant_for(resolved)
     async with rt.store.db.tx() as conn:
         row = await rt.store.lock_webhook(conn, webhook_id)
         if row is None:
-            raise NotFound(f"webhook {webhook_id} not found")
+            raise NotFound(f"webhook {clip(webhook_id)} not found")
         current = await rt.store.routing_version(conn, webhook_id)
         if expected is not None and expected != current:
             raise Conflict(
-                f"webhook {webhook_id} is at version {current}, not {expected}: someone "
+                f"webhook {clip(webhook_id)} is at version {current}, not {expected}: someone "
                 "saved meanwhile; read it again (list_webhook_rules) and retry",
                 current_version=current,
             )
@@ -127,8 +133,7 @@ async def save_config(
         normalized = await validate_config(candidate, grant, rt.stages, resolved)
         doc = normalized.to_json()
         digest = versions.config_hash(doc)
-        if gated:
-            await _gate(rt, webhook_id, digest, diffed)
+        await _gate(rt, webhook_id, digest, diffed, required=gated)
         await rt.store.save_routing(conn, webhook_id, normalized)
         saved = await rt.store.add_routing_version(
             conn,
@@ -172,7 +177,7 @@ def _index_of(config: Config, rule_id: str) -> int:
     for i, rule in enumerate(config["rules"]):
         if rule.get("id") == rule_id:
             return i
-    raise NotFound(f"rule {rule_id!r} not found", code="rule_not_found")
+    raise NotFound(f"rule {clip(repr(rule_id))} not found", code="rule_not_found")
 
 
 def _position(value: Any, upper: int) -> int:
@@ -251,7 +256,8 @@ async def set_policy(
     the server's ``[retention] events_days``). A new version. Gated like any save when it
     changes routing: a hold changes where faulted deliveries go, so ``diff_webhook_rules
     {on_fault, lanes}`` (no rules) diffs it and answers the ``candidate_hash`` that
-    ``diffed`` names; ``events_days`` alone routes nothing differently and is not gated."""
+    ``diffed`` names; ``events_days`` alone routes nothing differently and is not gated
+    (a ``diffed`` given is checked all the same)."""
     if on_fault is KEEP and lanes is KEEP and events_days is KEEP:
         raise InvalidArgument("give on_fault or lanes or events_days (or several)")
 
@@ -359,7 +365,9 @@ async def test_rules(
     call counts against the owner's triage budget).
     """
     if llm not in LLM_CHOICES:
-        raise InvalidArgument(f"llm: must be one of {', '.join(LLM_CHOICES)} (got {llm!r})")
+        raise InvalidArgument(
+            f"llm: must be one of {', '.join(LLM_CHOICES)} (got {clip(repr(llm))})"
+        )
     row = await owned_webhook(rt, caller, webhook_id)
     grant = await _grant(rt, row["id"])
     config = config_of(row).to_json()
@@ -375,7 +383,7 @@ async def test_rules(
     if event_id is not None:
         event = await rt.store.get_event(event_id)
         if event is None or event["webhook_id"] != row["id"]:
-            raise NotFound(f"event {event_id} not found")
+            raise NotFound(f"event {clip(event_id)} not found")
         envelope = stored_envelope(rt.registries.projections, event, row["id"])
     else:
         if headers is not None and not isinstance(headers, dict):

@@ -10,7 +10,7 @@ from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..jsontext import dumps_bytes
 from ..runtime import Runtime
 from ..store import Row
-from .common import check_queue, jsonable
+from .common import check_queue, check_storable, clip, jsonable
 
 STATES = ("pending", "claimed", "done", "dead")
 LIVE_STATES = ["pending", "claimed"]
@@ -85,7 +85,7 @@ async def payload_page(rt: Runtime, caller: Row, todo_id: str, page: int = 0) ->
     paged or not, in any state."""
     row = await rt.store.get_todo(caller["id"], list(caller["scope_queues"]), todo_id)
     if row is None:
-        raise NotFound(f"todo {todo_id} not found")
+        raise NotFound(f"todo {clip(todo_id)} not found")
     text = _payload_text(row)
     pages = _pages(text)
     if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < pages:
@@ -144,6 +144,7 @@ def _result(rt: Runtime, value: Any) -> Any:
     the todo claimable by no one (each claim spent, its answer lost)."""
     if value is None:
         return None
+    check_storable(value, "result")
     limit = int(_settings(rt)["result_max_bytes"])
     size = len(dumps_bytes(value))
     if size > limit:
@@ -159,8 +160,8 @@ async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFoun
     """Why a todo could not be acted on: absent (or not the caller's) versus wrong state."""
     row = await rt.store.get_todo(caller["id"], list(caller["scope_queues"]), todo_id)
     if row is None:
-        return NotFound(f"todo {todo_id} not found")
-    return Conflict(f"todo {todo_id} is {row['state']}; it cannot be {verb} by this caller")
+        return NotFound(f"todo {clip(todo_id)} not found")
+    return Conflict(f"todo {clip(todo_id)} is {row['state']}; it cannot be {verb} by this caller")
 
 
 async def list_todos(
@@ -348,6 +349,6 @@ async def retry(rt: Runtime, caller: Row | None, todo_id: str) -> dict[str, Any]
             else await rt.store.get_any_todo(todo_id)
         )
         if found is None:
-            raise NotFound(f"todo {todo_id} not found")
-        raise Conflict(f"todo {todo_id} is {found['state']}; only a dead todo can be retried")
+            raise NotFound(f"todo {clip(todo_id)} not found")
+        raise Conflict(f"todo {clip(todo_id)} is {found['state']}; only a dead todo can be retried")
     return {"todo": held_view(rt, row)}

@@ -20,7 +20,7 @@ from ..logsetup import fields
 from ..routing.model import RoutingConfig
 from ..runtime import Runtime
 from ..store import Row
-from .common import jsonable
+from .common import check_storable, clip, jsonable
 from .webhooks import owned_webhook
 
 log = logging.getLogger("switchboard.rules")
@@ -51,7 +51,7 @@ def checked_note(note: Any) -> str | None:
         return None
     if not isinstance(note, str) or len(note) > NOTE_MAX:
         raise InvalidArgument(f"note: a string of at most {NOTE_MAX} characters")
-    return note
+    return str(check_storable(note, "note"))
 
 
 def logged(webhook_id: str, row: Row, config: RoutingConfig) -> None:
@@ -135,7 +135,9 @@ async def get_version(
     row = await owned_webhook(rt, caller, webhook_id)
     found = await rt.store.get_routing_version(str(row["id"]), _version_number(version))
     if found is None:
-        raise NotFound(f"webhook {webhook_id} has no version {version}", code="version_not_found")
+        raise NotFound(
+            f"webhook {clip(webhook_id)} has no version {version}", code="version_not_found"
+        )
     return {"webhook_id": str(row["id"]), **version_view(found)}
 
 

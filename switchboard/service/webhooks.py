@@ -17,7 +17,9 @@ from ..runtime import Runtime
 from ..secrets_box import hash_token, mint_token
 from ..sources import TRUST_SIGNED
 from ..store import Row
-from .common import check_queue, jsonable
+from ..store.db import is_uuid
+from .common import check_queue, check_storable, clip, jsonable
+from .identity import named_human
 
 SECRET_PREFIX = "whsec_"
 
@@ -89,13 +91,14 @@ def _source_config(source: Any, source_type: str, config: Any) -> dict[str, Any]
     if schema is None:
         if config is not None:
             raise InvalidArgument(
-                f"source_config: the {source_type!r} source takes no configuration"
+                f"source_config: the {clip(repr(source_type))} source takes no configuration"
             )
         return None
     if config is None:
         config = {}
     if not isinstance(config, dict):
         raise InvalidArgument("source_config: must be a JSON object")
+    check_storable(config, "source_config")
     size = len(json.dumps(config).encode())
     if size > MAX_SOURCE_CONFIG_BYTES:
         raise InvalidArgument(f"source_config: over {MAX_SOURCE_CONFIG_BYTES} bytes (got {size})")
@@ -131,7 +134,7 @@ async def create_webhook(
     source = rt.registries.sources.get(source_type)
     if source is None:
         raise InvalidArgument(
-            f"source_type: unknown source {source_type!r} "
+            f"source_type: unknown source {clip(repr(source_type))} "
             f"(registered: {', '.join(rt.registries.sources.names())})"
         )
     if source_type not in endpoint["webhook_source_types"]:
@@ -194,7 +197,7 @@ async def owned_webhook(
     if row is None and deleted:
         row = await rt.store.get_deleted_webhook(webhook_id)
     if row is None or (caller is not None and row["owner_human"] != caller["owner_human"]):
-        raise NotFound(f"webhook {webhook_id} not found")
+        raise NotFound(f"webhook {clip(webhook_id)} not found")
     return row
 
 
@@ -239,7 +242,7 @@ async def list_all_webhooks(rt: Runtime, *, owner: str | None = None) -> dict[st
     Each is :func:`webhook_view` plus its endpoint's name and its owner (id and name); an
     unknown ``owner`` is not found.
     """
-    human = await rt.store.get_human(owner) if owner is not None else None
+    human = await named_human(rt, owner, "owner") if owner is not None else None
     rows = await rt.store.list_webhooks(human["id"] if human else None)
     return {
         "webhooks": [
@@ -351,6 +354,11 @@ async def remove_route(
     rt: Runtime, caller: Row | None, webhook_id: str, target_endpoint_id: str
 ) -> dict[str, Any]:
     row = await owned_webhook(rt, caller, webhook_id)
+    if not is_uuid(target_endpoint_id):
+        # no endpoint has such an id: said so, rather than "removed: false" echoing it
+        raise InvalidArgument(
+            f"target_endpoint_id: not an endpoint id (a UUID) (got {clip(repr(target_endpoint_id))})"
+        )
     removed = await rt.store.remove_route(row["id"], target_endpoint_id)
     return {"webhook_id": row["id"], "target_endpoint_id": target_endpoint_id, "removed": removed}
 

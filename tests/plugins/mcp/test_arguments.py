@@ -125,3 +125,63 @@ async def test_a_value_of_another_json_type_is_refused_never_converted(
         # A string stays the string it is, even one that reads as JSON.
         done = (await a.call("complete", id=claimed["id"], result="[1, 2]"))["todo"]
         assert done["result"] == "[1, 2]"
+
+
+async def test_text_postgresql_cannot_store_is_refused_naming_the_argument(
+    people: Any, connect: Any
+) -> None:
+    """A NUL in an agent's text is that argument's error, never
+    ``internal``; and a refused result leaves the todo held, to be completed after."""
+    ep = await people.vend(people.alice, "nul", sources="generic,hmac")
+    wid = await _delivered(people, connect, ep["token"], 1)
+    rule = {"id": "r1", "expr": "true", "action": {"queue": "inbox"}}
+    scheme = {"signature_header": "X-Sig", "signed": "{body}\u0000", "delivery_id": []}
+    nul = "NUL (U+0000)"
+    stored = f"contains {nul}, which PostgreSQL cannot store"
+    async with connect(people.url, ep["token"]) as a:
+        for tool, args, want in (
+            ("set_webhook_rules", {"rules": [rule], "note": "a\u0000"}, f"invalid_argument: note: must not contain {nul}"),
+            ("set_webhook_policy", {"on_fault": "hold", "note": "\u0000"}, f"invalid_argument: note: must not contain {nul}"),
+            ("set_webhook_rules", {"rules": [{**rule, "name": "n\u0000"}]}, f"invalid_rule: rule 0 (id r1): name must not contain {nul}"),
+            ("set_webhook_rules", {"rules": [rule], "params": {"p": ["a\u0000"]}}, f"invalid_params: params: a string at params.p[0] {stored}"),
+            ("release_once_claim", {"lane": "in\u0000box", "subject": "s"}, f"invalid_argument: lane: must not contain {nul}"),
+            ("release_once_claim", {"lane": "inbox", "subject": "s\u0000"}, f"invalid_argument: subject: must not contain {nul}"),
+        ):  # fmt: skip
+            err = await a.fails(tool, webhook_id=wid, **args)
+            assert err.text.startswith(want), (tool, err.text)
+        err = await a.fails(
+            "create_webhook", source_type="hmac", target_queue="inbox", source_config=scheme
+        )
+        assert (
+            err.text
+            == f"invalid_argument: source_config: a string at source_config.signed {stored}"
+        )
+        assert (await a.call("list_webhook_rules", webhook_id=wid))["version"] == 0
+        held = (await a.call("claim_next"))["todo"]
+        for verb in ("complete", "fail"):
+            err = await a.fails(verb, id=held["id"], result={"out": {"k\u0000": "v"}})
+            assert err.text == f"invalid_argument: result: a key in result.out {stored}", err.text
+        done = await a.call("complete", id=held["id"], result={"out": "v"})
+        assert done["todo"]["state"] == "done"
+
+
+async def test_guards_and_cursors_are_checked_and_named_as_given(people: Any, connect: Any) -> None:
+    """A ``diffed`` given is always compared (events_days alone too); a bad
+    ``changes_cursor`` is named so; a huge id is neither echoed whole nor "removed"."""
+    ep = await people.vend(people.alice, "guards")
+    wid = await _delivered(people, connect, ep["token"], 1)
+    async with connect(people.url, ep["token"]) as a:
+        err = await a.fails(
+            "set_webhook_policy", webhook_id=wid, events_days=7, diffed="sha256:bogus"
+        )
+        assert err.code == "diff_mismatch", err.text
+        assert (await a.call("list_webhook_rules", webhook_id=wid))["version"] == 0
+        for tool in ("diff_webhook_rules", "reroute_webhook_events", "release_held_events"):
+            err = await a.fails(tool, webhook_id=wid, changes_cursor="bogus")
+            assert err.text == "invalid_argument: changes_cursor: not a cursor this tool returned"
+        huge = "x" * 600_000
+        err = await a.fails("remove_webhook_route", webhook_id=wid, target_endpoint_id=huge)
+        assert err.text.startswith("invalid_argument: target_endpoint_id: not an endpoint id")
+        assert len(err.text) < 300
+        err = await a.fails("list_webhook_rules", webhook_id=huge)
+        assert err.code == "not_found" and len(err.text) < 300
