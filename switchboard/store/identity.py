@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, NotFound, clip
 from .db import Database, Row, is_uuid
 
 _ENDPOINT_COLS = (
@@ -27,7 +27,7 @@ class IdentityQueries:
                 "INSERT INTO humans (name) VALUES (%s) RETURNING id, name, created_at", (name,)
             )
         except psycopg.errors.UniqueViolation:
-            raise Conflict(f"human {name!r} already exists") from None
+            raise Conflict(f"human {clip(repr(name))} already exists") from None
         assert row is not None
         return row
 
@@ -39,7 +39,7 @@ class IdentityQueries:
         else:
             row = await self.db.fetchone("SELECT * FROM humans WHERE name = %s", (name_or_id,))
         if row is None:
-            raise NotFound(f"human {name_or_id!r} not found")
+            raise NotFound(f"human {clip(repr(name_or_id))} not found")
         return row
 
     async def set_friendship(self, from_human: str, to_human: str, state: str) -> Row:
@@ -158,7 +158,7 @@ class IdentityQueries:
                 f"SELECT {_ENDPOINT_COLS} FROM endpoints WHERE id = %s", (endpoint_id,)
             )
         if row is None:
-            raise NotFound(f"endpoint {endpoint_id} not found")
+            raise NotFound(f"endpoint {clip(endpoint_id)} not found")
         return row
 
     async def endpoint_by_token_hash(self, token_hash: str) -> Row | None:

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg import errors
 from psycopg.types.json import Jsonb
 
-from ..errors import NotFound
+from ..errors import NotFound, clip
 from ..routing.model import RoutingConfig
 from .batcher import Batcher
 from .db import Database, Row, is_uuid
@@ -223,7 +223,7 @@ class WebhookQueries:
             },
         )
         if row is None:  # deleted since the caller read it
-            raise NotFound(f"webhook {webhook_id} not found")
+            raise NotFound(f"webhook {clip(webhook_id)} not found")
         return row
 
     async def delete_webhook(self, webhook_id: str) -> bool:
@@ -383,7 +383,7 @@ class WebhookQueries:
                 )
             except errors.ForeignKeyViolation:
                 # deleted since the caller read it (or the target endpoint was)
-                raise NotFound(f"webhook {webhook_id} not found") from None
+                raise NotFound(f"webhook {clip(webhook_id)} not found") from None
             row: Row | None = await cur.fetchone()
             return row
 

@@ -223,6 +223,7 @@ async def test_echoed_ids_are_cut_and_a_route_target_must_be_an_endpoint_id(
         lambda: todos.complete(rt, owner, huge, owner="w"),
         lambda: rules.set_policy(rt, owner, hook, events_days=7, diffed=huge),
         lambda: rules.set_rules(rt, owner, hook, [{**RULE, "id": None, "name": huge}]),
+        lambda: rt.store.get_endpoint(huge),  # the store's own messages too
     ):
         with pytest.raises((NotFound, InvalidArgument, RuleValidationError)) as refused:
             await call()
