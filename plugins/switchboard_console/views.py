@@ -30,6 +30,7 @@ from .deliveries import Deliveries
 from .guard import Guard
 from .queues import Queues
 from .reroute import Reroute
+from .shown import shown
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"console.css": "text/css; charset=utf-8"}
@@ -64,6 +65,7 @@ class Console:
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
+            finalize=shown,
         )
         self.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
 

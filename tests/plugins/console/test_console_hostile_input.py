@@ -234,3 +234,33 @@ async def test_an_unexpected_error_on_a_console_route_is_its_500_page(
     assert reply.status == 500 and reply.body == b"error.html: Internal error"
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert record.exc_info and "GET /console/broken" in record.getMessage()
+
+
+#: A producer's kind: a bidi override, then one word far wider than any screen.
+STEERING_KIND = "\u202eok" + "k" * 3000
+
+
+def test_a_producers_bidi_override_and_long_word_stay_in_their_cell(seeded: Any, page: Any) -> None:
+    """A kind (any producer's header) with U+202E would reverse the console's own words
+    after it, and one unbroken word pushed every other column off the screen: the override
+    is shown as U+FFFD (as the CLI's tables show it) and a long word wraps in its cell."""
+    hid = seeded["hook"]["webhook_id"]
+    token = seeded["hook"]["ingest_url"].rsplit("/", 1)[1]
+
+    async def deliver(rt: Any) -> None:
+        headers = Headers({"X-Delivery-Id": "steer-1", "X-GitHub-Event": STEERING_KIND})
+        reply = await ingest(rt, token, headers, b'{"n": 1}', "application/json")
+        assert reply.status == 202, reply.body
+
+    on_runtime(seeded["server"].env, deliver)
+    with contextlib.closing(_signed_in(seeded)) as client:
+        listed = client.get(f"/console/webhooks/{hid}").text
+    assert "\u202e" not in listed and "\ufffdok" in listed
+    page.goto("/console/signin")
+    page.fill("#token", seeded["world"].endpoints["owner"]["token"])
+    page.click("form.signin button[type=submit]")
+    page.wait_for_url("**/console/webhooks")
+    page.goto(f"/console/webhooks/{hid}")
+    assert page.locator("td", has_text="\ufffdok").count() >= 1
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1300, width  # the viewport is 1280 wide
