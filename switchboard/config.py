@@ -245,6 +245,10 @@ def _read(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise ConfigError(
+            f"config file {path}: nests too deeply (arrays or tables inside each other)"
+        ) from None
 
 
 def load_config(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
+import math
 import os
 import re
 from collections.abc import Collection, Mapping
@@ -52,11 +54,19 @@ def given(path: tuple[str | int, ...], value: Any) -> str | None:
     secret = _secret(path)
     if isinstance(value, bool):
         return "true" if value else "false"
+    if secret and isinstance(value, str | int | float | dt.date | dt.time):
+        # a secret mistyped (a number, a date) is still the secret: its length only
+        kind = (
+            "a string"
+            if isinstance(value, str)
+            else "a number"
+            if isinstance(value, int | float)
+            else "a date or time"
+        )
+        return f"{kind} of {len(str(value))} characters"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        if secret:
-            return f"a string of {len(value)} characters"
         # credentials in a URL (http://user:pass@host) are never quoted back
         text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1…@", value)
         if len(text) > GIVEN_MAX:
@@ -93,9 +103,91 @@ def schema_message(
 ) -> str | None:
     """The first problem of ``doc`` against ``schema``, told where it came from, or None."""
     problem = first_schema_problem(Draft202012Validator(schema).iter_errors(doc), TOML_WORDING)
-    if problem is None:
+    if problem is not None:
+        return f"{origin.where((*prefix, *problem.path))}: {problem.problem}"
+    path = non_finite(doc)
+    if path is not None:
+        return (
+            f"{origin.where((*prefix, *path))}: must be a finite number"
+            f" (got {given((*prefix, *path), _at(doc, path))})"
+        )
+    return None
+
+
+def non_finite(doc: Any) -> tuple[str | int, ...] | None:
+    """The path of the first nan or inf in ``doc``, or None.
+
+    TOML writes them (``nan``, ``inf``) and a schema's bounds cannot refuse NaN (every
+    comparison with it is false): every setting and plugin section is checked here, as no
+    setting means them. Walked without recursion: a document may nest deep.
+    """
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return path
+        if isinstance(value, Mapping):
+            stack.extend(((*path, k), v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _at(doc: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+#: What a URL the host builds others from must be (``base_url``; an LLM provider's API root).
+HTTP_URL_FORM = (
+    "must be an http:// or https:// URL with a host, a port from 1 to 65535 if any,"
+    " and no query or fragment"
+)
+#: A host name's characters (any letter or digit: an IDN is encoded when a request is made).
+_HOST_PUNCTUATION = frozenset("-._")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` (a name or an IPv4 address, as written) names no host, or None."""
+    if not host:
+        return "it has no host"
+    if not all(c.isalnum() or c in _HOST_PUNCTUATION for c in host):
+        return "the host has a character no host name has"
+    return None
+
+
+def http_url_problem(url: str, *, appended: str | None) -> str | None:
+    """Why ``url`` is no http(s) URL a request can be sent to, or None.
+
+    ``appended``: the path the URLs built from it add (``/chat/completions``), for which
+    a query or a fragment is refused too (the path would land in it); None: used as it is.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed [ of an IPv6 host
+        return "it is not a URL"
+    if parts.scheme not in ("http", "https"):
+        return f'the scheme is "{parts.scheme}"' if parts.scheme else "it has no scheme"
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "it has a space or a control character"
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or parts.netloc.endswith(":"):  # "http://x:/": a port left out
+        return "the port is not a number from 1 to 65535"
+    if not parts.hostname:
+        return "it has no host"
+    if appended and (parts.query or parts.fragment or url.endswith(("?", "#"))):
+        return f"the path would end in its query or fragment, not {appended}"
+    if parts.netloc.rpartition("@")[2].startswith("["):
+        try:
+            ipaddress.IPv6Address(parts.hostname)
+        except ValueError:
+            return "the host is not an IPv6 address"
         return None
-    return f"{origin.where((*prefix, *problem.path))}: {problem.problem}"
+    return host_problem(parts.hostname)
 
 
 def value_message(raw: Mapping[str, Any], origin: Origin) -> str | None:
@@ -104,21 +196,27 @@ def value_message(raw: Mapping[str, Any], origin: Origin) -> str | None:
         (("addr",), raw.get("addr")),
         (("metrics", "addr"), (raw.get("metrics") or {}).get("addr")),
     ):
-        if isinstance(value, str) and value and not 0 <= int(value.rsplit(":", 1)[1]) <= 65535:
+        if not isinstance(value, str) or not value:
+            continue
+        host, _, port = value.rpartition(":")
+        if not 0 <= int(port) <= 65535:
             return (
                 f"{origin.where(path)}: must be host:port with a port from 0 to 65535 (0: any"
                 f" free port) (got {given(path, value)})"
             )
+        problem = host_problem(host)
+        if problem is not None:
+            return (
+                f"{origin.where(path)}: must be host:port with a host name or IPv4 address"
+                f" (got {given(path, value)}: {problem})"
+            )
     base_url = raw.get("base_url")
     if isinstance(base_url, str):
-        try:
-            port = urlsplit(base_url).port
-        except ValueError:
-            port = 0
-        if port == 0:
+        problem = http_url_problem(base_url, appended="/webhooks/… or /mcp")
+        if problem is not None:
             return (
-                f"{origin.where(('base_url',))}: must be an http:// or https:// URL whose port,"
-                f" if written, is from 1 to 65535 (got {given(('base_url',), base_url)})"
+                f"{origin.where(('base_url',))}: {HTTP_URL_FORM}"
+                f" (got {given(('base_url',), base_url)}: {problem})"
             )
     server = raw.get("server") or {}
     low, high = server.get("pool_min_size"), server.get("pool_max_size")

@@ -94,7 +94,7 @@ class Runtime:
         one as if it were the real one.
         """
         if self.dsn is None:
-            if not create and not embedded_exists(self.config.data_dir):
+            if not create and not embedded_exists(self.config.data_dir, self.config.data_dir_from):
                 raise ConfigError(no_database_message(self.config))
             self._embedded = EmbeddedPostgres(
                 self.config.data_dir, quiet=quiet, source=self.config.data_dir_from

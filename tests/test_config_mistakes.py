@@ -12,6 +12,11 @@ from switchboard.config import load_config
 from switchboard.errors import ConfigError
 from switchboard.runtime import Runtime
 
+URL_FORM = (
+    "must be an http:// or https:// URL with a host, a port from 1 to 65535 if any,"
+    " and no query or fragment"
+)
+
 # (the config file, what follows "config file PATH: " in the message)
 FILE_CASES = [
     (
@@ -26,14 +31,66 @@ FILE_CASES = [
     ),
     (
         'base_url = "http://example.com:99999"\n',
-        "base_url: must be an http:// or https:// URL whose port, if written, is from 1 to"
-        ' 65535 (got "http://example.com:99999")',
+        f'base_url: {URL_FORM} (got "http://example.com:99999": the port is not a number from'
+        " 1 to 65535)",
     ),
     (
         'base_url = "http://example.com:abc"\n',
-        "base_url: must be an http:// or https:// URL whose port, if written, is from 1 to"
-        ' 65535 (got "http://example.com:abc")',
+        f'base_url: {URL_FORM} (got "http://example.com:abc": the port is not a number from'
+        " 1 to 65535)",
     ),
+    # the URLs handed out are base_url + a path: a query or fragment would swallow it
+    (
+        'base_url = "http://x/?a=1"\n',
+        f'base_url: {URL_FORM} (got "http://x/?a=1": the path would end in its query or'
+        " fragment, not /webhooks/… or /mcp)",
+    ),
+    (
+        'base_url = "http://x/#f"\n',
+        f'base_url: {URL_FORM} (got "http://x/#f": the path would end in its query or'
+        " fragment, not /webhooks/… or /mcp)",
+    ),
+    (
+        'base_url = "http://a b/"\n',
+        f'base_url: {URL_FORM} (got "http://a b/": it has a space or a control character)',
+    ),
+    (
+        'base_url = "http://x:/"\n',
+        f'base_url: {URL_FORM} (got "http://x:/": the port is not a number from 1 to 65535)',
+    ),
+    (
+        'addr = "a b:80"\n',
+        'addr: must be host:port with a host name or IPv4 address (got "a b:80": the host'
+        " has a character no host name has)",
+    ),
+    (
+        '[metrics]\naddr = "a/b:9100"\n',
+        'metrics.addr: must be host:port with a host name or IPv4 address (got "a/b:9100":'
+        " the host has a character no host name has)",
+    ),
+    # NaN passes a schema's minimum and maximum (every comparison with it is false)
+    (
+        "[retention]\ninterval_s = nan\n",
+        "retention.interval_s: must be a finite number (got nan)",
+    ),
+    (
+        "[ingest]\nrotation_overlap_hours = nan\n",
+        "ingest.rotation_overlap_hours: must be a finite number (got nan)",
+    ),
+    (
+        "[server]\nshutdown_grace_s = -nan\n",
+        "server.shutdown_grace_s: must be a finite number (got nan)",
+    ),
+    (
+        "[plugins.rules]\nhistory_deadline_s = nan\n",
+        "plugins.rules.history_deadline_s: must be a finite number (got nan)",
+    ),
+    (
+        '[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "http://x"\ntemperature = nan\n',
+        "plugins.llm.providers[0].temperature: must be a finite number (got nan)",
+    ),
+    # a setting no schema bounds above: inf is refused as nan is
+    ("[plugins.rules]\nx = [1.0, inf]\n", "plugins.rules.x[1]: must be a finite number (got inf)"),
     (
         "[server]\npool_min_size = 10\npool_max_size = 5\n",
         "server.pool_min_size: must not be above server.pool_max_size"
@@ -59,6 +116,13 @@ FILE_CASES = [
         'secret_key = "hunter2"\n',
         "secret_key: must be at least 16 characters (got a string of 7 characters)",
     ),
+    # not a string, still a secret
+    (
+        "secret_key = 98765432109876543210\n",
+        "secret_key: must be a string (got a number of 20 characters)",
+    ),
+    ("database_url = 12345\n", "database_url: must be a string (got a number of 5 characters)"),
+    ("secret_key = 1.5e300\n", "secret_key: must be a string (got a number of 8 characters)"),
     (
         "[server]\nworkers = true\n",
         'server.workers: matches none of the allowed forms: must be "auto"; or must be an'
@@ -173,4 +237,25 @@ def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
 def test_an_empty_config_flag_is_refused(tmp_path: Path) -> None:
     assert _one_line_exit_2(("--config", ""), tmp_path) == (
         "switchboard: error: --config: must be the path of a TOML file (got an empty string)"
+    )
+
+
+@pytest.mark.parametrize(("opening", "closing"), [("[", "]"), ("{b = ", "}")])
+def test_a_config_that_nests_too_deeply_is_refused(
+    tmp_path: Path, opening: str, closing: str
+) -> None:
+    path = tmp_path / "x.toml"
+    path.write_text(f"a = {opening * 1000}1{closing * 1000}\n")
+    assert _one_line_exit_2(("--config", str(path)), tmp_path) == (
+        f"switchboard: error: config file {path}: nests too deeply (arrays or tables inside"
+        " each other)"
+    )
+
+
+def test_an_env_base_url_with_a_query_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(env={"SWITCHBOARD_BASE_URL": "http://x/?a=1"})
+    assert str(caught.value) == (
+        f'SWITCHBOARD_BASE_URL: {URL_FORM} (got "http://x/?a=1": the path would end in its'
+        " query or fragment, not /webhooks/… or /mcp)"
     )

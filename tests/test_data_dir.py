@@ -156,3 +156,71 @@ def test_reusing_the_embedded_database_is_said_only_at_v(tmp_path: Path) -> None
     loud = _run(env, tmp_path, "-v", "human", "list", "--json")
     assert loud.returncode == 0 and "reusing embedded PostgreSQL in" in loud.stderr
     assert loud.stdout == quiet.stdout
+
+
+@pytest.mark.parametrize("args", [("human", "list"), ("endpoint", "list"), ("webhook", "list")])
+def test_a_read_command_refuses_a_data_dir_that_is_a_file(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    env = _env(tmp_path / "home", SWITCHBOARD_DATA_DIR=str(afile))
+    proc = _run(env, tmp_path / "elsewhere", *args)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"switchboard: error: cannot use data_dir {afile} (from SWITCHBOARD_DATA_DIR): it is a"
+        " file, not a directory"
+    ]
+
+
+def test_a_read_command_refuses_a_pg_version_it_cannot_read(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "pg" / "PG_VERSION").mkdir(parents=True)
+    proc = _run(_env(tmp_path / "home", SWITCHBOARD_DATA_DIR=str(data)), tmp_path, "human", "list")
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"switchboard: error: cannot use data_dir {data} (from SWITCHBOARD_DATA_DIR): cannot read"
+        f" {data / 'pg' / 'PG_VERSION'}: is a directory"
+    ]
+    (data / "pg" / "PG_VERSION").rmdir()
+    (data / "pg" / "PG_VERSION").write_bytes(b"\xff\n")
+    proc = _run(_env(tmp_path / "home", SWITCHBOARD_DATA_DIR=str(data)), tmp_path, "human", "list")
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"switchboard: error: cannot use data_dir {data} (from SWITCHBOARD_DATA_DIR):"
+        f" {data / 'pg' / 'PG_VERSION'} is not a PostgreSQL version number (not UTF-8 text)"
+    ]
+
+
+#: What a secret.key that holds no usable key says after its reason.
+KEY_FILE_HINT = (
+    "put back the key the signing secrets were sealed with (or set SWITCHBOARD_SECRET_KEY),"
+    " or delete the file for a new one to be generated (every webhook's signing secret then"
+    " needs rotating)"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"", "the key must be at least 16 characters (it is empty)"),
+        (b"\n", "the key must be at least 16 characters (it is empty)"),
+        (b"short-key\n", "the key must be at least 16 characters (got 9 characters)"),
+        (b"\xff\xfe\n", "is not UTF-8 text (byte 0xff at offset 0)"),
+    ],
+)
+def test_serve_refuses_a_secret_key_file_without_a_usable_key(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    key = data / "secret.key"
+    key.write_bytes(content)
+    env = _env(tmp_path / "home", SWITCHBOARD_DATA_DIR=str(data))
+    del env["SWITCHBOARD_SECRET_KEY"]
+    proc = _run(env, tmp_path, "serve", "--port", "0", "--workers", "1")
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"switchboard: error: secret key file {key}: {why}; {KEY_FILE_HINT}"
+    ]
+    assert not (data / "pg").exists()  # refused before the database was started

@@ -15,7 +15,16 @@ from .render import Column, add_output_flags, show, table
 
 
 def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+    """``a,b`` or ``a b`` (each a word of ``nargs="+"``): the names, each one given.
+
+    An empty one (``''``, ``a,,b``, a trailing comma) is refused, not dropped: an unset
+    shell variable would otherwise vend an endpoint that drains or may use nothing."""
+    names = [v.strip() for v in value.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(
+            f"an empty name in {value!r}: give names separated by commas or spaces"
+        )
+    return names
 
 
 def _list_arg(parser: argparse.ArgumentParser, flag: str, help: str) -> None:

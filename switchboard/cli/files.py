@@ -28,8 +28,17 @@ def read_text(path: str, what: str, *, stdin: bool = False) -> str:
 
 def read_json(path: str, what: str, *, stdin: bool = False) -> Any:
     """:func:`read_text`, parsed as JSON (a document that is not is named the same way)."""
-    text = read_text(path, what, stdin=stdin)
+    return parse_json(read_text(path, what, stdin=stdin), f"{what}: {path}")
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``text`` parsed as JSON; one that is not is an :class:`InvalidArgument` naming
+    ``where`` (the flag, and the file it was read from)."""
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise InvalidArgument(f"{what}: {path} is not JSON: {exc}") from None
+        raise InvalidArgument(f"{where} is not JSON: {exc}") from None
+    except RecursionError:  # the parser recurses into each array and object
+        raise InvalidArgument(
+            f"{where} nests too deeply (arrays or objects inside each other)"
+        ) from None

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import functools
 import json
+import math
+import re
 import sys
 import time
 import urllib.error
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import load_config
+from ..configcheck import http_url_problem
 from ..errors import SwitchboardError
 from ..plugins import apply_config, build_registries, make_plugin_manager
 from ..registry import SourceRegistry
@@ -32,6 +35,8 @@ from ..sources import (
 #: Exit codes: 0 the target answered 2xx, 1 anything else, 2 the command was misused.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT = 10.0
+#: ``--timeout``'s ceiling: a day (a socket cannot wait past the platform's time_t anyway).
+MAX_TIMEOUT = 86400.0
 #: How long ``send`` waits for the server to record its refused delivery (it does so after
 #: answering).
 REFUSAL_WAIT = 5.0
@@ -138,12 +143,33 @@ def build_request(
     return body, _merge_headers(headers, extra)
 
 
+#: An HTTP header name (RFC 9110 token).
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
 def parse_header(text: str) -> tuple[str, str]:
-    """``"Name: value"`` from ``--header``; the value may itself contain colons."""
+    """``"Name: value"`` from ``--header``; the value may itself contain colons.
+
+    A name or value HTTP cannot carry is refused here, naming the header, not where the
+    request is written."""
     name, sep, value = text.partition(":")
-    if not sep or not name.strip():
+    name, value = name.strip(), value.strip()
+    if not sep or not name:
         raise UsageError(f"--header {text!r} is not NAME:VALUE")
-    return name.strip(), value.strip()
+    if not _HEADER_NAME.fullmatch(name):
+        raise UsageError(
+            f"--header {name!r}: a header name is ASCII letters, digits and !#$%&'*+-.^_`|~"
+        )
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"--header {name}: its value must be Latin-1 text (HTTP sends header values"
+            " as single bytes); percent-encode or base64 anything else"
+        ) from None
+    if any(c in value for c in "\r\n\0"):
+        raise UsageError(f"--header {name}: its value has a line break or a NUL character")
+    return name, value
 
 
 def read_secret(spec: str | None) -> bytes | None:
@@ -170,7 +196,7 @@ def _decode_response(raw: bytes) -> Any:
     text = raw.decode("utf-8", "replace")
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # shown as the text it is
         return text
 
 
@@ -188,6 +214,30 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tupl
         return 0, f"request failed: {reason}"
 
 
+def ingest_url(text: str) -> str:
+    """``--url``: an http(s) URL with a host (urllib would also open ``file:`` URLs)."""
+    problem = http_url_problem(text, appended=None)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"must be an http:// or https:// URL with a host and a port from 1 to 65535 if"
+            f" any ({problem})"
+        )
+    return text
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: seconds, above 0 and at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f} (got {text})"
+        )
+    return value
+
+
 def configure(parser: argparse.ArgumentParser, runtime: Any = None) -> None:
     """Arguments of ``switchboard send``.
 
@@ -196,7 +246,9 @@ def configure(parser: argparse.ArgumentParser, runtime: Any = None) -> None:
     list choices (a plugin may need its config to register): :func:`run` refuses a source
     that cannot sign, naming those that can.
     """
-    parser.add_argument("--url", required=True, help="the webhook's ingest URL")
+    parser.add_argument(
+        "--url", required=True, type=ingest_url, help="the webhook's ingest URL (http or https)"
+    )
     if runtime is not None:
         choices = sorted(signing_sources(runtime.registries.sources))
         parser.add_argument(
@@ -226,7 +278,12 @@ def configure(parser: argparse.ArgumentParser, runtime: Any = None) -> None:
         help="for a source that stamps its bodies: a fresh id and clock "
         "(missing ones are added anyway)",
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds")
+    parser.add_argument(
+        "--timeout",
+        type=timeout_seconds,
+        default=DEFAULT_TIMEOUT,
+        help="seconds to wait for the answer (default 10, at most 86400)",
+    )
     parser.add_argument("file", help="the body to send, sent byte for byte")
 
 

@@ -165,6 +165,58 @@ def load_secret_key(rt: Runtime) -> None:
     rt.secrets.seal("")
 
 
+def secret_key_from(rt: Runtime) -> str:
+    """Where the signing-secret key came from: its variable, the config file's key, or
+    the file it was generated into."""
+    if rt.config.raw["secret_key"]:
+        return rt.config.origin.where(("secret_key",))
+    return str(rt.config.data_dir / "secret.key")
+
+
+#: The signing secrets sealed last (created or rotated): the key in use must open them.
+_RECENT_SECRETS_SQL = """
+    SELECT signing_secret_enc FROM endpoint_webhooks
+    WHERE signing_secret_enc IS NOT NULL
+    ORDER BY coalesce(rotated_at, created_at) DESC
+    LIMIT 100
+"""
+
+
+async def check_secret_key(rt: Runtime, dsn: str) -> None:
+    """Refuse to serve with a key that opens none of the stored signing secrets (a
+    ``ConfigError`` naming where the key came from): every signed delivery would fail
+    (500), found only when producers send. Some that it does not open (sealed under
+    another key since) are a warning: those webhooks' deliveries fail until rotated."""
+    import psycopg
+
+    from ..store.dsn import unreachable
+    from ..store.migrate import fetch_once
+
+    timeout_s = int(rt.config.section("server").get("database_timeout_ms", 2000)) / 1000
+    try:
+        rows = await fetch_once(dsn, _RECENT_SECRETS_SQL, timeout=timeout_s)
+    except psycopg.OperationalError as exc:
+        raise unreachable(dsn, rt.database_url_from(), exc) from exc
+    if not rows:
+        return
+    unopened = sum(not rt.secrets.opens(row["signing_secret_enc"]) for row in rows)
+    if unopened == len(rows):
+        raise ConfigError(
+            f"the secret key from {secret_key_from(rt)} does not open the signing secrets"
+            f" stored in the database ({database_where(rt, dsn)}): they were sealed with"
+            " another key; give the key they were sealed with (SWITCHBOARD_SECRET_KEY,"
+            " secret_key, or the data dir's secret.key), else every signed delivery fails"
+        )
+    if unopened:
+        log.warning(
+            "the secret key from %s does not open %d of the %d newest stored signing secrets:"
+            " deliveries to those webhooks fail until they are rotated",
+            secret_key_from(rt),
+            unopened,
+            len(rows),
+        )
+
+
 def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str) -> int:
     # Sanic (through scrape) only here: every other command starts ~0.1 s sooner without it
     from sanic import Sanic
@@ -186,6 +238,7 @@ def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str
         Supervisor(embedded).start()
     with driver_warnings_quiet():  # a database it cannot use is one error line
         applied = asyncio.run(rt.migrate())
+        asyncio.run(check_secret_key(rt, dsn))
     if applied:
         print(f"switchboard: applied migrations {', '.join(applied)}", file=sys.stderr)
     port = int(sock.getsockname()[1])  # the one the system picked for --port 0

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from ..errors import InvalidArgument
 from ..runtime import Runtime
 from ..service import refusals, reroute, rules, versions, webhooks
-from .files import read_json, read_text
+from .files import parse_json, read_json, read_text
 from .main import emit, warn_default_base_url
 from .read import render_refusals, render_webhooks
 from .render import add_output_flags, show
@@ -155,11 +154,8 @@ def _source_config(text: str | None) -> Any:
     if text is None:
         return None
     if text.startswith("@"):
-        text = read_text(text[1:], "--source-config")
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidArgument(f"--source-config: not JSON: {exc}") from exc
+        return read_json(text[1:], "--source-config")
+    return parse_json(text, "--source-config")
 
 
 async def run(args: argparse.Namespace, rt: Runtime) -> int:

@@ -11,6 +11,12 @@ from psycopg.conninfo import conninfo_to_dict
 from ..errors import ConfigError, StoreUnavailable
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+#: The schemes libpq reads as a connection URI.
+_PG_SCHEMES = ("postgresql", "postgres")
+#: What libpq quotes in its reason (a parameter, a token, the whole URI).
+_QUOTED = re.compile(r'"([^"]*)"')
+#: What libpq quotes of its own syntax (``missing "=" after ...``), never the value's.
+_OWN = frozenset({"=", "]"})
 
 
 def check_dsn(dsn: str, source: str) -> None:
@@ -18,13 +24,16 @@ def check_dsn(dsn: str, source: str) -> None:
     ``source`` (where it was set). The value is never quoted: it may hold a password."""
     try:
         parts = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    except psycopg.ProgrammingError as exc:
         scheme = _SCHEME.match(dsn.strip())
-        why = (
-            f"its scheme is {scheme[1]}://, not postgresql://"
-            if scheme
-            else "it is neither a postgresql:// URL nor key=value settings"
-        )
+        if scheme and scheme[1].lower() not in _PG_SCHEMES:
+            why = f"its scheme is {scheme[1]}://, not postgresql://"
+        elif scheme or "=" in dsn:
+            # libpq's own reason ('invalid URI query parameter: "sslmod"'), with what it
+            # quotes of the value kept only where that cannot be the password
+            why = _libpq_reason(str(exc), dsn, uri=bool(scheme))
+        else:
+            why = "it is neither a postgresql:// URL nor key=value settings"
         raise ConfigError(
             f"{source} is not a PostgreSQL URL: {why} (expected "
             "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or host=... dbname=...)"
@@ -32,6 +41,34 @@ def check_dsn(dsn: str, source: str) -> None:
     port = str(parts.get("port") or "")
     if port and not all(p.strip().isdigit() for p in port.split(",")):
         raise ConfigError(f"{source} is not a PostgreSQL URL: its port {port!r} is not a number")
+    if port and not all(1 <= int(p) <= 65535 for p in port.split(",")):
+        raise ConfigError(
+            f"{source} is not a PostgreSQL URL: its port {port} is not from 1 to 65535"
+        )
+
+
+def _libpq_reason(text: str, dsn: str, *, uri: bool) -> str:
+    """libpq's first line of ``text`` about ``dsn``, each quoted part shown only where it
+    cannot be (part of) a password: in a URI anything outside its ``user:password@`` and
+    ``password=`` value; in key=value settings only a parameter's name."""
+    if uri:
+        rest = dsn.split("://", 1)[1]
+        hidden = [rest.rpartition("@")[0], *re.findall(r"[?&]password=([^&]*)", rest)]
+        hidden = [h for h in hidden if h]
+
+        def shown(quoted: str) -> bool:
+            return not any(quoted in h or h in quoted for h in hidden)
+    else:
+
+        def shown(quoted: str) -> bool:
+            # an unknown parameter's name is written "name=": never a password's text
+            return bool(re.search(rf"(^|\s){re.escape(quoted)}\s*=", dsn)) and (
+                quoted.lower() != "password"
+            )
+
+    first = (text.strip().splitlines() or ["cannot be read"])[0]
+    reason = _QUOTED.sub(lambda m: m[0] if m[1] in _OWN or shown(m[1]) else '"…"', first)
+    return f"libpq cannot read it: {reason}"
 
 
 def dsn_where(dsn: str) -> str:

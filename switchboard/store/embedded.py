@@ -47,17 +47,30 @@ def provider() -> str:
     return f"{dist} {metadata.version(dist)}"
 
 
-def data_major(pgdata: Path) -> str | None:
-    """The major version that initialized ``pgdata`` (its ``PG_VERSION``), or None if new."""
+def data_major(pgdata: Path, source: str | None = None) -> str | None:
+    """The major version that initialized ``pgdata`` (its ``PG_VERSION``), or None if new.
+
+    A data dir that is a file, or a ``PG_VERSION`` that cannot be read, is a
+    ``ConfigError`` naming the data dir (``source``: where it was set), as when it cannot
+    be created: every command reads this first, the read-only ones too.
+    """
+    version = pgdata / "PG_VERSION"
     try:
-        return (pgdata / "PG_VERSION").read_text().strip()
+        return version.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise unusable_data_dir(pgdata.parent, source, f"read {version}", exc) from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"cannot use data_dir {pgdata.parent}{f' (from {source})' if source else ''}:"
+            f" {version} is not a PostgreSQL version number (not UTF-8 text)"
+        ) from None
 
 
-def embedded_exists(data_dir: Path) -> bool:
+def embedded_exists(data_dir: Path, source: str | None = None) -> bool:
     """Whether ``data_dir`` holds an embedded database already (``<data_dir>/pg``)."""
-    return data_major(data_dir / "pg") is not None
+    return data_major(data_dir / "pg", source) is not None
 
 
 def open_server(pgdata: Path, *, cleanup_mode: str | None = "stop") -> Any:
@@ -104,7 +117,7 @@ class EmbeddedPostgres:
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise unusable_data_dir(self.pgdata.parent, self.source, "create it", exc) from None
-        fresh = data_major(self.pgdata) is None
+        fresh = data_major(self.pgdata, self.source) is None
         try:
             self._server = open_server(self.pgdata, cleanup_mode="stop")
         except OSError as exc:  # a data dir that exists but cannot be written (read-only)

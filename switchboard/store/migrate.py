@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -59,13 +62,12 @@ class NoAnswer(psycopg.OperationalError):
     report both the same way (:func:`switchboard.store.dsn.unreachable`)."""
 
 
-async def apply(dsn: str, migrations: list[Migration], *, timeout: float = TIMEOUT_S) -> list[str]:
-    """Apply what is missing; returns the keys applied by this call.
-
-    Connecting and each bookkeeping statement wait at most ``timeout`` seconds, each
-    migration at most :data:`MIGRATION_S`; past that :class:`NoAnswer` is raised.
-    """
-    seconds = max(1, round(timeout))  # libpq's connect_timeout is whole seconds
+@contextlib.asynccontextmanager
+async def _connection(dsn: str, timeout: float) -> AsyncIterator[DeadlineConnection]:
+    """A connection of its own: connecting and each statement wait at most ``timeout``
+    seconds (whole seconds to connect: libpq's ``connect_timeout``); past that
+    :class:`NoAnswer` is raised."""
+    seconds = max(1, round(timeout))
     try:
         conn = await DeadlineConnection.connect(
             dsn, autocommit=True, row_factory=dict_row, connect_timeout=seconds
@@ -75,11 +77,27 @@ async def apply(dsn: str, migrations: list[Migration], *, timeout: float = TIMEO
     conn.statement_s = timeout
     try:
         async with conn:
-            return await _apply_locked(conn, migrations)
+            yield conn
     except psycopg.OperationalError as exc:
         if conn.abandoned:
             raise NoAnswer(f"no answer within {conn.statement_s:g} s") from exc
         raise
+
+
+async def apply(dsn: str, migrations: list[Migration], *, timeout: float = TIMEOUT_S) -> list[str]:
+    """Apply what is missing; returns the keys applied by this call.
+
+    Connecting and each bookkeeping statement wait at most ``timeout`` seconds, each
+    migration at most :data:`MIGRATION_S`; past that :class:`NoAnswer` is raised.
+    """
+    async with _connection(dsn, timeout) as conn:
+        return await _apply_locked(conn, migrations)
+
+
+async def fetch_once(dsn: str, sql: str, *, timeout: float = TIMEOUT_S) -> list[dict[str, Any]]:
+    """The rows of one read on a connection of its own, under :func:`apply`'s deadlines."""
+    async with _connection(dsn, timeout) as conn:
+        return await (await conn.execute(sql.encode())).fetchall()
 
 
 async def _apply_locked(conn: DeadlineConnection, migrations: list[Migration]) -> list[str]:

@@ -90,3 +90,31 @@ async def test_human_and_friend_verbs(cli: CLI, runtime: Runtime) -> None:
     assert [f["to"] for f in cli.json("friend", "list", "alice")["friendships"]] == ["alice"]
     again = cli.run("friend", "remove", "alice", "bob", check=False)
     assert again.returncode == 1 and "no friendship from 'alice' to 'bob'" in again.stderr
+
+
+async def test_an_empty_name_in_a_list_flag_is_refused_not_dropped(
+    cli: CLI, runtime: Runtime
+) -> None:
+    """``--queues "$UNSET"`` would otherwise vend an endpoint that drains nothing."""
+    await identity.add_human(runtime, "alice")
+    fast = cli.fast()
+    vend = ("endpoint", "vend", "--owner", "alice", "--name", "x")
+    for flag, value in (
+        ("--queues", ""),
+        ("--queues", "inbox,,triage"),
+        ("--queues", "inbox,"),
+        ("--webhook-queues", " "),
+        ("--source-types", ""),
+        ("--verbs", ""),
+    ):
+        proc = fast.run(*vend, flag, value, check=False)
+        assert (proc.returncode, proc.stdout) == (2, ""), (flag, value, proc.stderr)
+        assert proc.stderr.splitlines()[-1] == (
+            f"switchboard endpoint vend: error: argument {flag}: an empty name in {value!r}:"
+            " give names separated by commas or spaces"
+        )
+    assert await identity.list_endpoints(runtime) == []  # nothing was vended
+    vended = fast.json(*vend, "--queues", "inbox, triage", "archive")
+    assert vended["endpoint_id"]
+    [shown] = await identity.list_endpoints(runtime)
+    assert shown["scope_queues"] == ["inbox", "triage", "archive"]

@@ -71,3 +71,48 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(cli: CLI) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 141
     assert err == ""
+
+
+async def test_a_json_file_that_nests_too_deeply_is_named_on_one_line(
+    cli: CLI, runtime: Runtime, tmp_path: Path
+) -> None:
+    await identity.add_human(runtime, "alice")
+    owner = await vended_endpoint(
+        runtime,
+        "alice",
+        "router",
+        ["inbox"],
+        webhook_queues=["inbox"],
+        source_types=["generic"],
+        webhook_max=1,
+    )
+    hook = (await webhooks.create_webhook(runtime, owner, "generic", "inbox"))["webhook_id"]
+    depth = 100_000  # the JSON parser recurses into each array: past any recursion limit
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"rules": [], "params": {"a": ' + "[" * depth + "]" * depth + "}}")
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"rules": [{"expr": ".a", "action": {"queue": "inbox"}}]}))
+    body = tmp_path / "body.json"
+    body.write_text('{"a": 1}')
+    sample = ["--source", "generic", "--payload", str(body)]
+    create = ["webhook", "create", "--endpoint", owner["id"], "--source", "generic",
+              "--target-queue", "inbox"]  # fmt: skip
+    cases = {
+        f"FILE: {deep}": ["rules", "check", str(deep)],
+        f"--grant: {deep}": ["rules", "test", str(good), *sample, "--grant", str(deep)],
+        f"--headers: {deep}": ["rules", "test", str(good), *sample, "--headers", str(deep)],
+        f"--file: {deep}": ["llm", "set", "--endpoint", owner["id"], "--file", str(deep)],
+        f"FILE: {deep} ": ["webhook", "rules", "set", hook, str(deep)],
+        f"--source-config: {deep}": [*create, "--source-config", f"@{deep}"],
+        "--source-config": [*create, "--source-config", "[" * depth + "]" * depth],
+    }
+    fast = cli.fast()
+    for what, argv in cases.items():
+        proc = fast.run(*argv, check=False)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr == (
+            f"switchboard: error: invalid_argument: {what.strip()} nests too deeply (arrays"
+            " or objects inside each other)\n"
+        ), argv
+    shown = fast.json("webhook", "rules", "show", hook)
+    assert (shown["rules"], shown["version"]) == ([], 0), shown  # nothing saved

@@ -186,7 +186,7 @@ def test_source_choices_are_the_installed_sources_that_sign(tmp_path: Path) -> N
     parser = argparse.ArgumentParser()
     configure(parser, rt)
     for name in signers:
-        assert parser.parse_args(["--url", "u", "--source", name, "f"]).source == name
+        assert parser.parse_args(["--url", "http://x/", "--source", name, "f"]).source == name
 
 
 def test_without_a_runtime_no_registry_is_built_for_choices(
@@ -199,7 +199,9 @@ def test_without_a_runtime_no_registry_is_built_for_choices(
     monkeypatch.setattr("switchboard.cli.send.installed_sources", unexpected)
     parser = argparse.ArgumentParser()
     configure(parser)
-    assert parser.parse_args(["--url", "u", "--source", "anything", "f"]).source == "anything"
+    assert (
+        parser.parse_args(["--url", "http://x/", "--source", "anything", "f"]).source == "anything"
+    )
 
 
 def test_installed_sources_register_with_their_config_defaults(
@@ -340,6 +342,78 @@ def test_send_usage_errors_exit_2(
     assert asyncio.run(run(send(*argv), None)) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err.startswith("switchboard send: error: ")
+
+
+URL_FORM = "must be an http:// or https:// URL with a host and a port from 1 to 65535 if any"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "error"),
+    [
+        ("--url", "notaurl", f"{URL_FORM} (it has no scheme)"),
+        ("--url", "http://[::1", f"{URL_FORM} (it is not a URL)"),
+        ("--url", "file:///etc/hostname", f'{URL_FORM} (the scheme is "file")'),
+        ("--url", "http:///webhooks/w/x", f"{URL_FORM} (it has no host)"),
+        (
+            "--url",
+            "http://127.0.0.1:99999/",
+            f"{URL_FORM} (the port is not a number from 1 to 65535)",
+        ),
+        ("--url", "http://a b/", f"{URL_FORM} (it has a space or a control character)"),
+        ("--timeout", "-1", "must be a number of seconds above 0 and at most 86400 (got -1)"),
+        ("--timeout", "0", "must be a number of seconds above 0 and at most 86400 (got 0)"),
+        ("--timeout", "nan", "must be a number of seconds above 0 and at most 86400 (got nan)"),
+        ("--timeout", "inf", "must be a number of seconds above 0 and at most 86400 (got inf)"),
+        ("--timeout", "1e10", "must be a number of seconds above 0 and at most 86400 (got 1e10)"),
+        ("--timeout", "soon", "'soon' is not a number of seconds"),
+    ],
+)
+def test_send_refuses_a_url_or_timeout_it_cannot_use(
+    tmp_path: Path, flag: str, value: str, error: str
+) -> None:
+    body_file = tmp_path / "body.json"
+    body_file.write_bytes(b"{}")
+    argv = {"--url": "http://127.0.0.1:9/", "--timeout": "5"} | {flag: value}
+    proc = subprocess.run(
+        [*SWITCHBOARD, "send", "--source", "generic", str(body_file),
+         "--url", argv["--url"], "--timeout", argv["--timeout"]],
+        env=make_env(None, tmp_path / "data"), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"switchboard send: error: argument {flag}: {error}"
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [
+        (
+            "X-Note: caf\u00e9 \u20ac",
+            "--header X-Note: its value must be Latin-1 text (HTTP sends header values as"
+            " single bytes); percent-encode or base64 anything else",
+        ),
+        (
+            "X-Note: \udcff",  # a byte that is not UTF-8 on the command line
+            "--header X-Note: its value must be Latin-1 text (HTTP sends header values as"
+            " single bytes); percent-encode or base64 anything else",
+        ),
+        ("X-Note: a\nb", "--header X-Note: its value has a line break or a NUL character"),
+        (
+            "X Note: a",
+            "--header 'X Note': a header name is ASCII letters, digits and !#$%&'*+-.^_`|~",
+        ),
+    ],
+)
+def test_send_refuses_a_header_http_cannot_carry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], header: str, error: str
+) -> None:
+    body_file = tmp_path / "body.json"
+    body_file.write_bytes(b"{}")
+    args = send("--url", "http://127.0.0.1:9/", "--source", "generic", "--header", header,
+                str(body_file))  # fmt: skip
+    assert asyncio.run(run(args, None)) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", f"switchboard send: error: {error}\n")
 
 
 def test_the_real_command_line_offers_only_enabled_signing_sources(tmp_path: Path) -> None:

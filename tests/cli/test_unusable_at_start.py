@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 from sbtest import CLI, SWITCHBOARD, free_port, make_env, session_of, stop_process_group
-from sbworld import World
+from sbworld import World, vended_endpoint
+
+from switchboard.runtime import Runtime
+from switchboard.store.dsn import dsn_where
 
 #: How long a start that should be refused may take (a refusal is immediate; a start that
 #: was not refused would serve until stopped).
@@ -157,6 +160,26 @@ def test_a_metrics_addr_in_use_stops_the_start_and_the_embedded_postgres(
         ("http://example.com/", "its scheme is http://, not postgresql://"),
         (f"http://sb:{PASSWORD}@example.com/", "its scheme is http://, not postgresql://"),
         (f"postgresql://sb:{PASSWORD}@127.0.0.1:abc/db", "its port 'abc' is not a number"),
+        (f"postgresql://sb:{PASSWORD}@127.0.0.1:99999/db", "its port 99999 is not from 1 to 65535"),
+        # libpq's reason, naming what it could not read (never the password)
+        (
+            f"postgresql://sb:{PASSWORD}@127.0.0.1/db?sslmod=require",
+            'libpq cannot read it: invalid URI query parameter: "sslmod"',
+        ),
+        (
+            f"postgresql://sb:{PASSWORD}@[bad/db",
+            'libpq cannot read it: end of string reached when looking for matching "]" in IPv6'
+            ' host address in URI: "…"',
+        ),
+        (
+            f"postgresql://sb:{PASSWORD}%zz@127.0.0.1/db",
+            'libpq cannot read it: invalid percent-encoded token: "…"',
+        ),
+        ("postgresql://sb@%zz/db", 'libpq cannot read it: invalid percent-encoded token: "%zz"'),
+        (
+            f"dbname=db bogus=1 password={PASSWORD}",
+            'libpq cannot read it: invalid connection option "bogus"',
+        ),
     ],
 )
 @pytest.mark.parametrize("command", [("human", "list"), ("serve", "--port", "0")])
@@ -285,4 +308,82 @@ def test_serve_loads_the_secret_key_at_start_not_at_the_first_delivery(
     assert stderr.splitlines() == [
         f"switchboard: error: cannot use data_dir {data} (from SWITCHBOARD_DATA_DIR): "
         f"{why}; {KEY_HINT}"
+    ]
+
+
+# -- the secret key ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["env", "config", "file"])
+async def test_a_secret_key_that_opens_no_stored_signing_secret_stops_the_start(
+    runtime: Runtime, dsn: str, tmp_path: Path, given: str
+) -> None:
+    """The key is checked at start against what it sealed, not at the first signed delivery
+    (whose producer would be answered 500), and where it came from is named."""
+    from switchboard.service import identity, webhooks
+
+    await identity.add_human(runtime, "alice")
+    owner = await vended_endpoint(
+        runtime, "alice", "router", ["inbox"], webhook_queues=["inbox"],
+        source_types=["github"], webhook_max=1,
+    )  # fmt: skip
+    await webhooks.create_webhook(runtime, owner, "github", "inbox")  # sealed with the test key
+    data = tmp_path / "other-data"
+    env = make_env(dsn, data)
+    other = "another-secret-key-0123456789"
+    if given == "env":
+        env["SWITCHBOARD_SECRET_KEY"], named = other, "SWITCHBOARD_SECRET_KEY"
+    elif given == "config":
+        conf = tmp_path / "switchboard.toml"
+        conf.write_text(f'secret_key = "{other}"\n')
+        del env["SWITCHBOARD_SECRET_KEY"]
+        env["SWITCHBOARD_CONFIG"], named = str(conf), f"config file {conf}: secret_key"
+    else:
+        data.mkdir()
+        (data / "secret.key").write_text(other + "\n")
+        del env["SWITCHBOARD_SECRET_KEY"]
+        named = str(data / "secret.key")
+    code, stderr = refused(env, "serve", "--port", "0", "--workers", "1")
+    assert code == 2, stderr
+    assert last_line(stderr) == (
+        f"switchboard: error: the secret key from {named} does not open the signing secrets"
+        f" stored in the database (external {dsn_where(dsn)}): they were sealed with another"
+        " key; give the key they were sealed with (SWITCHBOARD_SECRET_KEY, secret_key, or the"
+        " data dir's secret.key), else every signed delivery fails"
+    )
+    assert other not in stderr
+
+
+async def test_a_key_that_opens_only_some_stored_secrets_is_a_warning(
+    runtime: Runtime, dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Secrets sealed under another key since (a key changed, then a webhook made): the key
+    that opens the others serves, and the ones it cannot open are counted in the log."""
+    from switchboard.cli.serve import check_secret_key
+    from switchboard.config import load_config
+    from switchboard.errors import ConfigError
+    from switchboard.service import identity, webhooks
+
+    await check_secret_key(runtime, dsn)  # no webhook yet: nothing to check
+    await identity.add_human(runtime, "alice")
+    owner = await vended_endpoint(
+        runtime, "alice", "router", ["inbox"], webhook_queues=["inbox"],
+        source_types=["github"], webhook_max=2,
+    )  # fmt: skip
+    await webhooks.create_webhook(runtime, owner, "github", "inbox")
+    await check_secret_key(runtime, dsn)  # the key that sealed it
+    env = make_env(dsn, tmp_path / "data", SWITCHBOARD_SECRET_KEY="another-secret-key-0123456789")
+    other = Runtime(load_config(env=env))
+    with pytest.raises(ConfigError, match="^the secret key from SWITCHBOARD_SECRET_KEY does not"):
+        await check_secret_key(other, dsn)
+    await other.open_store(migrate=False)
+    try:
+        await webhooks.create_webhook(other, owner, "github", "inbox")
+    finally:
+        await other.shutdown()
+    with caplog.at_level("WARNING", logger="switchboard.serve"):
+        await check_secret_key(runtime, dsn)
+    assert caplog.messages == [
+        "the secret key from SWITCHBOARD_SECRET_KEY does not open 1 of the 2 newest stored"
+        " signing secrets: deliveries to those webhooks fail until they are rotated"
     ]

@@ -44,7 +44,5 @@ async def test_a_call_over_looping_rules_stops_near_its_deadline_with_its_work(
     assert doc["evaluated"] >= 4, doc
     assert took < 2 * DEADLINE_S + 2, took
     if verb == "diff":
-        again = await history.diff_rules(
-            rt, owner, hook, rules=LOOPING, cursor=doc["next_cursor"]
-        )
+        again = await history.diff_rules(rt, owner, hook, rules=LOOPING, cursor=doc["next_cursor"])
         assert again["evaluated"] >= 4, again
