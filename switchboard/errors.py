@@ -86,6 +86,7 @@ _HTTP_MESSAGE = {
     416: "range not satisfiable",
     417: "expectation failed",
     431: "request headers too large",
+    500: "internal error",
     503: "unavailable: retry later",
 }
 

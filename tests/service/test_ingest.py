@@ -454,3 +454,25 @@ def test_database_going_away_answers_503_and_the_retry_lands_once(
     assert again.json()["created"] == 0
     assert _scalar(dsn, "SELECT count(*) FROM events") == 1
     assert _scalar(dsn, "SELECT count(*) FROM todos") == 1
+
+
+def test_a_secret_the_key_cannot_open_is_an_internal_error_that_names_nothing(
+    world: Any, module_dsn: str
+) -> None:
+    """A webhook whose signing secret was sealed under another key (the key changed since):
+    its deliveries fail with the fixed 500 body, and the cause (which setting to look at)
+    goes to the operator's log, never to the producer."""
+    from switchboard.secrets_box import SecretBox
+
+    srv, w = world
+    hook = w.webhook("owner", "github")
+    with psycopg.connect(module_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE endpoint_webhooks SET signing_secret_enc = %s WHERE id = %s",
+            (SecretBox("another-key-0123456789").seal("whsec_x"), hook["webhook_id"]),
+        )
+    raw = b'{"action": "opened"}'
+    resp = _post(hook["ingest_url"], "github", raw, hook["signing_secret"], event="issues")
+    assert resp.status_code == 500
+    assert resp.json() == {"error": "internal error", "code": "internal"}
+    assert "request failed: a stored signing secret cannot be decrypted" in srv.log.read_text()
