@@ -12,13 +12,30 @@ import asyncio
 import json
 import logging
 import os
-from typing import Any
+import zlib
+from typing import TYPE_CHECKING, Any
 
-from switchboard.plugin import Completion, LLMProvider
+from switchboard.plugin import Completion, LLMProvider, shown_url
 
 from .settings import DEFAULT_PROVIDER_IN_FLIGHT
 
+if TYPE_CHECKING:
+    import httpx
+
 log = logging.getLogger("switchboard.llm")
+
+#: The most a provider's answer may hold, decoded: a valid one is a chat completion around a
+#: short JSON answer (kilobytes). Past it the answer is refused, not read, so a provider can
+#: make the stage hold no more than this per call, however it pads or compresses.
+MAX_ANSWER_BYTES = 1 << 20
+#: The content codings an answer may come in, undone here a bounded piece at a time (httpx's
+#: own decoders inflate each piece the network gives whole: a 64 KiB gzip read is 64 MiB).
+#: Auto-detected gzip or zlib header: some servers label one as the other.
+_CODINGS = {
+    "gzip": zlib.MAX_WBITS | 32,
+    "x-gzip": zlib.MAX_WBITS | 32,
+    "deflate": zlib.MAX_WBITS | 32,
+}
 
 
 class ProviderError(Exception):
@@ -71,6 +88,8 @@ class OpenAIProvider:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name: str = spec.get("name") or "openai"
         self.url = str(spec["base_url"]).rstrip("/") + "/chat/completions"
+        #: The URL as messages show it (a trace is read more widely than the config).
+        self.shown_url = shown_url(self.url)
         self.api_key_env: str | None = spec.get("api_key_env")
         self.response_format: str = spec.get("response_format", "json_schema")
         self.max_tokens = int(spec.get("max_tokens", 512))
@@ -82,7 +101,11 @@ class OpenAIProvider:
             )
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Accept-Encoding": ", ".join(_CODINGS),
+        }
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
             if not key:
@@ -122,10 +145,16 @@ class OpenAIProvider:
         body = self.request_body(model, system, prompt, schema)
         headers = self._headers()
         try:
-            # A client per call: a provider serves every worker's event loop, and at
-            # triage volume a connection's setup is nothing next to the model's latency.
-            async with httpx.AsyncClient(timeout=timeout) as client:
-                resp = await client.post(self.url, json=body, headers=headers)
+            # httpx's timeout bounds each step (connect, each read), not the sum: a body
+            # dripped a byte at a time would hold the call for ever without this one.
+            async with asyncio.timeout(timeout):
+                # A client per call: a provider serves every worker's event loop, and at
+                # triage volume a connection's setup is nothing next to the model's latency.
+                async with httpx.AsyncClient(timeout=timeout) as client:
+                    async with client.stream("POST", self.url, json=body, headers=headers) as resp:
+                        if resp.status_code != 200:
+                            raise ProviderError(f"HTTP {resp.status_code} from {self.shown_url}")
+                        raw = await _read_capped(resp)
         except httpx.ConnectTimeout:
             raise ConnectTimeout from None
         except httpx.TimeoutException:
@@ -133,19 +162,54 @@ class OpenAIProvider:
         except httpx.HTTPError as exc:
             # A failed connect (refused, a name that does not resolve) sent nothing.
             sent = not isinstance(exc, httpx.ConnectError)
-            raise ProviderError(f"{type(exc).__name__} from {self.url}", sent=sent) from None
-        if resp.status_code != 200:
-            raise ProviderError(f"HTTP {resp.status_code} from {self.url}")
+            raise ProviderError(f"{type(exc).__name__} from {self.shown_url}", sent=sent) from None
         try:
-            doc = resp.json()
+            doc = json.loads(raw)
             message = doc["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             raise ProviderError("the response is not a chat completion") from None
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, str):
             refusal = message.get("refusal") if isinstance(message, dict) else None
             raise ProviderError("the model refused" if refusal else "the completion has no text")
         return Completion(content, _usage(doc.get("usage")))
+
+
+async def _read_capped(resp: httpx.Response) -> bytes:
+    """The answer's body, its content coding undone, refused past :data:`MAX_ANSWER_BYTES`
+    (on the wire or decoded) before any more of it is read or inflated."""
+    too_big = ProviderError(
+        f"the answer is larger than {MAX_ANSWER_BYTES} bytes, the most a provider's answer may be"
+    )
+    coding = resp.headers.get("content-encoding", "").strip().lower()
+    inflater = None
+    if coding not in ("", "identity"):
+        if coding not in _CODINGS:
+            raise ProviderError(
+                f"the answer's content encoding {coding[:40]!r} is not one of"
+                f" {', '.join(_CODINGS)} (the ones asked for)"
+            )
+        inflater = zlib.decompressobj(_CODINGS[coding])
+    out = bytearray()
+    wire = 0
+    async for piece in resp.aiter_raw():
+        wire += len(piece)
+        if wire > MAX_ANSWER_BYTES:
+            raise too_big
+        if inflater is None:
+            out += piece
+        else:
+            try:
+                # At most one byte past the cap is ever inflated (0 would mean no limit,
+                # which the check below never lets it reach).
+                while piece and len(out) <= MAX_ANSWER_BYTES:
+                    out += inflater.decompress(piece, MAX_ANSWER_BYTES + 1 - len(out))
+                    piece = inflater.unconsumed_tail
+            except zlib.error:
+                raise ProviderError(f"the answer's {coding} encoding is broken") from None
+        if len(out) > MAX_ANSWER_BYTES:
+            raise too_big
+    return bytes(out)
 
 
 def _usage(doc: Any) -> dict[str, int] | None:

@@ -4,15 +4,18 @@ and the model's answer. The only place their defaults and ceilings are written."
 from __future__ import annotations
 
 import copy
-import ipaddress
-import json
-import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
 
-from switchboard.plugin import ConfigError, InvalidArgument, first_schema_problem
+from switchboard.plugin import (
+    HTTP_URL_FORM,
+    ConfigError,
+    InvalidArgument,
+    first_schema_problem,
+    http_url_problem,
+    shown_url,
+)
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"}
 #: Model calls at once to one provider, across every serve on the database (deferred mode).
@@ -242,12 +245,6 @@ def check_triage(
 
 
 _SECTION = "[plugins.llm]"
-_BASE_URL_FORM = (
-    "must be an http:// or https:// URL with a host, a port from 1 to 65535 if any,"
-    " and no query or fragment"
-)
-#: A host name's characters (any letter or digit: an IDN is encoded when the request is made).
-_HOST_PUNCTUATION = frozenset("-._")
 
 
 def check_providers(specs: list[dict[str, Any]]) -> None:
@@ -274,45 +271,11 @@ def check_providers(specs: list[dict[str, Any]]) -> None:
             problem = base_url_problem(str(spec["base_url"]))
             if problem is not None:
                 raise ConfigError(
-                    f"invalid config: {_SECTION} providers[{i}].base_url: {_BASE_URL_FORM}"
-                    f" (got {_shown(str(spec['base_url']))}: {problem})"
+                    f"invalid config: {_SECTION} providers[{i}].base_url: {HTTP_URL_FORM}"
+                    f" (got {shown_url(str(spec['base_url']))}: {problem})"
                 )
 
 
 def base_url_problem(url: str) -> str | None:
     """Why no request could be sent to ``url`` + ``/chat/completions``, or None."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unclosed [ of an IPv6 host
-        return "it is not a URL"
-    if parts.scheme not in ("http", "https"):
-        return f'the scheme is "{parts.scheme}"' if parts.scheme else "it has no scheme"
-    if any(c.isspace() or not c.isprintable() for c in url):
-        return "it has a space or a control character"
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if port == 0:
-        return "the port is not a number from 1 to 65535"
-    host = parts.hostname or ""
-    if not host:
-        return "it has no host"
-    if parts.query or parts.fragment or url.endswith(("?", "#")):
-        return "the path would end in its query or fragment, not /chat/completions"
-    if parts.netloc.rpartition("@")[2].startswith("["):
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            return "the host is not an IPv6 address"
-    elif not all(c.isalnum() or c in _HOST_PUNCTUATION for c in host):
-        return "the host has a character no host name has"
-    return None
-
-
-def _shown(url: str) -> str:
-    """``url`` quoted as written (JSON string escapes), its credentials (``user:pass@``)
-    never shown."""
-    return json.dumps(
-        re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1…@", url), ensure_ascii=False
-    )
+    return http_url_problem(url, appended="/chat/completions")

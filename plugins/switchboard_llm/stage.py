@@ -47,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     k: v["default"] for k, v in CONFIG_SCHEMA["properties"].items() if "default" in v
 }
 
+#: The most of any text from the model (or about a call) kept in a trace: a trace is stored
+#: on the event and on each of its todos, so the model's output must never size it.
 _ANSWER_MAX = 1000
 #: How soon an event that found its provider's calls all taken is claimed again.
 _BUSY_RETRY_S = 0.5
@@ -231,13 +233,15 @@ class LLMStage:
         except Exception as exc:  # a provider's failure is a fallback, never a lost delivery
             info["latency_ms"] = _since(started)
             await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, None, exc)
+            detail = _describe(exc)
+            # Quoted (repr): a third party's error text may hold a line break.
             log.warning(
-                "llm triage for endpoint %s: provider %r failed: %s",
+                "llm triage for endpoint %s: provider %r failed: %r",
                 endpoint_id,
                 triage["provider"],
-                type(exc).__name__,
+                _cut(detail, _DETAIL_MAX),
             )
-            return self._fallback(ctx, CAUSE_LLM_ERROR, info, _describe(exc))
+            return self._fallback(ctx, CAUSE_LLM_ERROR, info, detail)
         info["latency_ms"] = _since(started)
         await self._account(rt, endpoint_id, held, info, SYSTEM + prompt, text)
         if not isinstance(text, str):
@@ -245,16 +249,16 @@ class LLMStage:
         try:
             answer = parse_answer(text)
         except InvalidAnswer as exc:
-            info["answer"] = text[:_ANSWER_MAX]
+            info["answer"] = _cut(text)
             return self._fallback(ctx, CAUSE_LLM_INVALID_ANSWER, info, str(exc))
         queue, confidence = answer["queue"], answer["confidence"]
-        info.update(queue=queue, confidence=confidence, reason=answer["reason"][:_ANSWER_MAX])
+        info.update(queue=_cut(queue), confidence=confidence, reason=_cut(answer["reason"]))
         if queue not in {q["name"] for q in offered}:
             return self._fallback(
                 ctx,
                 CAUSE_LLM_UNKNOWN_QUEUE,
                 info,
-                f"{queue[:64]!r} is not one of the offered queues",
+                f"{_cut(queue, 64)!r} is not one of the offered queues",
             )
         if confidence < triage["min_confidence"]:
             return self._fallback(
@@ -379,7 +383,7 @@ class LLMStage:
         ctx: RoutingContext, cause: str, info: dict[str, Any], detail: str
     ) -> StageResult:
         """The deterministic default, with why and what the model said."""
-        info["detail"] = detail[:_DETAIL_MAX]
+        info["detail"] = _cut(detail, _DETAIL_MAX)
         decision = default_decision(ctx.grant, ctx.config.default_action, ctx.faults, cause=cause)
         decision.trace["llm"] = info
         return StageResult(decision)
@@ -399,6 +403,10 @@ def _positive(value: Any, default: int) -> int:
 
 def _since(started: float) -> int:
     return max(0, round((time.monotonic() - started) * 1000))
+
+
+def _cut(text: str, limit: int = _ANSWER_MAX) -> str:
+    return text[:limit]
 
 
 def _describe(exc: Exception) -> str:

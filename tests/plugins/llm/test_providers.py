@@ -3,15 +3,23 @@ server (request shape, errors, timeouts, the key), ``static`` from its config.""
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakeai import FakeAI
 from sbtest import CLI, free_port, make_env
-from switchboard_llm.providers import OpenAIProvider, ProviderError, StaticProvider
+from switchboard_llm.providers import (
+    MAX_ANSWER_BYTES,
+    OpenAIProvider,
+    ProviderError,
+    StaticProvider,
+)
 
 from switchboard.config import load_config
 from switchboard.errors import ConfigError
@@ -90,7 +98,7 @@ async def test_failures_are_errors_that_never_carry_the_key(
         assert str(caught.value).startswith(message), model
         assert "sk-secret-b" not in str(caught.value)
     closed = _openai(f"http://127.0.0.1:{free_port()}/v1", api_key_env="SB_TEST_KEY_B")
-    with pytest.raises(ProviderError, match="^ConnectError from http://127.0.0.1"):
+    with pytest.raises(ProviderError, match='^ConnectError from "http://127.0.0.1'):
         await closed.complete("m", "s", "u", SCHEMA, 5)
 
 
@@ -188,6 +196,12 @@ def test_a_bad_provider_names_its_field(tmp_path: Path, toml: str, told: str) ->
     assert str(caught.value) == f"config file {path}: {told}"
 
 
+#: How a refused URL is shown when it is not as written: a query or fragment may hold a key.
+_SHOWN = {
+    "http://example.com/v1?key=1": '"http://example.com/v1?…"',
+    "http://example.com/v1#top": '"http://example.com/v1#…"',
+}
+
 _URL_FORM = (
     "must be an http:// or https:// URL with a host, a port from 1 to 65535 if any,"
     " and no query or fragment"
@@ -226,21 +240,22 @@ def test_a_base_url_no_request_could_use_is_refused_at_start(
     told = str(caught.value)
     assert told.startswith(
         f"config file {path}: plugins.llm.providers[1].base_url: {_URL_FORM}"
-        f" (got {json.dumps(url)}: {why}"
+        f" (got {_SHOWN.get(url, json.dumps(url))}: {why}"
     ), told
     assert "\n" not in told
 
 
-def test_credentials_in_a_refused_base_url_are_not_shown(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "url",
+    ["http://me:hunter2@127.0.0.1:99999/v1", "http://me:hun@ter2@127.0.0.1:99999/v1"],
+)
+def test_credentials_in_a_refused_base_url_are_not_shown(tmp_path: Path, url: str) -> None:
     path = tmp_path / "c.toml"
-    path.write_text(
-        '[[plugins.llm.providers]]\ntype = "openai"\n'
-        'base_url = "http://me:hunter2@127.0.0.1:99999/v1"\n'
-    )
+    path.write_text(f'[[plugins.llm.providers]]\ntype = "openai"\nbase_url = "{url}"\n')
     with pytest.raises(ConfigError) as caught:
         Runtime(load_config(path, env={}))
     assert '(got "http://…@127.0.0.1:99999/v1": ' in str(caught.value)
-    assert "hunter2" not in str(caught.value) and "me:" not in str(caught.value)
+    assert "ter2" not in str(caught.value) and "me:" not in str(caught.value)
 
 
 def test_a_well_formed_base_url_starts_even_when_nothing_answers(tmp_path: Path) -> None:
@@ -326,3 +341,106 @@ async def test_a_request_that_never_left_says_so(fake_ai: FakeAI, monkeypatch: A
         with pytest.raises(ProviderError) as caught:
             await provider.complete(model, "s", "u", SCHEMA, 5)
         assert caught.value.sent is sent, model
+
+
+def _completion(padding: int = 0) -> bytes:
+    """A valid chat completion answering ANSWER, padded with ``padding`` spaces (still
+    valid JSON: only its size is wrong)."""
+    head = json.dumps({"choices": [{"message": {"content": json.dumps(ANSWER)}}]})
+    return head[:-1].encode() + b" " * padding + b"}"
+
+
+@pytest.fixture(scope="module")
+def wire_ai() -> Iterator[FakeAI]:
+    """The fake server, sending a raw body that starts ``@CODING:`` with that
+    Content-Encoding, and one that starts ``@drip:`` a byte at a time (headers at once)."""
+    fake = FakeAI()
+    answers: Any = fake._server.RequestHandlerClass
+
+    class Handler(answers):  # type: ignore[misc,valid-type]
+        def _send(self, status: int, payload: bytes) -> None:
+            if not payload.startswith(b"@"):
+                super()._send(status, payload)
+                return
+            coding, _, body = payload[1:].partition(b":")
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                if coding != b"drip":
+                    self.send_header("Content-Encoding", coding.decode())
+                self.end_headers()
+                if coding != b"drip":
+                    self.wfile.write(body)
+                    return
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the client gave up, as it should
+
+    fake._server.RequestHandlerClass = Handler
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+async def test_a_password_in_the_base_url_never_reaches_an_error(fake_ai: FakeAI) -> None:
+    host = fake_ai.base_url.removeprefix("http://")
+    provider = _openai(f"http://svc:pw-SECRET@{host}")
+    model = fake_ai.on("e500-cred", status=500)
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(model, "s", "u", SCHEMA, 5)
+    assert str(caught.value) == f'HTTP 500 from "http://…@{host}/chat/completions"'
+    closed = _openai(f"http://svc:pw-SECRET@127.0.0.1:{free_port()}/v1")
+    with pytest.raises(ProviderError) as caught:
+        await closed.complete("m", "s", "u", SCHEMA, 5)
+    assert str(caught.value).startswith('ConnectError from "http://…@127.0.0.1:')
+    assert "SECRET" not in str(caught.value) and "svc" not in str(caught.value)
+
+
+async def test_an_answer_past_the_limit_is_refused_unread(fake_ai: FakeAI, wire_ai: FakeAI) -> None:
+    too_big = f"the answer is larger than {MAX_ANSWER_BYTES} bytes"
+    bomb = gzip.compress(_completion(32 * MAX_ANSWER_BYTES))  # 32 KiB that inflate to 32 MiB
+    cases = [
+        (fake_ai, fake_ai.on("huge", raw_body=_completion(2 * MAX_ANSWER_BYTES)), too_big),
+        (wire_ai, wire_ai.on("bomb", raw_body=b"@gzip:" + bomb), too_big),
+        (
+            wire_ai,
+            wire_ai.on("brotli", raw_body=b"@br:" + _completion()),
+            "the answer's content encoding 'br' is not one of gzip, x-gzip, deflate",
+        ),
+        (
+            wire_ai,
+            wire_ai.on("broken", raw_body=b"@gzip:" + b"not gzip at all"),
+            "the answer's gzip encoding is broken",
+        ),
+    ]
+    for fake, model, message in cases:
+        with pytest.raises(ProviderError) as caught:
+            await _openai(fake.base_url).complete(model, "s", "u", SCHEMA, 5)
+        assert str(caught.value).startswith(message), model
+    # What is held is the limit, not the answer: it is never inflated past it.
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProviderError, match=too_big):
+            await _openai(wire_ai.base_url).complete("bomb", "s", "u", SCHEMA, 5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_ANSWER_BYTES, peak
+    # A compressed answer within the limit is read as any other.
+    model = wire_ai.on("small", raw_body=b"@gzip:" + gzip.compress(_completion(1000)))
+    assert json.loads(await _openai(wire_ai.base_url).complete(model, "s", "u", SCHEMA, 5)) == (
+        ANSWER
+    )
+
+
+async def test_an_answer_dripped_a_byte_at_a_time_is_cut_at_the_timeout(wire_ai: FakeAI) -> None:
+    # Each byte comes well within the timeout; the whole answer (about 5 s) does not.
+    model = wire_ai.on("drip", raw_body=b"@drip:" + _completion())
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await _openai(wire_ai.base_url).complete(model, "s", "u", SCHEMA, 0.5)
+    assert time.monotonic() - started < 1.5

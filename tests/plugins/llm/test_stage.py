@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+from fakeai import FakeAI
 from sbllm import QUEUES, Tenant, fresh_minute
 from sbtest import free_port
 from switchboard_llm import service
-from switchboard_llm.providers import OpenAIProvider
+from switchboard_llm.providers import MAX_ANSWER_BYTES, OpenAIProvider
 from switchboard_llm.stage import LLMStage
 
 from switchboard.config import load_config
@@ -151,7 +154,7 @@ async def test_a_call_that_never_reached_the_model_gives_its_prompt_back(
     fresh_minute()
     decision = await _route(t)
     assert decision.trace["cause"] == "llm_error" and decision.queue == "inbox"
-    assert decision.trace["llm"]["detail"] == f"ConnectError from {url}/chat/completions"
+    assert decision.trace["llm"]["detail"] == f'ConnectError from "{url}/chat/completions"'
     assert "usage" not in decision.trace["llm"]  # no tokens: nothing was sent
     view = await service.get_triage(t.rt, t.owner)
     assert view["usage"] == {"minute": 0, "day": 0} and view["tokens"] == {"minute": 0, "day": 0}
@@ -251,3 +254,65 @@ async def test_the_payload_is_cut_at_the_operators_limit(tenant: Tenant) -> None
         doc = _prompt_doc(p)
         assert doc.get("payload") == shown
         assert doc.get("payload_truncated", False) is (settings == {"max_payload_bytes": 41})
+
+
+def _openai(t: Tenant, label: str, base_url: str) -> OpenAIProvider:
+    provider = OpenAIProvider({"type": "openai", "name": f"{label}-{t.n}", "base_url": base_url})
+    t.rt.registries.llm_providers.add(provider)
+    return provider
+
+
+async def test_a_password_in_the_base_url_never_reaches_the_trace_or_the_log(
+    tenant: Tenant, fake_ai: FakeAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = tenant
+    host = fake_ai.base_url.removeprefix("http://")
+    failing = _openai(t, "cred", f"http://svc:pw-SECRET@{host}")
+    model = fake_ai.on(t.model("cred-e500"), status=500)
+    closed = _openai(t, "cred-down", f"http://svc:pw-SECRET@127.0.0.1:{free_port()}/v1")
+    with caplog.at_level(logging.WARNING, logger="switchboard.llm"):
+        await t.triage(model, provider=failing.name)
+        decision = await _route(t)
+        await t.triage(model, provider=closed.name)
+        down = await _route(t)
+    shown = f'"http://…@{host}/chat/completions"'
+    assert decision.trace["cause"] == "llm_error" and decision.queue == "inbox"
+    assert decision.trace["llm"]["detail"] == f"HTTP 500 from {shown}"
+    assert down.trace["llm"]["detail"].startswith('ConnectError from "http://…@127.0.0.1:')
+    # The log names the cause (an operator's first question), as the trace shows it.
+    assert f"provider {failing.name!r} failed: 'HTTP 500 from {shown}'" in caplog.text
+    assert f"provider {closed.name!r} failed: 'ConnectError from " in caplog.text
+    for told in (json.dumps(decision.trace), json.dumps(down.trace), caplog.text):
+        assert "SECRET" not in told and "svc:" not in told
+
+
+async def test_an_answer_past_the_limit_is_a_provider_error(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    t = tenant
+    provider = _openai(t, "huge", fake_ai.base_url)
+    answer = json.dumps({"choices": [{"message": {"content": json.dumps(GOOD)}}]})
+    padded = answer[:-1].encode() + b" " * (2 * MAX_ANSWER_BYTES) + b"}"  # valid, too big
+    await t.triage(fake_ai.on(t.model("huge"), raw_body=padded), provider=provider.name)
+    decision = await _route(t)
+    assert decision.trace["cause"] == "llm_error" and decision.queue == "inbox"
+    assert decision.trace["llm"]["detail"].startswith(
+        f"the answer is larger than {MAX_ANSWER_BYTES} bytes"
+    )
+
+
+async def test_every_text_of_the_model_is_cut_in_the_stored_traces(
+    tenant: Tenant, fake_ai: FakeAI
+) -> None:
+    # The trace is stored on the event and on each todo: the model must never size them.
+    t = tenant
+    model = fake_ai.on(
+        t.model("long"), {"queue": "Q" * 100000, "confidence": 0.9, "reason": "R" * 5000}
+    )
+    await t.triage(model)
+    t.route({"title": "x"}, "long-1")
+    trace, todos = t.stored("long-1")
+    assert trace["cause"] == "llm_unknown_queue" and [q for q, _ in todos] == ["inbox"]
+    assert trace["llm"]["queue"] == "Q" * 1000 and trace["llm"]["reason"] == "R" * 1000
+    for stored in (trace, *(tr for _, tr in todos)):
+        assert len(json.dumps(stored)) < 3000
