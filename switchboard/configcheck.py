@@ -48,6 +48,24 @@ TOML_TYPE_WORDS = {
 }
 
 
+#: A URL's credentials (``user:pass@``, up to the host's last ``@``) and its query or
+#: fragment (which may hold a key): what a message never quotes back.
+_URL_CREDENTIALS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/]*@")
+_URL_QUERY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^?#]*)([?#]).*", re.DOTALL)
+
+
+def hide_url_secrets(text: str) -> str:
+    """``text`` with a URL's credentials shown as ``…@`` and its query or fragment as
+    ``?…`` or ``#…``; text that is no URL as it is."""
+    return _URL_QUERY.sub(r"\1\2…", _URL_CREDENTIALS.sub(r"\1…@", text))
+
+
+def shown_url(url: str) -> str:
+    """``url`` quoted as written (JSON string escapes), without its secrets
+    (:func:`hide_url_secrets`): how every message, trace and log line names a URL."""
+    return json.dumps(hide_url_secrets(url), ensure_ascii=False)
+
+
 def given(path: tuple[str | int, ...], value: Any) -> str | None:
     """A value from a config file as TOML writes it (a string quoted, cut when long; a
     secret by its length only), or None for a table or an array."""
@@ -67,8 +85,7 @@ def given(path: tuple[str | int, ...], value: Any) -> str | None:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        # credentials in a URL (http://user:pass@host) are never quoted back
-        text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1…@", value)
+        text = hide_url_secrets(value)
         if len(text) > GIVEN_MAX:
             text = text[: GIVEN_MAX - 1] + "…"
         return json.dumps(text, ensure_ascii=False)

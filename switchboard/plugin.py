@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from . import __version__, hookimpl
 from .cli.files import read_json, read_text
+from .configcheck import HTTP_URL_FORM, http_url_problem, shown_url
 from .contract import (
     CAUSE_LLM_BUDGET_EXHAUSTED,
     CAUSE_LLM_ERROR,
@@ -206,6 +207,7 @@ __all__ = [
     "Forbidden",
     "Grant",
     "Headers",
+    "HTTP_URL_FORM",
     "HmacSource",
     "IdentifyingSource",
     "Identity",
@@ -285,6 +287,7 @@ __all__ = [
     "first_header",
     "hmac_sha256_hex",
     "hookimpl",
+    "http_url_problem",
     "identify",
     "long_id_key",
     "match_of",
@@ -298,6 +301,7 @@ __all__ = [
     "refuse",
     "rule_error",
     "sample_envelope",
+    "shown_url",
     "secret_key",
     "signed_content",
     "stored_envelope",

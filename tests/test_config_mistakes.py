@@ -42,12 +42,12 @@ FILE_CASES = [
     # the URLs handed out are base_url + a path: a query or fragment would swallow it
     (
         'base_url = "http://x/?a=1"\n',
-        f'base_url: {URL_FORM} (got "http://x/?a=1": the path would end in its query or'
+        f'base_url: {URL_FORM} (got "http://x/?…": the path would end in its query or'
         " fragment, not /webhooks/… or /mcp)",
     ),
     (
         'base_url = "http://x/#f"\n',
-        f'base_url: {URL_FORM} (got "http://x/#f": the path would end in its query or'
+        f'base_url: {URL_FORM} (got "http://x/#…": the path would end in its query or'
         " fragment, not /webhooks/… or /mcp)",
     ),
     (
@@ -256,6 +256,6 @@ def test_an_env_base_url_with_a_query_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(env={"SWITCHBOARD_BASE_URL": "http://x/?a=1"})
     assert str(caught.value) == (
-        f'SWITCHBOARD_BASE_URL: {URL_FORM} (got "http://x/?a=1": the path would end in its'
+        f'SWITCHBOARD_BASE_URL: {URL_FORM} (got "http://x/?…": the path would end in its'
         " query or fragment, not /webhooks/… or /mcp)"
     )
