@@ -171,6 +171,18 @@ def _where_unavailable(rt: Runtime, exc: SwitchboardError) -> SwitchboardError:
     return exc
 
 
+def terminal_safe(text: str) -> str:
+    """``text`` with each character that is not printable, but a line break, written as
+    its escape (``\\x1b``, ``\\u202e``): a message quoting a rule's name or a producer's
+    kind must not steer the terminal it is printed on."""
+    if text.replace("\n", "").isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
@@ -186,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--config: must be the path of a TOML file (got an empty string)")
         rt = Runtime(load_config(known.config))
     except SwitchboardError as exc:
-        print(f"switchboard: error: {exc}", file=sys.stderr)
+        print(f"switchboard: error: {terminal_safe(str(exc))}", file=sys.stderr)
         return 2
     args = build_parser(rt).parse_args(argv)
     cmd = args._command
@@ -209,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         exc = _where_unavailable(rt, exc)
         code = getattr(exc, "code", None)
         prefix = f"{code}: " if code and code not in str(exc) else ""
-        print(f"switchboard: error: {prefix}{exc}", file=sys.stderr)
+        print(f"switchboard: error: {prefix}{terminal_safe(str(exc))}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt as exc:
         return EXIT_TERM if isinstance(exc, Terminated) else 130

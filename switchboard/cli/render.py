@@ -18,7 +18,6 @@ from .main import emit
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not by every command
     from rich.console import Console
-    from rich.json import JSON
     from rich.table import Table
     from rich.text import Text
 
@@ -145,11 +144,17 @@ def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
     return out
 
 
-def json_block(value: Any) -> JSON:
-    """A JSON value pretty-printed (escaped: control characters cannot reach the terminal)."""
-    from rich.json import JSON
+def json_block(value: Any) -> Text:
+    """A JSON value pretty-printed and highlighted, every character that is not printable
+    written as its JSON escape: JSON escapes only C0 controls, and rich's own ``JSON``
+    writes the rest (C1 controls, DEL, bidi overrides) raw, to steer the terminal."""
+    from rich.highlighter import JSONHighlighter
+    from rich.text import Text
 
-    return JSON(json.dumps(value, default=str))
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if not text.replace("\n", "").isprintable():
+        text = "".join(c if c.isprintable() or c == "\n" else json.dumps(c)[1:-1] for c in text)
+    return JSONHighlighter()(Text(text))
 
 
 def show(args: argparse.Namespace, doc: Any, render: Callable[[Console, Any], None]) -> None:

@@ -585,3 +585,39 @@ def test_events_list_on_a_deleted_webhook_marks_it_deleted(scene: Scene) -> None
     # A live webhook's title says nothing of the kind
     live = table(scene, "events", "list", "--webhook", scene.hooks["bob"]["webhook_id"])
     assert "deleted" not in live.strip().splitlines()[0]
+
+
+# -- what a producer or a tenant wrote never steers the terminal --------------------------
+
+#: C1 controls (CSI, OSC, ST), DEL and a bidi override: JSON leaves them as they are.
+STEERING = "a\u009b2J\u009d0;TITLE\u009c\u202e\u007fz"
+
+
+def test_events_show_and_an_error_line_escape_what_would_steer_the_terminal(
+    scene: Scene, tmp_path: Path
+) -> None:
+    s = scene
+
+    async def deliver(rt: Runtime) -> str:
+        body = json.dumps({"note": STEERING, "é": "café"}, ensure_ascii=False).encode()
+        headers = {"Content-Type": "application/json", "X-Delivery-Id": "steer-1"}
+        reply = await ingest(rt, token_of(s.hooks["gen"]), Headers(headers), body, None)
+        assert reply.status == 202, reply
+        row = await rt.store.db.fetchone(
+            "SELECT id FROM events WHERE webhook_id = %s ORDER BY received_at DESC LIMIT 1",
+            (s.hooks["gen"]["webhook_id"],),
+        )
+        return str(row["id"])
+
+    event = on_runtime(s.cli.env, deliver)
+    shown = s.fast.run("events", "show", event, "--table").stdout
+    assert not set("\u009b\u009d\u009c\u202e\u007f") & set(shown), repr(shown)
+    assert "\\u009b2J\\u009d0;TITLE\\u009c\\u202e\\u007fz" in shown
+    assert '"é": "café"' in shown  # printable text as it is
+    # an error line quotes a rule's name: escaped too (a candidate an agent wrote)
+    candidate = tmp_path / "rules.json"
+    rule = {"id": "r", "name": "n\x1b]0;PWNED\x07\x1b[2J", "expr": ".", "action": {"queue": "x"}}
+    candidate.write_text(json.dumps({"rules": [rule]}))
+    proc = refused(s.fast, "webhook", "rules", "set", s.hooks["gen"]["webhook_id"], str(candidate))
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr, repr(proc.stderr)
+    assert "name n\\x1b]0;PWNED\\x07\\x1b[2J" in proc.stderr, proc.stderr
