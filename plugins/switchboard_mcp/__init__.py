@@ -81,7 +81,7 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
 
 @hookimpl
 def switchboard_register_routes(app: Any) -> None:
-    """``GET/POST/DELETE /mcp``: streamable HTTP, bridged into Sanic."""
+    """``POST /mcp`` (and ``DELETE``, refused: stateless): streamable HTTP, bridged into Sanic."""
     from . import streamable
 
     streamable.add_route(app)

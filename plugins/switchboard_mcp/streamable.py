@@ -120,4 +120,8 @@ def add_route(app: Sanic[Any, Any]) -> None:
             return refused
         return await serve_asgi(state.asgi, request, path=PATH)
 
-    app.add_route(mcp_endpoint, PATH, methods=["GET", "POST", "DELETE"], name="mcp")
+    # No GET: stateless, the server has nothing to send on a stream of its own, and the SDK
+    # would keep one open (a ping every 15 s) for as long as the client liked, holding a
+    # connection slot with no deadline. MCP's answer for that is 405; stock clients open
+    # one only for a session, which a stateless server never gives.
+    app.add_route(mcp_endpoint, PATH, methods=["POST", "DELETE"], name="mcp")

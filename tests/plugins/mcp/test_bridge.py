@@ -33,12 +33,17 @@ async def test_streams_and_disconnects(people: Any) -> None:
         "MCP-Protocol-Version": "2025-06-18",
     }
     async with httpx.AsyncClient(timeout=10) as http:
-        # A quiet event stream still gets its headers at once; closing it is a disconnect
-        # the SDK app hears (http.disconnect), again and again without leaking.
+        # No stream of the server's own (stateless: nothing could come on it), so none is
+        # held open without a deadline: MCP's 405, before any token is read.
+        got = await http.get(people.url, headers=headers)
+        assert got.status_code == 405 and "GET" not in got.headers["allow"]
+        assert got.json() == {"error": "method not allowed", "code": "method_not_allowed"}
+        # A client that drops a streamed answer is a disconnect the SDK app hears
+        # (http.disconnect), again and again without leaking.
         for _ in range(20):
-            async with http.stream("GET", people.url, headers=headers) as get:
-                assert get.status_code == 200
-                assert get.headers["content-type"].startswith("text/event-stream")
+            async with http.stream("POST", people.url, json=INIT, headers=headers) as resp:
+                assert resp.status_code == 200
+                assert resp.headers["content-type"].startswith("text/event-stream")
         # Stateless: there is no session to delete.
         assert (await http.delete(people.url, headers=headers)).status_code == 405
         # A POST answers with an SSE stream, streamed through request.respond().
