@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from ..errors import StoreUnavailable
 from ..resources import migrations_dir
 from .db import DeadlineConnection
 
@@ -33,6 +35,17 @@ MIGRATION_S = 600.0
 #: not queued for (``pg_advisory_lock``): each ask has the deadline above, a queued wait
 #: could not have one without cutting short the other process's long migration.
 LOCK_POLL_S = 0.2
+#: How long the lock's holder may sit idle (its session running no statement: a process
+#: stopped or hung between its migrations) before the wait is given up. One that is
+#: migrating runs statements, and is waited for up to MIGRATION_S in all.
+LOCK_IDLE_S = 30.0
+#: The session holding the migration lock, and what it is doing (its state is None where
+#: this role may not see another role's sessions: then only MIGRATION_S ends the wait).
+_HOLDER_SQL = (
+    "SELECT l.pid, a.state FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = %s"
+    " AND l.objsubid = 1"
+)
 
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -127,14 +140,35 @@ async def _apply_locked(conn: DeadlineConnection, migrations: list[Migration]) -
 
 
 async def _lock(conn: DeadlineConnection) -> None:
-    """Take the migration lock, asking again while another process holds it."""
-    waited = False
+    """Take the migration lock, asking again while another process holds it: for as long
+    as it migrates (up to :data:`MIGRATION_S`), or :data:`LOCK_IDLE_S` while its session
+    runs nothing; then :class:`StoreUnavailable` names the holder."""
+    began = time.monotonic()
+    idle_since: float | None = None
     while True:
         cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS locked", (MIGRATION_LOCK,))
         row = await cur.fetchone()
         if row is not None and row["locked"]:
             return
-        if not waited:
-            log.info("waiting for another process's migrations (their lock is held)")
-            waited = True
+        holder = await (await conn.execute(_HOLDER_SQL, (MIGRATION_LOCK,))).fetchone()
+        pid, state = (holder["pid"], holder["state"]) if holder else ("?", None)
+        now = time.monotonic()
+        if now - began < LOCK_POLL_S:  # the first ask: said once (a CLI shows warnings)
+            log.warning(
+                "waiting for another process's migrations (PostgreSQL backend pid %s holds"
+                " their lock)",
+                pid,
+            )
+        if state in (None, "active"):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        idle_for = now - idle_since if idle_since is not None else 0.0
+        if idle_for >= LOCK_IDLE_S or now - began >= MIGRATION_S:
+            how = f"idle for {idle_for:.0f} s" if idle_for >= LOCK_IDLE_S else "migrating"
+            raise StoreUnavailable(
+                f"the database is unavailable: another session (PostgreSQL backend pid {pid})"
+                f" has held the migration lock for {now - began:.0f} s, {how} (a process"
+                " stopped or hung while migrating?): end it (pg_terminate_backend) or wait"
+            )
         await asyncio.sleep(LOCK_POLL_S)

@@ -11,6 +11,7 @@ import pytest
 from psycopg.types.json import Jsonb
 from sbtest import SWITCHBOARD, make_env
 
+from switchboard.errors import StoreUnavailable
 from switchboard.resources import migrations_dir
 from switchboard.secrets_box import hash_token
 from switchboard.store import migrate
@@ -237,3 +238,44 @@ def test_a_failing_migration_rolls_back_alone(empty_dsn: str, tmp_path: Path) ->
             for r in conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'plug_%'")
         }
         assert tables == {"plug_ok"}
+
+
+def test_a_lock_held_by_an_idle_session_is_waited_for_a_while_then_named(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that took the migration lock and stopped (SIGSTOP, a hang) sits idle: the
+    wait for it ends after LOCK_IDLE_S, naming its backend (it used to be endless)."""
+    monkeypatch.setattr(migrate, "LOCK_IDLE_S", 1.0)
+    plan = migrate.collect()
+    with psycopg.connect(dsn, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (migrate.MIGRATION_LOCK,))
+        pid = holder.info.backend_pid
+        with pytest.raises(StoreUnavailable) as gave_up:
+            asyncio.run(migrate.apply(dsn, plan, timeout=2.0))
+        assert f"backend pid {pid}) has held the migration lock for" in str(gave_up.value)
+        assert ", idle for 1 s" in str(gave_up.value)
+
+
+def test_a_lock_held_by_a_session_running_a_statement_is_waited_for(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(migrate, "LOCK_IDLE_S", 1.0)
+    plan = migrate.collect()
+
+    async def race() -> list[str]:
+        holder = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        await holder.execute("SELECT pg_advisory_lock(%s)", (migrate.MIGRATION_LOCK,))
+        # "migrating": busy for 2.5 s (longer than LOCK_IDLE_S), then lets go
+        busy = asyncio.ensure_future(
+            holder.execute(
+                "SELECT pg_sleep(2.5), pg_advisory_unlock(%s)", (migrate.MIGRATION_LOCK,)
+            )
+        )
+        await asyncio.sleep(0.3)
+        try:
+            return await migrate.apply(dsn, plan, timeout=2.0)
+        finally:
+            await busy
+            await holder.close()
+
+    assert asyncio.run(race()) == []  # waited, then found everything applied
