@@ -115,7 +115,7 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         if triage is not None:
             # In-flight stage runs finish or give their leases back (another worker's).
             await triage.stop()
-        await drain_sinks()
+        await drain_sinks(app.config.GRACEFUL_SHUTDOWN_TIMEOUT)
         # Until here a new connection is still accepted, and answered 503 (arrival.BoundedHttp._admit); from
         # here on refused, in every worker at once (not queued to be reset). Last, as
         # Sanic closes this worker's own listener right after: see stop_accepting.

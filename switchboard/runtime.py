@@ -30,6 +30,11 @@ from .store.rings import Rings
 
 log = logging.getLogger("switchboard")
 
+#: How long a plugin's start-up hook may take (a sandbox started, a model warmed) and its
+#: shut-down hook: a hung one would hold the start, or the stop, for ever.
+PLUGIN_START_S = 60.0
+PLUGIN_STOP_S = 10.0
+
 
 def _unknown_stage(name: str, known: set[str], disabled: list[str], origin: Origin) -> str:
     why = " (disabled_plugins disables the plugin of that name)" if name in disabled else ""
@@ -174,7 +179,11 @@ class Runtime:
         for plugin, result in call_each(self.pm, "switchboard_startup", runtime=self, app=self):
             if inspect.isawaitable(result):
                 try:
-                    await result
+                    await asyncio.wait_for(result, PLUGIN_START_S)
+                except TimeoutError:
+                    raise PluginError(
+                        f"plugin {plugin!r} did not start within {PLUGIN_START_S:g} s"
+                    ) from None
                 except Exception as exc:
                     raise PluginError(f"plugin {plugin!r} failed to start: {exc}") from exc
 
@@ -182,7 +191,11 @@ class Runtime:
         for plugin, result in call_each(self.pm, "switchboard_shutdown", runtime=self, app=self):
             try:
                 if inspect.isawaitable(result):
-                    await result
+                    await asyncio.wait_for(result, PLUGIN_STOP_S)
+            except TimeoutError:
+                log.warning(
+                    "plugin %r did not shut down within %g s: left as it was", plugin, PLUGIN_STOP_S
+                )
             except Exception:
                 log.exception("plugin %r failed to shut down", plugin)
         if self._store is not None:

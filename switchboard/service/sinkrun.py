@@ -65,14 +65,33 @@ def ring_sinks_many(rt: Runtime, rings: list[tuple[dict[str, Any], list[dict[str
     turn.batch += batch
 
 
-async def drain_sinks() -> None:
-    """Wait for in-flight sink calls (used at shutdown so no sink call is cut short)."""
+async def drain_sinks(within_s: float | None = None) -> None:
+    """Wait for in-flight sink calls (used at shutdown so no sink call is cut short), for
+    at most ``within_s`` (a hung sink must not hold the stop for ever): those still
+    running then are cancelled, with one warning."""
+    loop = asyncio.get_running_loop()
+    deadline = None if within_s is None else loop.time() + within_s
     while _background:
-        await asyncio.gather(*list(_background), return_exceptions=True)
-        # Dropped here, not only by their done callbacks: those are merely scheduled, and
-        # a gather of finished tasks returns without yielding to the loop (Python 3.12),
-        # so waiting for them would spin.
+        # Finished ones are dropped here, not only by their done callbacks: those are
+        # merely scheduled, and waiting for finished tasks would spin without yielding.
         _background.difference_update([t for t in _background if t.done()])
+        running = list(_background)
+        if not running:
+            return
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        done, still = await asyncio.wait(running, timeout=left)
+        _background.difference_update(done)
+        if still and deadline is not None and loop.time() >= deadline:
+            log.warning(
+                "shutdown: %d sink call(s) still running after %g s were cut short",
+                len(still),
+                within_s,
+            )
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)
+            _background.difference_update(still)
+            return
 
 
 class _Turn:
