@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from sbtest import CLI, SWITCHBOARD
 from sbworld import vended_endpoint
@@ -14,9 +15,8 @@ from switchboard.runtime import Runtime
 from switchboard.service import identity, webhooks
 
 
-async def test_a_file_that_is_not_utf8_is_named_on_one_line(
-    cli: CLI, runtime: Runtime, tmp_path: Path
-) -> None:
+async def _generic_hook(runtime: Runtime) -> tuple[Any, str]:
+    """Alice's owner endpoint and its generic webhook, for verbs that read files about them."""
     await identity.add_human(runtime, "alice")
     owner = await vended_endpoint(
         runtime,
@@ -27,7 +27,14 @@ async def test_a_file_that_is_not_utf8_is_named_on_one_line(
         source_types=["generic"],
         webhook_max=1,
     )
-    hook = (await webhooks.create_webhook(runtime, owner, "generic", "inbox"))["webhook_id"]
+    made = await webhooks.create_webhook(runtime, owner, "generic", "inbox")
+    return owner, str(made["webhook_id"])
+
+
+async def test_a_file_that_is_not_utf8_is_named_on_one_line(
+    cli: CLI, runtime: Runtime, tmp_path: Path
+) -> None:
+    owner, hook = await _generic_hook(runtime)
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\xff\xfe{}")  # a UTF-16 byte-order mark: what some editors save
     good = tmp_path / "good.json"
@@ -76,17 +83,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(cli: CLI) -> None:
 async def test_a_json_file_that_nests_too_deeply_is_named_on_one_line(
     cli: CLI, runtime: Runtime, tmp_path: Path
 ) -> None:
-    await identity.add_human(runtime, "alice")
-    owner = await vended_endpoint(
-        runtime,
-        "alice",
-        "router",
-        ["inbox"],
-        webhook_queues=["inbox"],
-        source_types=["generic"],
-        webhook_max=1,
-    )
-    hook = (await webhooks.create_webhook(runtime, owner, "generic", "inbox"))["webhook_id"]
+    owner, hook = await _generic_hook(runtime)
     depth = 100_000  # the JSON parser recurses into each array: past any recursion limit
     deep = tmp_path / "deep.json"
     deep.write_text('{"rules": [], "params": {"a": ' + "[" * depth + "]" * depth + "}}")
