@@ -10,8 +10,8 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
 from prometheus_client.core import Metric
@@ -22,11 +22,14 @@ from sanic.response import HTTPResponse
 from . import metrics
 from .config import Config
 from .runtime import Runtime
+from .store.migrate import NoAnswer
 from .store.pending import pending_counts_sync
 from .store.reroute import held_count_sync
 from .store.todos import todo_counts_sync
 
 log = logging.getLogger("switchboard.metrics")
+
+_T = TypeVar("_T")
 
 PATH = "/metrics"
 
@@ -134,16 +137,21 @@ class _TodoCounts:
 class _ListenerCounts:
     """:class:`_TodoCounts` for the separate listener, whose scrapes run on threads.
 
-    One reader thread at a time reads the counts, each on a connection of its own; a scrape
-    starts one (unless one is running) and waits :data:`TODO_COUNTS_WAIT_S` for it, then
-    serves the last values read, so a frozen database never holds a scrape.
+    One reader thread at a time reads the counts, each on a connection of its own and
+    within ``timeout_s`` (``server.database_timeout_ms``); a scrape starts one (unless one
+    is running) and waits :data:`TODO_COUNTS_WAIT_S` for it, then serves the last values
+    read, so a frozen database never holds a scrape. A count that cannot be read is said
+    once, until it is read again: a scrape every few seconds would repeat it as often.
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, timeout_s: float) -> None:
         self.dsn = dsn
+        self.timeout_s = timeout_s
         self.last: tuple[float, list[Any], dict[str, int], int | None] | None = None
         self.reading: threading.Thread | None = None
         self.lock = threading.Lock()
+        #: The counts that failed on their last read (the reader thread's alone).
+        self.failing: set[str] = set()
 
     def read(self) -> tuple[float, list[Any], dict[str, int], int | None] | None:
         with self.lock:
@@ -157,30 +165,46 @@ class _ListenerCounts:
         return self.last
 
     def _read(self) -> None:
-        try:
-            rows = todo_counts_sync(self.dsn)
-        except Exception as exc:  # the other series still answer while the database is away
-            log.warning("metrics: todo counts unavailable: %s", exc)
+        rows = self._count("todo counts", todo_counts_sync)
+        if rows is None:  # the other series still answer while the database is away
             return
+        pending = self._count("pending counts", pending_counts_sync)
+        held = self._count("held count", held_count_sync)
+        if self.last is not None:  # a count not read keeps its last value, as todos do
+            pending = self.last[2] if pending is None else pending
+            held = self.last[3] if held is None else held
+        self.last = (time.monotonic(), rows, pending or {}, held)
+
+    def _count(self, what: str, read: Callable[[str, float], _T]) -> _T | None:
         try:
-            pending = pending_counts_sync(self.dsn)
+            value = read(self.dsn, self.timeout_s)
         except Exception as exc:
-            log.warning("metrics: pending counts unavailable: %s", exc)
-            pending = {}
-        held: int | None = None
-        try:
-            held = held_count_sync(self.dsn)
-        except Exception as exc:
-            log.warning("metrics: held count unavailable: %s", exc)
-        self.last = (time.monotonic(), rows, pending, held)
+            if what in self.failing:
+                log.debug("metrics: %s still unavailable: %s", what, exc)
+            elif isinstance(exc, NoAnswer):
+                self.failing.add(what)
+                log.warning(
+                    "metrics: %s unavailable: the database gave no answer within %g s"
+                    " (server.database_timeout_ms); the gauges keep their last values",
+                    what,
+                    self.timeout_s,
+                )
+            else:
+                self.failing.add(what)
+                log.warning("metrics: %s unavailable: %s", what, exc)
+            return None
+        if what in self.failing:
+            self.failing.discard(what)
+            log.info("metrics: %s read again", what)
+        return value
 
 
 class _Listener(Collector):
     """What the separate listener collects: the process series, then the todo gauge (the
     last values read, with their age, as on the app's own route)."""
 
-    def __init__(self, dsn: str, max_queues: int) -> None:
-        self.counts = _ListenerCounts(dsn)
+    def __init__(self, dsn: str, max_queues: int, timeout_s: float) -> None:
+        self.counts = _ListenerCounts(dsn, timeout_s)
         self.max_queues = max_queues
 
     def collect(self) -> Iterator[Metric]:
@@ -204,5 +228,6 @@ def start_listener(config: Config, dsn: str) -> str | None:
     if not enabled or not addr:
         return None
     host, _, port = addr.rpartition(":")
-    start_http_server(int(port), host, registry=_Listener(dsn, max_queues))
+    timeout_s = int(config.section("server").get("database_timeout_ms", 2000)) / 1000
+    start_http_server(int(port), host, registry=_Listener(dsn, max_queues, timeout_s))
     return f"http://{addr}{PATH}"

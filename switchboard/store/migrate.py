@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from ..errors import StoreUnavailable
@@ -111,6 +112,20 @@ async def fetch_once(dsn: str, sql: str, *, timeout: float = TIMEOUT_S) -> list[
     """The rows of one read on a connection of its own, under :func:`apply`'s deadlines."""
     async with _connection(dsn, timeout) as conn:
         return await (await conn.execute(sql.encode())).fetchall()
+
+
+def read_sync(dsn: str, sql: str, timeout_s: float) -> list[dict[str, Any]]:
+    """The rows of one read on a connection of its own, for a thread with no event loop
+    (the metrics listener's); :class:`NoAnswer` past the deadline.
+
+    Connecting and the read each wait at most ``timeout_s`` on this side: a frozen server
+    never enforces its own ``statement_timeout``, and a blocking psycopg read then waited
+    for ever. The server's ``statement_timeout`` stays, to end a slow read nobody waits for.
+    """
+    ms = max(1, round(timeout_s * 1000))
+    own = conninfo_to_dict(dsn).get("options") or ""
+    bounded = make_conninfo(dsn, options=f"{own} -c statement_timeout={ms}".strip())
+    return asyncio.run(fetch_once(bounded, sql, timeout=timeout_s))
 
 
 async def _apply_locked(conn: DeadlineConnection, migrations: list[Migration]) -> list[str]:

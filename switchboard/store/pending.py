@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from ..routing.model import DISPOSITION_DROPPED, DISPOSITION_REPEAT
 from .db import Database, Row
+from .migrate import read_sync
 from .outcome import ONCE_CLAIM, DeliveryOutcome, OnceClaim
 from .rings import RUNG, Rings
 
@@ -74,10 +74,9 @@ PENDING_COUNTS_TIMEOUT_MS = 2000
 
 
 def pending_counts_sync(dsn: str, timeout_s: float = 2.0) -> dict[str, int]:
-    """:meth:`PendingQueries.pending_counts` on a connection of its own (the listener)."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s))) as conn:
-        conn.execute(f"SET statement_timeout = {PENDING_COUNTS_TIMEOUT_MS}")
-        return {str(r[0]): int(r[1]) for r in conn.execute(PENDING_COUNTS).fetchall()}
+    """:meth:`PendingQueries.pending_counts` on a connection of its own (see
+    :func:`~switchboard.store.migrate.read_sync`)."""
+    return {str(r["stage"]): int(r["n"]) for r in read_sync(dsn, PENDING_COUNTS, timeout_s)}
 
 
 class PendingQueries:

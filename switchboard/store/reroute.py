@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from ..routing.workorder import ONCE_REPEAT
 from .db import Database, Row
+from .migrate import read_sync
 from .outcome import ONCE_CLAIM, OnceClaim
 from .rings import RUNG, Rings
 
@@ -20,11 +20,10 @@ HELD_COUNT_TIMEOUT_MS = 2000
 
 
 def held_count_sync(dsn: str, timeout_s: float = 2.0) -> int:
-    """:meth:`RerouteQueries.held_count` on a connection of its own (the listener)."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout_s))) as conn:
-        conn.execute(f"SET statement_timeout = {HELD_COUNT_TIMEOUT_MS}")
-        row = conn.execute(HELD_COUNT).fetchone()
-        return int(row[0]) if row else 0
+    """:meth:`RerouteQueries.held_count` on a connection of its own (see
+    :func:`~switchboard.store.migrate.read_sync`)."""
+    rows = read_sync(dsn, HELD_COUNT, timeout_s)
+    return int(rows[0]["n"]) if rows else 0
 
 
 class RerouteQueries:

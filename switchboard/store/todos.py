@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from ..errors import Conflict
 from .db import Database, Row, is_uuid
+from .migrate import read_sync
 
 _COLS = (
     "id, endpoint_id, queue, state, title, payload, event_id, owner, lease_expires_at,"
@@ -78,12 +78,8 @@ TODO_COUNTS_TIMEOUT_MS = 2000
 
 
 def todo_counts_sync(dsn: str, timeout_s: float = 2.0) -> list[Row]:
-    """:meth:`TodoQueries.todo_counts` on a connection of its own (a scrape off the event loop)."""
-    with psycopg.connect(
-        dsn, autocommit=True, connect_timeout=max(1, round(timeout_s)), row_factory=dict_row
-    ) as conn:
-        conn.execute(f"SET statement_timeout = {TODO_COUNTS_TIMEOUT_MS}")
-        return list(conn.execute(TODO_COUNTS).fetchall())
+    """:meth:`TodoQueries.todo_counts` on a connection of its own (see :func:`read_sync`)."""
+    return read_sync(dsn, TODO_COUNTS, timeout_s)
 
 
 class TodoQueries:

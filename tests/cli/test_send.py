@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -324,6 +329,97 @@ def test_send_to_an_unreachable_server_exits_1_saying_so(
     out = capsys.readouterr()
     assert json.loads(out.out)["status"] == 0
     assert out.err.startswith("switchboard send: error: request failed: ")
+
+
+#: A whole answer, which the dribbling server below sends a byte at a time.
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 40\r\n\r\n"
+DRIBBLE_S = 0.2
+
+
+@contextlib.contextmanager
+def dribbling(at_once: bytes, dribbled: bytes) -> Iterator[tuple[str, threading.Event]]:
+    """A server that reads one request, sends ``at_once``, then ``dribbled`` a byte every
+    :data:`DRIBBLE_S` (each recv of the client's is quick: a per-read timeout never fires);
+    its URL, and an event set once the request is read."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    asked, stop = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), listener.accept()[0] as conn:
+            conn.settimeout(10)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                request += chunk
+            asked.set()
+            conn.sendall(at_once)
+            for byte in dribbled:
+                if stop.wait(DRIBBLE_S):
+                    return
+                conn.sendall(bytes([byte]))  # OSError once the client is gone
+
+    thread = threading.Thread(target=serve, name="dribbler", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/", asked
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(10)
+
+
+TIMED_OUT = "request failed: no complete answer within 1 s (--timeout)"
+
+
+@pytest.mark.parametrize(
+    ("at_once", "dribbled"),
+    [(b"", HEAD + b"x" * 40), (HEAD, b"x" * 40)],
+    ids=["headers", "body"],
+)
+def test_send_timeout_is_a_deadline_for_the_whole_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], at_once: bytes, dribbled: bytes
+) -> None:
+    body_file = tmp_path / "alert.json"
+    body_file.write_bytes(b"{}")
+    with dribbling(at_once, dribbled) as (url, asked):
+        args = send("--url", url, "--source", "generic", "--timeout", "1", str(body_file))
+        started = time.monotonic()
+        code = asyncio.run(run(args, None))
+        elapsed = time.monotonic() - started
+        assert asked.is_set()
+    assert 1 <= elapsed < 2, elapsed
+    assert code == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {"status": 0, "response": TIMED_OUT}
+    assert out.err == f"switchboard send: error: {TIMED_OUT}\n"
+
+
+def test_ctrl_c_ends_send_while_an_answer_dribbles_in(tmp_path: Path) -> None:
+    body_file = tmp_path / "alert.json"
+    body_file.write_bytes(b"{}")
+    with dribbling(HEAD, b"x" * 40) as (url, asked):
+        proc = subprocess.Popen(
+            [*SWITCHBOARD, "send", "--source", "generic", "--url", url, "--timeout", "60",
+             str(body_file)],
+            env=make_env(None, tmp_path / "data"), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert asked.wait(30), "send never asked"
+            time.sleep(DRIBBLE_S * 2)  # in the body's reads
+            os.kill(proc.pid, signal.SIGINT)
+            started = time.monotonic()
+            _, err = proc.communicate(timeout=30)
+            elapsed = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+    assert (proc.returncode, "Traceback" in err) == (130, False), err
+    assert elapsed < 1, elapsed
 
 
 @pytest.mark.parametrize("problem", ["missing file", "unreadable secret", "bad header"])
