@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..errors import Conflict, InvalidArgument, ServiceError
+from ..errors import Conflict, InvalidArgument, NotFound, ServiceError
 from ..routing.model import (
     DISPOSITION_HELD,
     DISPOSITION_PENDING,
@@ -235,7 +235,7 @@ async def reroute_events(
             await asyncio.sleep(0)
         if not plan and chosen:
             applied = await rt.store.apply_reroutes(
-                [i["_write"][0] for i, _, _, _ in chosen], version
+                hook, [i["_write"][0] for i, _, _, _ in chosen], version
             )
         else:
             applied = [(None, None)] * len(chosen)
@@ -297,6 +297,9 @@ async def reroute_events(
                 break
     if batch and not more:
         await settle()
+    if not plan and await rt.store.resolve_webhook_by_id(hook) is None:
+        # deleted between two batches: its events left the window, which ended it early
+        raise NotFound(f"webhook {clip(webhook_id)} not found: deleted during the re-route")
     if (
         stopped is None
         and not more

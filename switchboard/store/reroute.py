@@ -7,6 +7,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..errors import Conflict, NotFound, clip
 from ..routing.workorder import ONCE_REPEAT
 from .db import Database, Row
 from .migrate import read_sync
@@ -55,7 +56,9 @@ class RerouteQueries:
         )
         return {str(r["id"]): r for r in rows}
 
-    async def apply_reroutes(self, items: Sequence[Reroute], version: int) -> list[Applied]:
+    async def apply_reroutes(
+        self, webhook_id: str, items: Sequence[Reroute], version: int
+    ) -> list[Applied]:
         """The items in one transaction, by a few set-wise statements for the whole batch:
         each event's new todos (never where one from it exists, in any state), and the
         ``reroutes`` entry of ``version`` on its trace (once per version); its
@@ -71,6 +74,24 @@ class RerouteQueries:
         if not items:
             return []
         async with self.db.tx() as conn:
+            # Still there, and still at ``version``: a delete or a save during a long
+            # apply ends it at the next batch, never after (held until this one commits).
+            cur = await conn.execute(
+                "SELECT (SELECT coalesce(max(v.version), 0) FROM routing_versions v"
+                " WHERE v.webhook_id = w.id) AS version"
+                " FROM endpoint_webhooks w WHERE w.id = %s FOR SHARE OF w",
+                (webhook_id,),
+            )
+            hook = await cur.fetchone()
+            if hook is None:
+                raise NotFound(f"webhook {clip(webhook_id)} not found: deleted during the re-route")
+            if int(hook["version"]) != version:
+                raise Conflict(
+                    f"webhook {clip(webhook_id)} is at version {hook['version']}, not {version}:"
+                    " its rules changed during the re-route (the events re-routed before stay"
+                    " so); plan again",
+                    current_version=int(hook["version"]),
+                )
             cur = await conn.execute(
                 "SELECT id::text AS id FROM events WHERE id = ANY(%s::uuid[]) AND NOT"
                 " coalesce(routing_trace -> 'reroutes', '[]'::jsonb) @> %s::jsonb"

@@ -218,3 +218,49 @@ async def test_an_apply_of_a_planned_version_refuses_another(runtime: Runtime) -
     assert len(await _todos(rt, hook)) == 4  # nothing was applied
     done = await reroute_events(rt, owner, hook, last=100, plan=False, expect_version=2)
     assert done["version"] == 2 and done["todos_created"] == 2
+
+
+@pytest.mark.parametrize("change", ["deleted", "saved"])
+async def test_a_delete_or_a_save_during_an_apply_ends_it_at_the_next_batch(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """An apply writes batch by batch: a webhook deleted, or its rules saved, between two
+    batches ends it there (not_found, or conflict naming the version), and nothing is
+    written after; before, the apply went on writing todos for a deleted webhook, or by
+    rules no longer saved, and one cut short by the delete answered success."""
+    from switchboard.service import reroute as reroute_module
+
+    rt = runtime
+    owner, _m, hook, _token = await _seeded(rt, 30)
+    await rules.set_rules(rt, owner, hook, FIXED)
+    monkeypatch.setattr(reroute_module, "SETTLE", 6)  # 5 batches; 2 changes in each
+    applied = rt.store.apply_reroutes
+    calls = []
+
+    async def then_change(*args: Any) -> Any:
+        calls.append(args)
+        done = await applied(*args)
+        if len(calls) == 1:
+            if change == "deleted":
+                await webhooks.delete_webhook(rt, owner, hook)
+            else:
+                await rules.set_rules(rt, owner, hook, WRONG)
+        return done
+
+    monkeypatch.setattr(rt.store, "apply_reroutes", then_change)
+    refused = NotFound if change == "deleted" else Conflict
+    with pytest.raises(refused) as stopped:
+        await reroute_events(rt, None, hook, last=100, plan=False)
+    said = str(stopped.value)
+    if change == "deleted":
+        assert said.endswith("not found: deleted during the re-route"), said
+    else:
+        assert "its rules changed during the re-route" in said, said
+    made = await rt.store.db.fetchone(
+        "SELECT count(*) AS n FROM todos t JOIN events e ON e.id = t.event_id"
+        " WHERE coalesce(e.webhook_id, e.deleted_webhook_id) = %s"
+        " AND t.created_at > e.received_at + interval '0 s'"
+        " AND (e.routing_trace -> 'reroutes') IS NOT NULL",
+        (hook,),
+    )
+    assert made is not None and made["n"] == 2, made  # the first batch's, and no more
