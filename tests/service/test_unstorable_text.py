@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sbworld import vended_endpoint
 
 from switchboard.errors import (
     ECHO_MAX,
@@ -35,16 +36,10 @@ SCHEME = {
 async def _owner(rt: Runtime) -> tuple[Any, str]:
     """alice's router endpoint and a generic webhook of it with one delivery."""
     await identity.add_human(rt, "alice")
-    made = await identity.vend_endpoint(
-        rt,
-        owner="alice",
-        name="owner",
-        queues=["inbox"],
-        webhook_queues=["inbox"],
-        source_types=["generic", "hmac"],
-        webhook_max=3,
-    )
-    owner = await rt.store.get_endpoint(made["endpoint_id"])
+    owner = await vended_endpoint(
+        rt, "alice", "owner", ["inbox"], webhook_queues=["inbox"],
+        source_types=["generic", "hmac"], webhook_max=3,
+    )  # fmt: skip
     created = await webhooks.create_webhook(rt, owner, "generic", "inbox")
     token = str(created["ingest_url"]).rsplit("/", 1)[1]
     reply = await ingest(rt, token, Headers({"X-Delivery-Id": "d1"}), b'{"n": 1}', None)
