@@ -19,10 +19,13 @@ from switchboard.contract.schemaerrors import SchemaProblem, first_schema_proble
 from switchboard.errors import RuleValidationError, clip
 from switchboard.pgtext import unstorable
 from switchboard.routing.decide import resolve
+from switchboard.routing.envelope import deeper_than
 from switchboard.routing.model import ON_FAULT, Grant, RoutingConfig, ValidatingStage
 from switchboard.routing.trace import validator
 
 MAX_RULES = 32
+#: The deepest a routing configuration nests (its rules, actions and params need ~5).
+MAX_CONFIG_DEPTH = 64
 #: A storage bound on any stage's expression text; stages may refuse more.
 MAX_EXPR_BYTES = 4096
 MAX_NAME_BYTES = 128
@@ -268,6 +271,13 @@ def check_structure(config: Any, grant: Grant | None) -> RoutingConfig:
         config = config.to_json()
     if not isinstance(config, dict):
         raise RuleValidationError("invalid_rule", "routing configuration must be an object")
+    if deeper_than(config, MAX_CONFIG_DEPTH):
+        # before anything walks it: a value parsed by a Python whose JSON parser nests
+        # deeper than the checks below may recurse (an id minted from a rule's JSON)
+        raise RuleValidationError(
+            "invalid_rule",
+            f"routing configuration: nested deeper than {MAX_CONFIG_DEPTH} levels",
+        )
     unknown = sorted(set(config) - {"rules", "default_action", "params", *POLICY_FIELDS})
     if unknown:
         raise RuleValidationError("invalid_rule", f"unknown field {unknown[0]!r}")

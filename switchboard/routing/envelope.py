@@ -56,7 +56,9 @@ def _parse_int(text: str) -> int | float:
 MAX_DEPTH = 512
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has arrays or objects nested more than ``limit`` deep (walked
+    without recursion: the value may be nested past any recursion limit)."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -176,7 +178,7 @@ def _within_depth(body: bytes, value: Any, classes: bytes | None = None) -> Any:
     opened = body.count(b"[") + body.count(b"{") if classes is None else classes.count(b"[")
     if opened <= MAX_DEPTH:
         return value
-    return None if _deeper_than(value, MAX_DEPTH) else value
+    return None if deeper_than(value, MAX_DEPTH) else value
 
 
 #: What can put NUL or a lone surrogate into a parsed body: a JSON escape (a strict UTF-8

@@ -406,7 +406,7 @@ def test_the_fast_paths_parse_and_clean_exactly_as_the_walk(body: bytes) -> None
             parse_int=env._parse_int,
             parse_constant=env._reject_constant,
         )
-        full = None if env._deeper_than(full, env.MAX_DEPTH) else full
+        full = None if env.deeper_than(full, env.MAX_DEPTH) else full
     except (ValueError, RecursionError):
         full = None
     assert limit  # the guard is on in this interpreter

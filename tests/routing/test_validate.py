@@ -199,3 +199,24 @@ async def test_structure_errors_come_before_any_stage(grant: Grant) -> None:
     with pytest.raises(RuleValidationError) as info:
         await validate_config(cfg(rule(action={"queue": "secret"})), grant, [fake])
     assert info.value.code == "not_granted" and fake.calls == []
+
+
+@pytest.mark.parametrize("where", ["action", "params", "default_action"])
+def test_a_config_nested_past_the_limit_is_refused_before_anything_walks_it(where: str) -> None:
+    """A config nested 5,000 deep (one a JSON parser of Python 3.13 reads) made the id
+    minted from a rule's JSON recurse past the limit: a traceback, a 500 on the console.
+    It is refused first, whatever nests."""
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    rule: dict[str, Any] = {"expr": ".", "action": {"queue": "inbox"}}
+    config: dict[str, Any] = {"rules": [rule]}
+    if where == "action":
+        rule["action"] = {"queue": deep}
+    elif where == "params":
+        config["params"] = {"p": deep}
+    else:
+        config["default_action"] = {"queue": deep}
+    with pytest.raises(RuleValidationError) as refused:
+        check_structure(config, None)
+    assert str(refused.value).endswith("routing configuration: nested deeper than 64 levels")

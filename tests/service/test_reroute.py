@@ -4,6 +4,7 @@ dropped exactly the todos the diff planned, once; existing todos are never touch
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -264,3 +265,38 @@ async def test_a_delete_or_a_save_during_an_apply_ends_it_at_the_next_batch(
         (hook,),
     )
     assert made is not None and made["n"] == 2, made  # the first batch's, and no more
+
+
+# -- a history call over slow rules answers near its deadline with what it evaluated: the
+# batches sent to the sandbox are sized by how fast the rules go --------------------------
+
+#: A rule that never ends: every event costs its evaluator's timeout (and a new evaluator).
+LOOPING = [{"id": "loops", "expr": "def f: f; f", "action": {"drop": True}}]
+DEADLINE_S = 2.0
+EVENTS = 120
+
+
+@pytest.mark.parametrize("verb", ["diff", "lint"])
+async def test_a_call_over_looping_rules_stops_near_its_deadline_with_its_work(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    rt = runtime
+    owner, _m, hook, _token = await _seeded(rt, EVENTS)
+    stage = verdict_stage(rt.stages)
+    assert stage is not None
+    monkeypatch.setattr(stage, "history_deadline_s", DEADLINE_S)
+    if verb == "lint":
+        await rules.set_rules(rt, owner, hook, LOOPING)
+    began = time.monotonic()
+    if verb == "diff":
+        doc = await history.diff_rules(rt, owner, hook, rules=LOOPING, last=EVENTS)
+    else:
+        doc = await history.lint_rules(rt, owner, hook, last=EVENTS)
+    took = time.monotonic() - began
+    # Before, one batch held all 120 events (~10 s of timeouts) and the call kept one.
+    assert doc.get("stopped") == "deadline", doc
+    assert doc["evaluated"] >= 4, doc
+    assert took < 2 * DEADLINE_S + 2, took
+    if verb == "diff":
+        again = await history.diff_rules(rt, owner, hook, rules=LOOPING, cursor=doc["next_cursor"])
+        assert again["evaluated"] >= 4, again
