@@ -375,3 +375,8 @@ def server_sizes(
     )
     pool_min = fixed_min if fixed_min is not None else min(2, pool_max)
     return ServerSizes(workers, pool_min, pool_max, auto)
+
+
+def database_timeout_s(config: Config) -> float:
+    """How long any one database wait may take, in seconds (``[server] database_timeout_ms``)."""
+    return int(config.section("server").get("database_timeout_ms", 2000)) / 1000

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from jsonschema import Draft202012Validator
 
 from .contract.schemaerrors import Wording, first_schema_problem, schema_path
+from .jsonwalk import path_of, walk
 
 #: The longest value quoted back whole; a longer one is cut with "…".
 GIVEN_MAX = 60
@@ -136,17 +137,11 @@ def non_finite(doc: Any) -> tuple[str | int, ...] | None:
 
     TOML writes them (``nan``, ``inf``) and a schema's bounds cannot refuse NaN (every
     comparison with it is false): every setting and plugin section is checked here, as no
-    setting means them. Walked without recursion: a document may nest deep.
+    setting means them.
     """
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), doc)]
-    while stack:
-        path, value = stack.pop()
+    for place, value in walk(doc):
         if isinstance(value, float) and not math.isfinite(value):
-            return path
-        if isinstance(value, Mapping):
-            stack.extend(((*path, k), v) for k, v in reversed(list(value.items())))
-        elif isinstance(value, list):
-            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(value))))
+            return path_of(place)
     return None
 
 

@@ -27,6 +27,7 @@ import re
 from typing import Any
 
 from .errors import clip
+from .jsonwalk import dotted, walk
 
 REPLACEMENT = "\ufffd"
 
@@ -112,23 +113,19 @@ def unstorable(value: Any, field: str) -> str | None:
     string or key in it), in the caller's terms under the name ``field``; None when it can
     be stored. For what a caller names or writes (a note, a result), which is refused
     rather than cleaned: a producer's text is :func:`clean_text`-ed instead."""
-    # an explicit stack: a JSON value from a caller may be nested past the recursion limit
-    stack: list[tuple[Any, str]] = [(value, field)]
-    while stack:
-        item, path = stack.pop()
+    for place, item in walk(value):
         if isinstance(item, str):
             char = _bad_char(item)
             if char is None:
                 continue
-            if path == field:
+            if place is None:
                 return f"must not contain {char}"
-            return f"a string at {clip(path)} contains {char}, which PostgreSQL cannot store"
+            where = clip(dotted(field, place))
+            return f"a string at {where} contains {char}, which PostgreSQL cannot store"
         if isinstance(item, dict):
             for key in item:
                 char = _bad_char(key) if isinstance(key, str) else None
                 if char is not None:
-                    return f"a key in {clip(path)} contains {char}, which PostgreSQL cannot store"
-            stack.extend((v, f"{path}.{k}") for k, v in reversed(list(item.items())))
-        elif isinstance(item, list | tuple):
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+                    where = clip(dotted(field, place))
+                    return f"a key in {where} contains {char}, which PostgreSQL cannot store"
     return None

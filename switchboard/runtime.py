@@ -15,7 +15,7 @@ import pluggy
 import psycopg
 
 from . import contract
-from .config import Config, did_you_mean, no_database_message, server_sizes
+from .config import Config, database_timeout_s, did_you_mean, no_database_message, server_sizes
 from .configcheck import Origin
 from .contract import Registries, RoutingStage
 from .errors import ConfigError, PluginError
@@ -123,7 +123,7 @@ class Runtime:
 
     async def migrate(self, *, create: bool = True) -> list[str]:
         dsn = self.ensure_database(create=create)
-        timeout_s = int(self.config.section("server").get("database_timeout_ms", 2000)) / 1000
+        timeout_s = database_timeout_s(self.config)
         try:
             return await migrations.apply(
                 dsn, migrations.collect(self.registries.migrations.directories), timeout=timeout_s
@@ -139,13 +139,12 @@ class Runtime:
                 await self.migrate(create=create)
             else:
                 self.ensure_database(create=create)
-            server = self.config.section("server")
             sizes = server_sizes(self.config)
             db = Database(
                 self.ensure_database(),
                 min_size=sizes.pool_min,
                 max_size=sizes.pool_max,
-                acquire_timeout=int(server.get("database_timeout_ms", 2000)) / 1000,
+                acquire_timeout=database_timeout_s(self.config),
             )
             await db.open()
             ingest = self.config.section("ingest")

@@ -20,7 +20,7 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
 from . import metrics
-from .config import Config
+from .config import Config, database_timeout_s
 from .runtime import Runtime
 from .store.migrate import NoAnswer
 from .store.pending import pending_counts_sync
@@ -228,6 +228,6 @@ def start_listener(config: Config, dsn: str) -> str | None:
     if not enabled or not addr:
         return None
     host, _, port = addr.rpartition(":")
-    timeout_s = int(config.section("server").get("database_timeout_ms", 2000)) / 1000
+    timeout_s = database_timeout_s(config)
     start_http_server(int(port), host, registry=_Listener(dsn, max_queues, timeout_s))
     return f"http://{addr}{PATH}"

@@ -171,16 +171,22 @@ def _where_unavailable(rt: Runtime, exc: SwitchboardError) -> SwitchboardError:
     return exc
 
 
+def printable(text: str, escape: Callable[[str], str], keep: str = "\n") -> str:
+    """``text`` with each character that is neither printable nor in ``keep`` written as
+    ``escape(c)``: nothing stored or quoted may steer the terminal it is printed on."""
+    rest = text
+    for c in keep:
+        rest = rest.replace(c, "")
+    if rest.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else escape(c) for c in text)
+
+
 def terminal_safe(text: str) -> str:
     """``text`` with each character that is not printable, but a line break, written as
-    its escape (``\\x1b``, ``\\u202e``): a message quoting a rule's name or a producer's
-    kind must not steer the terminal it is printed on."""
-    if text.replace("\n", "").isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode("ascii")
-        for c in text
-    )
+    its Python escape (``\\x1b``, ``\\u202e``): a message quoting a rule's name or a
+    producer's kind must not steer the terminal it is printed on."""
+    return printable(text, lambda c: c.encode("unicode_escape").decode("ascii"))
 
 
 def main(argv: list[str] | None = None) -> int:

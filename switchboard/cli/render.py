@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .main import emit
+from .main import emit, printable
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not by every command
     from rich.console import Console
@@ -88,11 +88,8 @@ def cell(value: Any, *, lines: bool = False) -> Text:
             if isinstance(value, dict | list)
             else str(value)
         )
-    keep = "\n" if lines else ""
     return Text(
-        "".join(
-            c if c.isprintable() or c in keep else " " if c in "\t\n\r" else "\ufffd" for c in value
-        )
+        printable(value, lambda c: " " if c in "\t\n\r" else "\ufffd", keep="\n" if lines else "")
     )
 
 
@@ -152,9 +149,7 @@ def json_block(value: Any) -> Text:
     from rich.text import Text
 
     text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    if not text.replace("\n", "").isprintable():
-        text = "".join(c if c.isprintable() or c == "\n" else json.dumps(c)[1:-1] for c in text)
-    return JSONHighlighter()(Text(text))
+    return JSONHighlighter()(Text(printable(text, lambda c: json.dumps(c)[1:-1])))
 
 
 def show(args: argparse.Namespace, doc: Any, render: Callable[[Console, Any], None]) -> None:

@@ -10,7 +10,14 @@ import socket
 import sys
 from typing import Any
 
-from ..config import WORKERS_ENV, ServerSizes, base_url_mismatch, server_sizes, usable_cpus
+from ..config import (
+    WORKERS_ENV,
+    ServerSizes,
+    base_url_mismatch,
+    database_timeout_s,
+    server_sizes,
+    usable_cpus,
+)
 from ..errors import ConfigError, SwitchboardError
 from ..oserrors import os_reason
 from ..plugins import list_plugins
@@ -192,7 +199,7 @@ async def check_secret_key(rt: Runtime, dsn: str) -> None:
     from ..store.dsn import unreachable
     from ..store.migrate import fetch_once
 
-    timeout_s = int(rt.config.section("server").get("database_timeout_ms", 2000)) / 1000
+    timeout_s = database_timeout_s(rt.config)
     try:
         rows = await fetch_once(dsn, _RECENT_SECRETS_SQL, timeout=timeout_s)
     except psycopg.OperationalError as exc:

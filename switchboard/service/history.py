@@ -26,10 +26,9 @@ from ..routing.stagereplay import Replayed, needs_envelope, replay
 from ..routing.verdicts import VerdictStage, explained, verdict_stage
 from ..runtime import Runtime
 from ..store import Row
-from .changes import DEFAULT_LAST, call_window
 from .common import clip, jsonable
 from .lint import lint_findings
-from .replay import Clock, Progress, Window, count_window, evaluated, window_of
+from .replay import Clock, Progress, Window, call_window, count_window, evaluated
 from .versions import config_hash
 from .webhooks import owned_webhook
 
@@ -216,7 +215,7 @@ async def diff_rules(
 ) -> dict[str, Any]:
     """The saved config and a candidate over the webhook's stored events; saves nothing.
 
-    The window is the newest ``last`` events (default :data:`DEFAULT_LAST`), or those since
+    The window is the newest ``last`` events (default :data:`.replay.DEFAULT_LAST`), or those since
     ``since`` (a duration back from now, or a timestamp), newest first. One call evaluates
     the whole window, unless the stage's ``history_max_events`` or ``history_deadline_s``
     cuts it (``stopped`` says which; ``next_cursor``, with the same candidate, goes on from
@@ -431,7 +430,7 @@ async def lint_rules(
     row, resolved, grant = await _webhook(rt, caller, webhook_id)
     rp = _Replay(rt, resolved, grant, upto_verdicts=True)
     config = config_of(row)
-    window = window_of(last, None, None, default_last=DEFAULT_LAST)
+    window = call_window(last, None, None, None)
     cap = rp.max_events
     total = await count_window(rt, row["id"], window, cap) if progress is not None else None
     clock = Clock(rp.deadline_s, progress, total)

@@ -42,6 +42,8 @@ PARALLEL = 2
 #: (before its pace is known).
 BATCH_S = 0.5
 FIRST_BATCH = 8
+#: The window of ``last`` when neither ``last`` nor ``since`` is given.
+DEFAULT_LAST = 1000
 
 #: ``progress(done, total, message)``: how far a history call is (total None: unknown).
 Progress = Callable[[int, int | None, str | None], Awaitable[None]]
@@ -105,14 +107,17 @@ class Window:
         return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
 
     @classmethod
-    def from_cursor(cls, cursor: str) -> Window:
+    def from_cursor(cls, cursor: str, field: str = "cursor") -> Window:
+        """The window ``cursor`` carries; a bad one is refused under ``field``, the
+        argument's name."""
+        refused = InvalidArgument(f"{field}: not a cursor this tool returned")
         try:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             stamp, event_id, left, since = json.loads(raw)
             when = dt.datetime.fromisoformat(stamp)
             since_at = None if since is None else dt.datetime.fromisoformat(since)
         except (ValueError, TypeError, binascii.Error):
-            raise InvalidArgument("cursor: not a cursor this tool returned") from None
+            raise refused from None
         if (
             not is_uuid(event_id)
             or when.tzinfo is None
@@ -120,16 +125,19 @@ class Window:
             or (left is None) == (since_at is None)
             or (since_at is not None and (since_at.tzinfo is None or since_at.year <= 1))
         ):
-            raise InvalidArgument("cursor: not a cursor this tool returned")
+            raise refused
         return cls(left, since_at, (when, event_id))
 
 
-def window_of(last: Any, since: Any, cursor: Any, *, default_last: int) -> Window:
-    """The window the arguments name: a cursor (which carries its window), ``last`` or ``since``."""
+def window_of(
+    last: Any, since: Any, cursor: Any, *, default_last: int, field: str = "cursor"
+) -> Window:
+    """The window the arguments name: a cursor (which carries its window), ``last`` or ``since``;
+    a bad cursor is refused under ``field``, the argument that carried it."""
     if cursor is not None:
         if not isinstance(cursor, str):
-            raise InvalidArgument("cursor: not a cursor this tool returned")
-        return Window.from_cursor(cursor)
+            raise InvalidArgument(f"{field}: not a cursor this tool returned")
+        return Window.from_cursor(cursor, field)
     if last is not None and since is not None:
         raise InvalidArgument("give at most one of last or since")
     if since is not None:
@@ -138,6 +146,14 @@ def window_of(last: Any, since: Any, cursor: Any, *, default_last: int) -> Windo
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidArgument("last: must be a positive integer")
     return Window(n)
+
+
+def call_window(last: Any, since: Any, cursor: Any, changes_cursor: Any) -> Window:
+    """The window of a history call that also pages its changes: a ``changes_cursor``
+    carries its window as a ``cursor`` does (the caller passed no ``cursor``)."""
+    if changes_cursor is None:
+        return window_of(last, since, cursor, default_last=DEFAULT_LAST)
+    return window_of(last, since, changes_cursor, default_last=DEFAULT_LAST, field="changes_cursor")
 
 
 async def count_window(

@@ -35,10 +35,9 @@ from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
 from . import liveload
-from .changes import call_window
 from .common import clip, jsonable
 from .history import _Replay, _Totals, _webhook, decision_view
-from .replay import Clock, Only, Progress, count_window, evaluated
+from .replay import Clock, Only, Progress, call_window, count_window, evaluated
 from .reroute_apply import Taken, prepared
 from .rules import expected_version
 from .sinkrun import ring_sinks_many

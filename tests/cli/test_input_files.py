@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,21 @@ async def _generic_hook(runtime: Runtime) -> tuple[Any, str]:
     return owner, str(made["webhook_id"])
 
 
+def _each_refused_on_one_line(
+    cli: CLI, hook: str, cases: dict[str, list[str]], message: Callable[[str], str]
+) -> None:
+    """Each command in ``cases`` exits 2 with one line, ``message(what)`` (``what``: its key,
+    stripped: trailing spaces only keep the keys apart), and the webhook's rules are unchanged."""
+    fast = cli.fast()
+    for what, argv in cases.items():
+        proc = fast.run(*argv, check=False)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        expected = f"switchboard: error: invalid_argument: {message(what.strip())}\n"
+        assert proc.stderr == expected, argv
+    shown = fast.json("webhook", "rules", "show", hook)
+    assert (shown["rules"], shown["version"]) == ([], 0), shown  # nothing saved
+
+
 async def test_a_file_that_is_not_utf8_is_named_on_one_line(
     cli: CLI, runtime: Runtime, tmp_path: Path
 ) -> None:
@@ -53,16 +69,9 @@ async def test_a_file_that_is_not_utf8_is_named_on_one_line(
         "--secret-file": ["webhook", "create", "--endpoint", owner["id"], "--source",
                           "generic", "--target-queue", "inbox", "--secret-file", str(bad)],
     }  # fmt: skip
-    fast = cli.fast()
-    for what, argv in cases.items():
-        proc = fast.run(*argv, check=False)
-        assert proc.returncode == 2, (argv, proc.stderr)
-        assert proc.stderr == (
-            f"switchboard: error: invalid_argument: {what.strip()}: {bad} is not UTF-8 text"
-            " (byte 0xff at offset 0)\n"
-        ), argv
-    shown = fast.json("webhook", "rules", "show", hook)
-    assert (shown["rules"], shown["version"]) == ([], 0), shown  # nothing saved
+    _each_refused_on_one_line(
+        cli, hook, cases, lambda what: f"{what}: {bad} is not UTF-8 text (byte 0xff at offset 0)"
+    )
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(cli: CLI) -> None:
@@ -103,13 +112,9 @@ async def test_a_json_file_that_nests_too_deeply_is_named_on_one_line(
         f"--source-config: {deep}": [*create, "--source-config", f"@{deep}"],
         "--source-config": [*create, "--source-config", "[" * depth + "]" * depth],
     }
-    fast = cli.fast()
-    for what, argv in cases.items():
-        proc = fast.run(*argv, check=False)
-        assert proc.returncode == 2, (argv, proc.stderr)
-        assert proc.stderr == (
-            f"switchboard: error: invalid_argument: {what.strip()} nests too deeply (arrays"
-            " or objects inside each other)\n"
-        ), argv
-    shown = fast.json("webhook", "rules", "show", hook)
-    assert (shown["rules"], shown["version"]) == ([], 0), shown  # nothing saved
+    _each_refused_on_one_line(
+        cli,
+        hook,
+        cases,
+        lambda what: f"{what} nests too deeply (arrays or objects inside each other)",
+    )
