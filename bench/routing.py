@@ -1,13 +1,15 @@
 """Routing cost end to end: a webhook with 32 rules vs the same webhook without rules.
 
-Run: python bench/routing.py [--total N] [--rounds K]
+Run: python bench/routing.py [--total N] [--rounds K] [--sandbox]
 Posts a ~5 KB payload to two generic webhooks on one `switchboard serve` and prints, per
 webhook, deliveries/s and p50/p99 latency at 1, 8 and 32 clients, the CPU per delivery of
 the whole server process tree (server, fork server, zygotes and the evaluators they
 reaped), how many routed deliveries were degraded by `sandbox_busy`, and the ratios the
 sandbox v2 issue targets (routed vs plain, measured side by side in this one run: each row's
 deliveries go in K turns that alternate with the other row's), then the sandbox tree's
-memory (PSS).
+memory (PSS). The bench's rules are simple comparisons, which the server decides itself
+(``[plugins.rules] direct``); ``--sandbox`` turns that off, so every routed delivery goes
+to the sandbox (what a rule set with anything else in it costs).
 """
 
 from __future__ import annotations
@@ -149,14 +151,24 @@ def main() -> None:
         default=5,
         help="alternating turns per row (plain, routed, plain, ...)",
     )
+    ap.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="every routed delivery to the sandbox ([plugins.rules] direct = false)",
+    )
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
-        srv = serve(dsn, Path(tmp))
+        config = None
+        if args.sandbox:
+            config = Path(tmp) / "sandbox.toml"
+            config.write_text("[plugins.rules]\ndirect = false\n")
+        srv = serve(dsn, Path(tmp), config=config)
         try:
             named = plain_and_routed(srv)
             print(
                 f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
-                f" alternating turns, body {len(BODY)} B, 1 Sanic worker"
+                f" alternating turns, body {len(BODY)} B, 1 Sanic worker,"
+                f" rules {'all in the sandbox' if args.sandbox else 'decided where they can be'}"
             )
             print(
                 f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"

@@ -210,7 +210,8 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
     rings(lambda: _post_github(gh, secret))
     assert _post_github(gh, b"not-the-secret").status_code == 401
     assert _post_github(gh, secret, {"X-Hub-Signature-256": ""}).status_code == 401
-    assert _post_generic(dropper, {"kind": "noise"}).status_code == 202
+    assert _post_generic(dropper, {"kind": "noise"}).status_code == 202  # decided in the server
+    rings(lambda: _post_generic(dropper, {"kind": 1.5}))  # a float compared: the sandbox's
     rings(lambda: _post_generic(faulty, {"kind": "any"}))
     unknown = gen["ingest_url"].rsplit("/", 1)[0] + "/" + "0" * 40
     assert httpx.post(unknown, content=b"{}", timeout=10).status_code == 404
@@ -219,7 +220,7 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
     D = "switchboard_deliveries_total"
     OUT = "switchboard_routing_outcomes_total"
     expected = {
-        series(D, source="generic", status="202", reason="none"): 3,
+        series(D, source="generic", status="202", reason="none"): 4,
         series(D, source="github", status="202", reason="none"): 1,
         series(D, source="github", status="401", reason="mismatch"): 1,
         series(D, source="github", status="401", reason="missing_header"): 1,
@@ -227,21 +228,23 @@ def test_real_deliveries_move_the_counters_exactly(server: Server, module_dsn: s
         series(D, source="unknown", status="413", reason="none"): 1,
         series(
             OUT, stage="default", cause="no_match_default", disposition="routed", fault="none"
-        ): 2,
+        ): 3,
         series(OUT, stage="rule", cause="drop", disposition="dropped", fault="none"): 1,
         series(
             OUT, stage="default", cause="no_match_default", disposition="routed", fault="error"
         ): 1,
         series("switchboard_rule_faults_total", cause="error"): 1,
-        series("switchboard_todos_created_total"): 3,
+        series("switchboard_todos_created_total"): 4,
+        series("switchboard_rules_direct_evaluations_total", outcome="decided"): 1,
+        series("switchboard_rules_direct_evaluations_total", outcome="deferred"): 1,
         series("switchboard_sandbox_evaluation_seconds_count"): 2,
         # .payload.kind is all the dropper's rule reads; error("boom") is applied to the root
         series("switchboard_sandbox_envelope_bytes_count", cut="paths"): 1,
         series("switchboard_sandbox_envelope_bytes_count", cut="whole"): 1,
-        series("switchboard_doorbells_rung_total"): 3,
-        series("switchboard_sink_rings_total", sink="doorbell"): 3,
+        series("switchboard_doorbells_rung_total"): 4,
+        series("switchboard_sink_rings_total", sink="doorbell"): 4,
     }
-    for status, n in (("202", 4), ("401", 2), ("404", 1)):  # a 413 has no latency
+    for status, n in (("202", 5), ("401", 2), ("404", 1)):  # a 413 has no latency
         expected[series("switchboard_ingest_latency_seconds_count", status=status)] = n
 
     after = scrape(url)

@@ -1,4 +1,4 @@
-"""The sandbox's Prometheus series: latency, waits for a slot, envelope sizes (server side)."""
+"""The rules stage's Prometheus series: sandbox latency, slot waits, envelope sizes, direct."""
 
 from __future__ import annotations
 
@@ -39,6 +39,23 @@ GROUP_SIZE = Histogram(
     "their owner's slot at the same time; 1 when a delivery went alone)",
     buckets=(1, 2, 4, 8),
 )
+
+DIRECT = Counter(
+    "switchboard_rules_direct_evaluations",
+    "Live deliveries whose rules are all simple comparisons (plugins.rules.direct): "
+    "decided (in the server, jq's answer certain) or deferred (sent to the sandbox: a "
+    "value or an error only jq may answer for)",
+    ["outcome"],
+)
+_DIRECT = {True: DIRECT.labels("decided"), False: DIRECT.labels("deferred")}
+
+
+def direct(decided: bool) -> None:
+    """Count one live delivery whose rule set was compiled to be decided in the server."""
+    try:
+        _DIRECT[decided].inc()
+    except Exception:  # pragma: no cover
+        pass
 
 
 def grouped(size: int) -> None:

@@ -21,6 +21,7 @@ from switchboard.plugin import (
 
 from . import protocol as wire
 from . import sandbox_metrics
+from .direct import Defer, Evaluate, compile_rules, first_match
 from .jqscan import forbidden_names, wrapper_names
 from .reads import cut, project, rule_set_reads, trie_of
 from .sandbox import Limits, RuleSetRef, Sandbox
@@ -65,6 +66,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "default": 10000,
         },
         "history_deadline_s": {"type": "number", "minimum": 0.1, "maximum": 3600, "default": 30},
+        # decide in the server a live delivery whose rules are all simple comparisons of
+        # fields with literals (direct.py), where jq's answer is certain; false: every
+        # delivery goes to the sandbox
+        "direct": {"type": "boolean", "default": True},
     },
 }
 
@@ -93,6 +98,8 @@ class _Prepared:
     #: what of the envelope the sandbox is sent (:func:`.reads.trie_of`; None: all of it)
     trie: dict[str, Any] | None
     whole: bool  # no proof of what the rules read: the whole envelope goes
+    #: every rule compiled to be decided in the server (direct.py; None: the sandbox's)
+    direct: tuple[Evaluate, ...] | None
 
 
 def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
@@ -169,6 +176,16 @@ class RulesStage:
             return StageResult()
         owner, scope = tenant(ctx.webhook)
         prepared = self._prepare(rules, ctx.config.params, scope)
+        if prepared.direct is not None:
+            try:
+                index = first_match(prepared.direct, ctx.envelope)
+            except Defer:
+                sandbox_metrics.direct(False)
+            else:
+                sandbox_metrics.direct(True)
+                if index is None:
+                    return StageResult()
+                return StageResult(decide(ctx.config, MatchResult(index), ctx.grant))
         # only the paths the rules can read reach the sandbox (reads.py proves it, or the
         # whole envelope goes): parsing a big payload costs more than the rules themselves
         trie = prepared.trie
@@ -195,7 +212,8 @@ class RulesStage:
         paths = rule_set_reads(exprs)
         ref = self.sandbox.rule_set(list(zip(ids, exprs, strict=True)), dict(params), scope=scope)
         trie = None if paths is None else trie_of(paths)
-        found = self._prepared[memo] = _Prepared(ref, trie, paths is None)
+        direct = compile_rules(exprs) if self.settings["direct"] else None
+        found = self._prepared[memo] = _Prepared(ref, trie, paths is None, direct)
         while len(self._prepared) > 2 * self.sandbox.limits.cache_size:
             self._prepared.popitem(last=False)
         return found

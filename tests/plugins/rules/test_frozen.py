@@ -122,8 +122,11 @@ async def test_a_fork_server_frozen_at_its_restart_costs_a_delivery_its_deadline
 #: The sandbox's hard deadline for a delivery needing a new evaluator: event_ms (250) +
 #: kill_grace_ms (500) + twice compile_ms (1000) for its zygote's compile = 2.75 s, well
 #: within the stage's own timeout (10 s): what answers is the sandbox's deadline, not it.
+#: ``direct = false``: these are the sandbox's faults, and the rule is one the server could
+#: otherwise decide itself (direct.py).
 CONFIG = (
     "[routing]\nstage_timeout_ms = 10000\n[plugins.rules]\nkill_grace_ms = 500\ncompile_ms = 1000\n"
+    "direct = false\n"
 )
 
 

@@ -1,0 +1,349 @@
+"""Rules simple enough to decide in the server: jq's answer exactly, or none (the sandbox's).
+
+Most routing rules compare a few envelope fields with literals:
+``.kind == "pull_request" and .payload.repository.full_name == "org/repo"``. Such a rule
+has no loop, no function and no generator, so evaluating it costs a few dictionary
+lookups, bounded by its 4 KiB of text, and nothing it reads can make it run longer or
+reach anything: it needs no process of its own. Sending it to the sandbox costs a round
+trip to another process and two turns of the worker's loop (bench/README.md, issue 38).
+
+The subset (anything else is not compiled here, and the rule set goes to the sandbox):
+paths from ``.`` of fields (``.name``, ``."name"``, ``["name"]``) and integer indexes
+(``[0]``, ``[-1]``); string literals without interpolation, integer literals up to 2^53
+(optionally negative), ``true``, ``false``, ``null``; ``==``, ``!=``, ``<``, ``<=``,
+``>``, ``>=``; ``and``, ``or``, ``//``; ``not`` and ``… | not``; parentheses.
+
+Evaluation answers only where the result is certain to be jq's: it raises :class:`Defer`
+where jq would raise an error (a field of a string, say), and where the values compared
+are outside what is proven here to compare alike (a non-integer number, an integer past
+2^53, an array, an object), and the caller sends the delivery to the sandbox as before,
+so its trace, faults and verdict are jq's own. ``tests/plugins/rules/test_direct.py``
+compares this module with libjq on every expression shape and value kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .jqtokens import Token, tokenize
+
+#: Integers jq and Python compare alike (a double holds each exactly).
+_SAFE = 2**53
+#: The most tokens of one rule set decided here: whatever a tenant writes, its rules cost
+#: the worker ~0.1 ms a delivery at most (1,024 tokens of comparisons, measured; the
+#: sandbox's round trip costs the worker more); a larger rule set goes to the sandbox,
+#: where its time is charged to its owner. The bench's 32 rules are 640 tokens.
+MAX_TOKENS = 1024
+#: Parentheses nested deeper than this are left to the sandbox (each is a Python call).
+MAX_NESTING = 32
+#: Operators: a comparison is not associative in jq (``a == b == c`` does not parse).
+_COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
+
+#: One compiled expression: the envelope in, jq's one output out (or :class:`Defer`).
+Evaluate = Callable[[Any], Any]
+
+
+class Defer(Exception):
+    """This envelope's answer is the sandbox's to give (an error, or a value not proven here)."""
+
+
+class _Unsupported(Exception):
+    """The expression is outside the subset."""
+
+
+def compile_rules(exprs: Sequence[str]) -> tuple[Evaluate, ...] | None:
+    """Every expression compiled, or None when any is outside the subset or the rule set
+    has more than :data:`MAX_TOKENS` tokens."""
+    compiled = []
+    budget = MAX_TOKENS
+    for expr in exprs:
+        one = compile_expr(expr, budget)
+        if one is None:
+            return None
+        fn, used = one
+        budget -= used
+        compiled.append(fn)
+    return tuple(compiled)
+
+
+def compile_expr(expr: str, budget: int = MAX_TOKENS) -> tuple[Evaluate, int] | None:
+    """``expr`` as a function of the envelope and its token count, or None when it is
+    outside the subset or has more than ``budget`` tokens."""
+    try:
+        tokens = tokenize(expr)
+    except Exception:  # the sandbox's compiler names what is wrong with it
+        return None
+    if len(tokens) > budget:
+        return None
+    parser = _Parser(tokens)
+    try:
+        fn = parser.pipe()
+        if parser.pos != len(tokens):
+            return None
+    except (_Unsupported, IndexError, RecursionError):
+        return None
+    return fn, len(tokens)
+
+
+def first_match(compiled: Sequence[Evaluate], envelope: Any) -> int | None:
+    """The index of the first rule whose output is neither null nor false (None: no match);
+    :class:`Defer` when any rule evaluated on the way has no certain answer here."""
+    for index, fn in enumerate(compiled):
+        if _truthy(fn(envelope)):
+            return index
+    return None
+
+
+def _truthy(value: Any) -> bool:
+    return not (value is None or value is False)
+
+
+def _rank(value: Any) -> int:
+    """jq's order of kinds (null, false, true, number, string), for the values proven here."""
+    if value is None:
+        return 0
+    if value is False:
+        return 1
+    if value is True:
+        return 2
+    if type(value) is int and -_SAFE <= value <= _SAFE:
+        return 3
+    if type(value) is str:
+        return 4
+    raise Defer  # a float (its literal may differ from its double), an array, an object
+
+
+def _compare(op: str, left: Any, right: Any) -> bool:
+    a, b = _rank(left), _rank(right)
+    if a != b or a < 3:
+        # different kinds order by kind; null, false and true are each one value
+        key_l, key_r = (a, 0), (b, 0)
+    else:
+        # numbers by value; strings by code point, which is UTF-8's byte order (jq's)
+        key_l, key_r = (a, left), (b, right)
+    if op == "==":
+        return key_l == key_r
+    if op == "!=":
+        return key_l != key_r
+    if op == "<":
+        return key_l < key_r
+    if op == "<=":
+        return key_l <= key_r
+    if op == ">":
+        return key_l > key_r
+    return key_l >= key_r
+
+
+def _path(steps: tuple[str | int, ...]) -> Evaluate:
+    """A path of field names (str) and array indexes (int)."""
+
+    def get(value: Any) -> Any:
+        for step in steps:
+            if value is None:
+                return None  # jq: a field or an index of null is null
+            if isinstance(step, str):
+                if not isinstance(value, dict):
+                    raise Defer  # jq: "Cannot index <kind> with ...", the sandbox's to say
+                # dict's own lookup: what the envelope's JSON encoder writes, whatever a
+                # projection's subclass of dict may do with get()
+                value = dict.get(value, step)
+            else:
+                if type(value) is not list:
+                    raise Defer
+                # jq: a negative index counts from the end; outside the array is null
+                at = step + len(value) if step < 0 else step
+                value = value[at] if 0 <= at < len(value) else None
+        return value
+
+    return get
+
+
+def _constant(value: Any) -> Evaluate:
+    return lambda _: value
+
+
+class _Parser:
+    """A recursive descent over the subset's tokens (jq's precedence: ``|`` below ``or``
+    below ``and`` below the comparisons)."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self.tokens = tokens
+        self.pos = 0
+        self.depth = 0
+
+    def _peek(self) -> Token | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _is(self, kind: str, text: str) -> bool:
+        tok = self._peek()
+        return tok is not None and tok.kind == kind and tok.text == text
+
+    def _take(self) -> Token:
+        tok = self.tokens[self.pos]
+        self.pos += 1
+        return tok
+
+    def pipe(self) -> Evaluate:
+        fn = self._alternative()
+        nots = 0
+        while self._is("punct", "|"):
+            self._take()
+            if not self._is("ident", "not"):
+                raise _Unsupported
+            self._take()
+            nots += 1
+        if not nots:
+            return fn
+        # ``x | not | not`` is x's truth as a boolean: chains fold, never nest
+        flip = nots % 2 == 1
+        return lambda v: _truthy(fn(v)) is not flip
+
+    def _chain(self, part: Callable[[], Evaluate], kind: str, text: str) -> list[Evaluate]:
+        """``part (text part)*``: a chain's operands, kept flat (a 4 KiB chain is ~500)."""
+        parts = [part()]
+        while self._is(kind, text):
+            self._take()
+            parts.append(part())
+        return parts
+
+    def _alternative(self) -> Evaluate:
+        # below ``or``: ``a or b // c`` is ``(a or b) // c``; right-associative, which for
+        # one output each is the first that is neither null nor false, else the last
+        parts = self._chain(self._or, "punct", "//")
+        return parts[0] if len(parts) == 1 else _first_true(tuple(parts))
+
+    def _or(self) -> Evaluate:
+        parts = self._chain(self._and, "ident", "or")
+        return parts[0] if len(parts) == 1 else _any(tuple(parts))
+
+    def _and(self) -> Evaluate:
+        parts = self._chain(self._comparison, "ident", "and")
+        return parts[0] if len(parts) == 1 else _all(tuple(parts))
+
+    def _comparison(self) -> Evaluate:
+        left = self._term()
+        tok = self._peek()
+        if tok is None or tok.kind != "punct" or tok.text not in _COMPARE:
+            return left
+        self._take()
+        right = self._term()
+        op = tok.text
+        return lambda v: _compare(op, left(v), right(v))
+
+    def _term(self) -> Evaluate:
+        tok = self._take()
+        if tok.kind == "punct" and tok.text == "(":
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise _Unsupported
+            fn = self.pipe()
+            if not self._is("punct", ")"):
+                raise _Unsupported
+            self._take()
+            self.depth -= 1
+            return fn
+        if (tok.kind == "punct" and tok.text == ".") or tok.kind == "field":
+            self.pos -= 1
+            return _path(self._steps())
+        if tok.kind == "str":
+            return _constant(self._string(tok))
+        if tok.kind == "num" or (tok.kind == "punct" and tok.text == "-"):
+            self.pos -= 1
+            return _constant(self._integer())
+        if tok.kind == "ident" and tok.text in ("true", "false", "null"):
+            return _constant({"true": True, "false": False, "null": None}[tok.text])
+        if tok.kind == "ident" and tok.text == "not":
+            return _negate(_path(()))
+        raise _Unsupported
+
+    def _steps(self) -> tuple[str | int, ...]:
+        """A path's steps: ``.``, then fields and ``[...]`` indexes of literals."""
+        steps: list[str | int] = []
+        first = True
+        while (tok := self._peek()) is not None:
+            if tok.kind == "field":
+                steps.append(self._take().text[1:])
+            elif tok.kind == "punct" and tok.text == ".":
+                self._take()
+                nxt = self._peek()
+                if nxt is not None and nxt.kind == "str":  # ."name"
+                    steps.append(self._string(self._take()))
+                elif not first:
+                    raise _Unsupported
+            elif tok.kind == "punct" and tok.text == "[":
+                self._take()
+                nxt = self._peek()
+                if nxt is not None and nxt.kind == "str":
+                    steps.append(self._string(self._take()))
+                else:
+                    steps.append(self._integer())
+                if not self._is("punct", "]"):
+                    raise _Unsupported
+                self._take()
+            else:
+                break
+            first = False
+        return tuple(steps)
+
+    def _string(self, tok: Token) -> str:
+        """A string literal's text (no interpolation: that is code)."""
+        if tok.parts:
+            raise _Unsupported
+        try:
+            text = json.loads(tok.raw)
+        except ValueError:
+            raise _Unsupported from None
+        if not isinstance(text, str):
+            raise _Unsupported
+        return text
+
+    def _integer(self) -> int:
+        """An integer literal, optionally negative, that a double holds exactly."""
+        tok = self._take()
+        sign = 1
+        if tok.kind == "punct" and tok.text == "-":
+            sign, tok = -1, self._take()
+        if tok.kind != "num" or not tok.text.isdigit() or int(tok.text) > _SAFE:
+            raise _Unsupported
+        return sign * int(tok.text)
+
+
+def _negate(fn: Evaluate) -> Evaluate:
+    return lambda v: not _truthy(fn(v))
+
+
+def _all(parts: tuple[Evaluate, ...]) -> Evaluate:
+    # jq evaluates ``a and b`` left first, and b only when a is true
+    def every(v: Any) -> bool:
+        for part in parts:
+            if not _truthy(part(v)):
+                return False
+        return True
+
+    return every
+
+
+def _any(parts: tuple[Evaluate, ...]) -> Evaluate:
+    def some(v: Any) -> bool:
+        for part in parts:
+            if _truthy(part(v)):
+                return True
+        return False
+
+    return some
+
+
+def _first_true(parts: tuple[Evaluate, ...]) -> Evaluate:
+    # jq: ``a // b`` is a's output unless it is null or false (a's error is not suppressed)
+    *heads, last = parts
+
+    def alternative(v: Any) -> Any:
+        for part in heads:
+            value = part(v)
+            if _truthy(value):
+                return value
+        return last(v)
+
+    return alternative
