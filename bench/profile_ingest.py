@@ -108,7 +108,8 @@ def main() -> None:
         "--native", action="store_true", help="C frames too (py-spy pauses each sample)"
     )
     args = ap.parse_args()
-    spy = shutil.which("py-spy")
+    # the virtualenv's own, when it is not on PATH (run as .venv/bin/python)
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         raise SystemExit("py-spy is not installed: pip install -e .[bench]")
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:

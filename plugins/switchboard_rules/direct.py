@@ -172,6 +172,8 @@ class _Parser:
         self.tokens = tokens
         self.pos = 0
         self.depth = 0
+        #: the literals' functions, and their values
+        self.constants: dict[Evaluate, Any] = {}
 
     def _peek(self) -> Token | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -230,6 +232,10 @@ class _Parser:
         self._take()
         right = self._term()
         op = tok.text
+        if op in ("==", "!=") and (left in self.constants or right in self.constants):
+            # the common rule: a field equal to a literal, without the general ordering
+            path, lit = (right, left) if left in self.constants else (left, right)
+            return _equals(path, self.constants[lit], op == "!=")
         return lambda v: _compare(op, left(v), right(v))
 
     def _term(self) -> Evaluate:
@@ -248,15 +254,20 @@ class _Parser:
             self.pos -= 1
             return _path(self._steps())
         if tok.kind == "str":
-            return _constant(self._string(tok))
+            return self._constant(self._string(tok))
         if tok.kind == "num" or (tok.kind == "punct" and tok.text == "-"):
             self.pos -= 1
-            return _constant(self._integer())
+            return self._constant(self._integer())
         if tok.kind == "ident" and tok.text in ("true", "false", "null"):
-            return _constant({"true": True, "false": False, "null": None}[tok.text])
+            return self._constant({"true": True, "false": False, "null": None}[tok.text])
         if tok.kind == "ident" and tok.text == "not":
             return _negate(_path(()))
         raise _Unsupported
+
+    def _constant(self, value: Any) -> Evaluate:
+        fn = _constant(value)
+        self.constants[fn] = value
+        return fn
 
     def _steps(self) -> tuple[str | int, ...]:
         """A path's steps: ``.``, then fields and ``[...]`` indexes of literals."""
@@ -308,6 +319,30 @@ class _Parser:
         if tok.kind != "num" or not tok.text.isdigit() or int(tok.text) > _SAFE:
             raise _Unsupported
         return sign * int(tok.text)
+
+
+#: The kinds of value whose equality with a literal of another kind is certain (false).
+_KNOWN = frozenset({type(None), bool, int, float, str, list, dict})
+
+
+def _equals(fn: Evaluate, literal: Any, negate: bool) -> Evaluate:
+    """``fn == literal`` (``!=`` when ``negate``): a value of the literal's kind compares
+    by value; of another kind, it is unequal; a float against an integer, or an integer
+    past 2^53, is :class:`Defer` (jq compares their literal texts)."""
+    kind = type(literal)
+
+    def equals(v: Any) -> bool:
+        value = fn(v)
+        vkind = type(value)
+        if vkind is kind:
+            if kind is int and not -_SAFE <= value <= _SAFE:
+                raise Defer
+            return (value == literal) is not negate
+        if vkind not in _KNOWN or (kind is int and vkind is float):
+            raise Defer
+        return negate  # another kind of value: never equal
+
+    return equals
 
 
 def _negate(fn: Evaluate) -> Evaluate:
