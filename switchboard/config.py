@@ -274,7 +274,7 @@ def load_config(
     raw = _merge(DEFAULTS, file_doc)
     origin = Origin(path, from_env)
     _validate(raw, load_schema("config"), origin)
-    problem = value_message(raw, origin)
+    problem = value_message(raw, origin, file_doc)
     if problem is not None:
         raise ConfigError(problem)
     return Config(

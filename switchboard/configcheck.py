@@ -202,8 +202,14 @@ def http_url_problem(url: str, *, appended: str | None) -> str | None:
     return host_problem(parts.hostname)
 
 
-def value_message(raw: Mapping[str, Any], origin: Origin) -> str | None:
-    """What the schema cannot say: ports in range, pool sizes in order; or None."""
+def value_message(
+    raw: Mapping[str, Any], origin: Origin, written: Mapping[str, Any] | None = None
+) -> str | None:
+    """What the schema cannot say: ports in range, pool sizes and backoffs in order; or None.
+
+    ``written``: the settings as given (``raw`` is them over the defaults), so that a pair
+    out of order names the one the user wrote.
+    """
     for path, value in (
         (("addr",), raw.get("addr")),
         (("metrics", "addr"), (raw.get("metrics") or {}).get("addr")),
@@ -230,14 +236,31 @@ def value_message(raw: Mapping[str, Any], origin: Origin) -> str | None:
                 f"{origin.where(('base_url',))}: {HTTP_URL_FORM}"
                 f" (got {given(('base_url',), base_url)}: {problem})"
             )
-    server = raw.get("server") or {}
-    low, high = server.get("pool_min_size"), server.get("pool_max_size")
-    if isinstance(low, int) and isinstance(high, int) and low > high:
+    for section, low_key, high_key in _ORDERED:
+        values = raw.get(section) or {}
+        low, high = values.get(low_key), values.get(high_key)
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
+        if not numbers or low <= high:
+            continue
+        set_here = (written or {}).get(section)
+        set_here = set_here if isinstance(set_here, Mapping) else {}
+        if high_key in set_here and low_key not in set_here:
+            return (
+                f"{origin.where((section, high_key))}: must not be below"
+                f" {section}.{low_key} (got {high_key} = {high}, {low_key} = {low}: its default)"
+            )
         return (
-            f"{origin.where(('server', 'pool_min_size'))}: must not be above"
-            f" server.pool_max_size (got pool_min_size = {low}, pool_max_size = {high})"
+            f"{origin.where((section, low_key))}: must not be above"
+            f" {section}.{high_key} (got {low_key} = {low}, {high_key} = {high})"
         )
     return None
+
+
+#: Settings that bound one another: (section, the lower, the higher), each as set or default.
+_ORDERED = (
+    ("server", "pool_min_size", "pool_max_size"),
+    ("todos", "backoff_base_seconds", "backoff_max_seconds"),
+)
 
 
 def no_settings_message(name: str, section: Mapping[str, Any], origin: Origin) -> str:

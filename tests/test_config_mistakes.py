@@ -96,6 +96,16 @@ FILE_CASES = [
         "server.pool_min_size: must not be above server.pool_max_size"
         " (got pool_min_size = 10, pool_max_size = 5)",
     ),
+    (
+        "[todos]\nbackoff_max_seconds = 2\n",  # below the default base, 5
+        "todos.backoff_max_seconds: must not be below todos.backoff_base_seconds"
+        " (got backoff_max_seconds = 2, backoff_base_seconds = 5.0: its default)",
+    ),
+    (
+        "[todos]\nbackoff_base_seconds = 60\nbackoff_max_seconds = 30\n",
+        "todos.backoff_base_seconds: must not be above todos.backoff_max_seconds"
+        " (got backoff_base_seconds = 60, backoff_max_seconds = 30)",
+    ),
     ("[server]\nworkers = 0\n", "server.workers: must be at least 1 (got 0)"),
     (
         'base_url = "example.com"\n',
