@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
@@ -239,8 +239,7 @@ def value_message(
     for section, low_key, high_key in _ORDERED:
         values = raw.get(section) or {}
         low, high = values.get(low_key), values.get(high_key)
-        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
-        if not numbers or low <= high:
+        if not (_is_number(low) and _is_number(high)) or low <= high:
             continue
         set_here = (written or {}).get(section)
         set_here = set_here if isinstance(set_here, Mapping) else {}
@@ -254,6 +253,10 @@ def value_message(
             f" {section}.{high_key} (got {low_key} = {low}, {high_key} = {high})"
         )
     return None
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 #: Settings that bound one another: (section, the lower, the higher), each as set or default.
