@@ -140,7 +140,8 @@ def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
         if app.ctx.draining and stream is not None:
             stream.keep_alive = False
 
-    @app.get("/healthz")
+    # HEAD too: load balancers and uptime checkers often ask with it (the status, no body)
+    @app.route("/healthz", methods=["GET", "HEAD"])
     async def healthz(request: Request) -> HTTPResponse:
         if await rt.store.db.ping(timeout=HEALTH_TIMEOUT_S):
             return json({"status": "ok", "database": "ok"})

@@ -103,6 +103,9 @@ def test_database_down_answers_503_within_the_configured_bound_without_driver_te
     srv, w = _world(server_factory, dsn, config=config)
     hook = w.webhook("owner", "generic")
     dbname = conninfo_to_dict(dsn)["dbname"]
+    # HEAD, as load balancers ask: the status alone
+    head = httpx.head(srv.base_url + "/healthz", timeout=30)
+    assert (head.status_code, head.content) == (200, b""), head
     with database_refusing(pg_server, dsn):
         for url in (hook["ingest_url"], srv.base_url + "/webhooks/w/" + "0" * 48):
             started = time.monotonic()
@@ -120,6 +123,8 @@ def test_database_down_answers_503_within_the_configured_bound_without_driver_te
         assert health.status_code == 503
         assert health.json() == {"status": "unavailable", "database": "unreachable"}
         assert "retry-after" in health.headers
+        head = httpx.head(srv.base_url + "/healthz", timeout=30)
+        assert (head.status_code, head.content) == (503, b""), head
     # The driver's text went to the log instead.
     assert "not currently accepting connections" in srv.log.read_text()
 
