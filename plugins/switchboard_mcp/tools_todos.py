@@ -60,20 +60,41 @@ async def claim_next(
     )
 
 
-async def complete(ctx: ToolContext, id: TodoId, result: Result = None) -> dict[str, Any]:
+#: The claim a verb acts for: workers sharing one endpoint's token each present their own.
+ClaimId = Annotated[
+    str | None,
+    Field(
+        description=(
+            "The claim_id your claim returned: the call is refused (conflict) when the todo"
+            " was claimed again since (your lease ran out). Without it, any claim of this"
+            " endpoint's"
+        )
+    ),
+]
+
+
+async def complete(
+    ctx: ToolContext, id: TodoId, result: Result = None, claim_id: ClaimId = None
+) -> dict[str, Any]:
     """Mark a todo you hold done, with an optional result."""
-    return await todos.complete(ctx.runtime, ctx.endpoint, id, owner=ctx.owner, result=result)
+    return await todos.complete(
+        ctx.runtime, ctx.endpoint, id, owner=ctx.owner, result=result, claim_id=claim_id
+    )
 
 
-async def fail(ctx: ToolContext, id: TodoId, result: Result = None) -> dict[str, Any]:
+async def fail(
+    ctx: ToolContext, id: TodoId, result: Result = None, claim_id: ClaimId = None
+) -> dict[str, Any]:
     """Give a todo you hold back: retried after an exponential backoff, dead after the
     configured max_attempts."""
-    return await todos.fail(ctx.runtime, ctx.endpoint, id, owner=ctx.owner, result=result)
+    return await todos.fail(
+        ctx.runtime, ctx.endpoint, id, owner=ctx.owner, result=result, claim_id=claim_id
+    )
 
 
-async def heartbeat(ctx: ToolContext, id: TodoId) -> dict[str, Any]:
+async def heartbeat(ctx: ToolContext, id: TodoId, claim_id: ClaimId = None) -> dict[str, Any]:
     """Extend the lease on a todo you hold."""
-    return await todos.heartbeat(ctx.runtime, ctx.endpoint, id, owner=ctx.owner)
+    return await todos.heartbeat(ctx.runtime, ctx.endpoint, id, owner=ctx.owner, claim_id=claim_id)
 
 
 async def get_todo_payload(

@@ -10,6 +10,7 @@ from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..jsontext import dumps_bytes
 from ..runtime import Runtime
 from ..store import Row
+from ..store.db import is_uuid
 from .common import check_queue, check_storable, clip, jsonable
 
 STATES = ("pending", "claimed", "done", "dead")
@@ -57,6 +58,9 @@ def held_view(rt: Runtime, row: Row) -> dict[str, Any]:
     MCP client refused, so each claim spent an attempt and no worker ever saw the todo.
     """
     view = todo_view(row)
+    if row.get("state") == "claimed":
+        # what complete, fail and heartbeat may present: this claim, not a later one
+        view["claim_id"] = jsonable(row.get("claim_id"))
     size = len(dumps_bytes(row.get("payload")))
     if size > int(_settings(rt)["reply_payload_max_bytes"]):
         text = _payload_text(row)
@@ -156,12 +160,31 @@ def _result(rt: Runtime, value: Any) -> Any:
     return value
 
 
-async def _explain(rt: Runtime, caller: Row, todo_id: str, verb: str) -> NotFound | Conflict:
-    """Why a todo could not be acted on: absent (or not the caller's) versus wrong state."""
+async def _explain(
+    rt: Runtime, caller: Row, todo_id: str, verb: str, claim_id: str | None = None
+) -> NotFound | Conflict:
+    """Why a todo could not be acted on: absent (or not the caller's), wrong state, or
+    claimed again since the caller's claim."""
     row = await rt.store.get_todo(caller["id"], list(caller["scope_queues"]), todo_id)
     if row is None:
         return NotFound(f"todo {clip(todo_id)} not found")
+    if row["state"] == "claimed" and claim_id is not None and str(row["claim_id"]) != claim_id:
+        return Conflict(
+            f"todo {clip(todo_id)} was claimed again since claim {claim_id} (its lease ran"
+            f" out); it cannot be {verb} by that claim"
+        )
     return Conflict(f"todo {clip(todo_id)} is {row['state']}; it cannot be {verb} by this caller")
+
+
+def _claim_id(value: Any) -> str | None:
+    """A verb's ``claim_id``: None, or the UUID a claim returned (lower case)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_uuid(value):
+        raise InvalidArgument(
+            f"claim_id: must be the claim_id a claim returned, a UUID (got {clip(repr(value))})"
+        )
+    return value.lower()
 
 
 async def list_todos(
@@ -283,22 +306,38 @@ async def claim_next(
 
 
 async def complete(
-    rt: Runtime, caller: Row, todo_id: str, *, owner: str, result: Any = None
+    rt: Runtime,
+    caller: Row,
+    todo_id: str,
+    *,
+    owner: str,
+    result: Any = None,
+    claim_id: str | None = None,
 ) -> dict[str, Any]:
-    """Mark a todo the caller holds done, with an optional JSON result."""
+    """Mark a todo the caller holds done, with an optional JSON result; ``claim_id``: only
+    while it is held by that claim."""
+    claim = _claim_id(claim_id)
     result = _result(rt, result)
     row = await rt.store.complete_todo(
-        caller["id"], list(caller["scope_queues"]), todo_id, owner, result
+        caller["id"], list(caller["scope_queues"]), todo_id, owner, result, claim
     )
     if row is None:
-        raise await _explain(rt, caller, todo_id, "completed")
+        raise await _explain(rt, caller, todo_id, "completed", claim)
     return {"todo": held_view(rt, row)}
 
 
 async def fail(
-    rt: Runtime, caller: Row, todo_id: str, *, owner: str, result: Any = None
+    rt: Runtime,
+    caller: Row,
+    todo_id: str,
+    *,
+    owner: str,
+    result: Any = None,
+    claim_id: str | None = None,
 ) -> dict[str, Any]:
-    """Give a held todo back: pending again after a backoff, or dead after max_attempts."""
+    """Give a held todo back: pending again after a backoff, or dead after max_attempts;
+    ``claim_id``: only while it is held by that claim."""
+    claim = _claim_id(claim_id)
     cfg = _settings(rt)
     result = _result(rt, result)
     row = await rt.store.fail_todo(
@@ -310,25 +349,39 @@ async def fail(
         max_attempts=int(cfg["max_attempts"]),
         backoff_base=float(cfg["backoff_base_seconds"]),
         backoff_max=float(cfg["backoff_max_seconds"]),
+        claim=claim,
     )
     if row is None:
-        raise await _explain(rt, caller, todo_id, "failed")
+        raise await _explain(rt, caller, todo_id, "failed", claim)
     return {"todo": held_view(rt, row)}
 
 
 async def heartbeat(
-    rt: Runtime, caller: Row, todo_id: str, *, owner: str, lease_ttl_seconds: float | None = None
+    rt: Runtime,
+    caller: Row,
+    todo_id: str,
+    *,
+    owner: str,
+    lease_ttl_seconds: float | None = None,
+    claim_id: str | None = None,
 ) -> dict[str, Any]:
-    """Extend the lease on a todo; only its current claimant may."""
+    """Extend the lease on a todo; only its current claimant may (``claim_id``: that claim)."""
+    claim = _claim_id(claim_id)
     row = await rt.store.heartbeat_todo(
-        caller["id"], list(caller["scope_queues"]), todo_id, owner, _ttl(rt, lease_ttl_seconds)
+        caller["id"],
+        list(caller["scope_queues"]),
+        todo_id,
+        owner,
+        _ttl(rt, lease_ttl_seconds),
+        claim,
     )
     if row is None:
-        raise await _explain(rt, caller, todo_id, "heartbeat")
+        raise await _explain(rt, caller, todo_id, "heartbeat", claim)
     return {
         "id": row["id"],
         "todo_id": row["id"],
         "lease_expires_at": jsonable(row["lease_expires_at"]),
+        "claim_id": jsonable(row["claim_id"]),
     }
 
 

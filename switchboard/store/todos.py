@@ -14,7 +14,7 @@ from .migrate import read_sync
 _COLS = (
     "id, endpoint_id, queue, state, title, payload, event_id, owner, lease_expires_at,"
     " attempts, available_at, result, created_at, updated_at, completed_at, routing_trace,"
-    " work_order"
+    " work_order, claim_id"
 )
 
 #: SQL fragment: a todo row is claimable now (a fresh pending one, or an expired lease).
@@ -33,7 +33,7 @@ _BURY_EXPIRED = """
 
 _CLAIM_NEXT = f"""
     UPDATE todos t SET state = 'claimed', owner = %(owner)s, attempts = t.attempts + 1,
-                       lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                       claim_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => %(ttl)s),
                        updated_at = now()
     WHERE t.id = (
         SELECT id FROM todos
@@ -47,16 +47,19 @@ _CLAIM_NEXT = f"""
 
 _CLAIM_ONE = f"""
     UPDATE todos SET state = 'claimed', owner = %(owner)s, attempts = attempts + 1,
-                     lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                     claim_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => %(ttl)s),
                      updated_at = now()
     WHERE id = %(id)s AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)
       AND {_CLAIMABLE} AND attempts < %(max_attempts)s
     RETURNING {_COLS}
 """
 
+#: A todo the caller holds: claimed by its endpoint and, when the caller names its claim
+#: (``claim``), by that claim, not by one taken since its lease ran out.
 _HELD = (
     "id = %(id)s AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)"
     " AND state = 'claimed' AND owner = %(owner)s"
+    " AND (%(claim)s::uuid IS NULL OR claim_id = %(claim)s::uuid)"
 )
 
 
@@ -215,7 +218,13 @@ class TodoQueries:
         )
 
     async def complete_todo(
-        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, result: Any
+        self,
+        endpoint_id: str,
+        queues: list[str],
+        todo_id: str,
+        owner: str,
+        result: Any,
+        claim: str | None = None,
     ) -> Row | None:
         """Mark a todo the caller holds done (None when it does not hold it)."""
         if not is_uuid(todo_id):
@@ -230,6 +239,7 @@ class TodoQueries:
                 "queues": queues,
                 "owner": owner,
                 "result": Jsonb(result) if result is not None else None,
+                "claim": claim,
             },
         )
 
@@ -244,6 +254,7 @@ class TodoQueries:
         max_attempts: int,
         backoff_base: float,
         backoff_max: float,
+        claim: str | None = None,
     ) -> Row | None:
         """Back to pending after an exponential backoff, or dead once attempts are spent."""
         if not is_uuid(todo_id):
@@ -266,11 +277,18 @@ class TodoQueries:
                 "max": max_attempts,
                 "base": backoff_base,
                 "cap": backoff_max,
+                "claim": claim,
             },
         )
 
     async def heartbeat_todo(
-        self, endpoint_id: str, queues: list[str], todo_id: str, owner: str, ttl: float
+        self,
+        endpoint_id: str,
+        queues: list[str],
+        todo_id: str,
+        owner: str,
+        ttl: float,
+        claim: str | None = None,
     ) -> Row | None:
         """Extend the lease of a todo the caller holds (None when it does not hold it)."""
         if not is_uuid(todo_id):
@@ -278,7 +296,14 @@ class TodoQueries:
         return await self.db.fetchone(
             "UPDATE todos SET lease_expires_at = now() + make_interval(secs => %(ttl)s),"
             f" updated_at = now() WHERE {_HELD} RETURNING {_COLS}",
-            {"id": todo_id, "endpoint": endpoint_id, "queues": queues, "owner": owner, "ttl": ttl},
+            {
+                "id": todo_id,
+                "endpoint": endpoint_id,
+                "queues": queues,
+                "owner": owner,
+                "ttl": ttl,
+                "claim": claim,
+            },
         )
 
     async def retry_todo(

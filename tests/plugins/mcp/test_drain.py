@@ -125,3 +125,38 @@ async def test_a_large_payload_is_claimed_and_read_in_pages(people: Any, connect
         people.url, (await people.vend(people.bob, "x", queues="inbox"))["token"]
     ) as b:
         assert (await b.fails("get_todo_payload", id=big["id"])).code == "not_found"
+
+
+async def test_a_worker_whose_lease_ran_out_cannot_act_for_the_claim_taken_since(
+    people: Any, connect: Any
+) -> None:
+    """Two workers on one endpoint's token (a pool): the first's lease runs out and the
+    second claims the same todo. Presenting its claim_id, the first can no longer complete,
+    fail or extend the todo (conflict, naming its claim); the second completes it with its
+    own. Without a claim_id, any claim of the endpoint's is acted on, as before."""
+    ep = await people.vend(people.alice, "pool", queues="inbox")
+    await _deliveries(people, connect, ep["token"], 2)
+    async with connect(people.url, ep["token"]) as one, connect(people.url, ep["token"]) as two:
+        first = (await one.call("claim_next", lease_ttl_seconds=0.5))["todo"]
+        assert first["claim_id"] and first["attempts"] == 1
+        await asyncio.sleep(0.8)
+        again = (await two.call("claim", id=first["todo_id"]))["todo"]
+        assert again["claim_id"] != first["claim_id"] and again["attempts"] == 2
+        stale = {"id": first["todo_id"], "claim_id": first["claim_id"]}
+        for verb, args in (
+            ("heartbeat", stale),
+            ("fail", {**stale, "result": "late"}),
+            ("complete", {**stale, "result": "late"}),
+        ):
+            refused = await one.fails(verb, **args)
+            assert refused.code == "conflict", (verb, refused)
+            assert first["claim_id"] in refused.text and "claimed again" in refused.text
+        beat = await two.call("heartbeat", id=again["todo_id"], claim_id=again["claim_id"])
+        assert beat["claim_id"] == again["claim_id"]
+        done = (await two.call("complete", id=again["todo_id"], claim_id=again["claim_id"],
+                               result="ok"))["todo"]  # fmt: skip
+        assert (done["state"], done["result"]) == ("done", "ok")  # not the stale "late"
+        assert (await one.fails("complete", id="x", claim_id="nope")).code == "invalid_argument"
+        # without a claim_id: the endpoint's claim, whichever worker took it
+        other = (await one.call("claim_next"))["todo"]
+        assert (await two.call("complete", id=other["todo_id"]))["todo"]["state"] == "done"
