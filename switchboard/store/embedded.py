@@ -17,13 +17,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from ..oserrors import unusable_data_dir
 
 log = logging.getLogger("switchboard.store")
 
 #: The major version a new embedded data directory is initialized with.
 EMBEDDED_MAJOR = 16
+#: How long a command waits for the provider's machine-wide start lock, which it takes
+#: with no deadline of its own: a first start (initdb) holds it a few seconds; a holder
+#: stopped or hung mid-start would hold every command for ever.
+LOCK_WAIT_S = 60.0
 
 
 def _backend() -> tuple[Any, str, frozenset[int]]:
@@ -93,7 +97,29 @@ def open_server(pgdata: Path, *, cleanup_mode: str | None = "stop") -> Any:
     extra = {} if dist == "pgserver" else {"postgres_version": major}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        held = getattr(getattr(module, "PostgresServer", None), "_lock", None)
+        if held is not None and hasattr(held, "path"):
+            # a lock of the provider's own kind (fasteners') on the same file
+            wait_for_start_lock(type(held)(held.path), LOCK_WAIT_S)
         return module.get_server(pgdata, cleanup_mode=cleanup_mode, **extra)
+
+
+def wait_for_start_lock(lock: Any, within_s: float) -> None:
+    """Wait at most ``within_s`` for the provider's start lock to be free (taken and given
+    back at once: the provider takes it again itself), else ``StoreUnavailable`` naming it.
+
+    ``lock``: a new handle on the provider's lock file. Called before anything of the
+    provider holds the lock in this process (a lock on a file is the process's: releasing
+    one handle releases them all).
+    """
+    path = lock.path.decode() if isinstance(lock.path, bytes) else str(lock.path)
+    if not lock.acquire(timeout=within_s):
+        raise StoreUnavailable(
+            f"the database is unavailable: another process has held the embedded PostgreSQL's"
+            f" start lock ({path}) for {within_s:g} s (a switchboard command stopped or hung"
+            f" while starting it?): find it with `fuser {path}`, end it, or wait"
+        )
+    lock.release()
 
 
 class EmbeddedPostgres:

@@ -96,3 +96,42 @@ def test_a_data_directory_of_another_major_version_is_refused_clearly(tmp_path: 
     assert "made by PostgreSQL 12" in proc.stderr and provider().split()[0] in proc.stderr
     assert "SWITCHBOARD_DATABASE_URL" in proc.stderr
     assert _postgres_for(data / "pg") == []
+
+
+def test_a_start_lock_held_by_a_stopped_process_ends_the_start_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider takes its machine-wide start lock with no deadline: a process stopped
+    while holding it (SIGSTOP, as a suspended terminal job) held every command for ever.
+    A start now waits at most LOCK_WAIT_S for it, then names the lock file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from switchboard.errors import StoreUnavailable
+    from switchboard.store import embedded
+
+    module, _, _ = embedded._backend()
+    path = module.PostgresServer._lock.path
+    path = path.decode() if isinstance(path, bytes) else str(path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fasteners, sys, time\n"
+         f"lock = fasteners.InterProcessLock({path!r}); lock.acquire()\n"
+         "print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        os.kill(holder.pid, signal.SIGSTOP)
+        monkeypatch.setattr(embedded, "LOCK_WAIT_S", 0.5)
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable) as refused:
+            embedded.EmbeddedPostgres(tmp_path / "data", quiet=True).start()
+        assert time.monotonic() - began < 5
+        assert f"start lock ({path}) for 0.5 s" in str(refused.value)
+        assert not (tmp_path / "data" / "pg" / "PG_VERSION").exists()  # nothing half made
+    finally:
+        holder.kill()
+        holder.wait()
