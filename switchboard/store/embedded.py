@@ -185,7 +185,9 @@ class EmbeddedPostgres:
         in the data directory) stays the same, so open pools reconnect to it."""
         if self._server is None or self.stopping:
             raise RuntimeError("the embedded server was stopped")
-        with self._server._lock:
+        held = self._server._lock
+        wait_for_start_lock(type(held)(held.path), LOCK_WAIT_S)
+        with held:
             self._server.ensure_postgres_running()
         if not self.alive():
             raise RuntimeError(
