@@ -24,6 +24,7 @@ compares this module with libjq on every expression shape and value kind.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ _SAFE = 2**53
 MAX_TOKENS = 1024
 #: Parentheses nested deeper than this are left to the sandbox (each is a Python call).
 MAX_NESTING = 32
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Operators: a comparison is not associative in jq (``a == b == c`` does not parse).
 _COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
@@ -306,7 +308,8 @@ class _Parser:
             text = json.loads(tok.raw)
         except ValueError:
             raise _Unsupported from None
-        if not isinstance(text, str):
+        if not isinstance(text, str) or _SURROGATE.search(text):
+            # jq reads a lone surrogate's escape as U+FFFD, where Python keeps it
             raise _Unsupported
         return text
 

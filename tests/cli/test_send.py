@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sbtest import CLI, SWITCHBOARD, free_port, make_env
+from sbtest import CLI, SWITCHBOARD, as_a_terminal_job, free_port, make_env
 from sbworld import World
 from switchboard_cairn.source import CairnSource, parse_rfc3339
 from switchboard_generic.source import GenericSource
@@ -405,7 +405,7 @@ def test_ctrl_c_ends_send_while_an_answer_dribbles_in(tmp_path: Path) -> None:
             [*SWITCHBOARD, "send", "--source", "generic", "--url", url, "--timeout", "60",
              str(body_file)],
             env=make_env(None, tmp_path / "data"), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            stderr=subprocess.PIPE, text=True, preexec_fn=as_a_terminal_job,
         )  # fmt: skip
         try:
             assert asked.wait(30), "send never asked"

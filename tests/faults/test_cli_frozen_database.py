@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sbfaults import PrivatePostgres
-from sbtest import SWITCHBOARD, make_env, session_of, stop_process_group
+from sbtest import SWITCHBOARD, as_a_terminal_job, make_env, session_of, stop_process_group
 
 from switchboard.store.migrate import MIGRATION_LOCK
 
@@ -76,6 +76,7 @@ def _run(
             stdout=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,
+            preexec_fn=as_a_terminal_job,
         )
         code: int | None = None
         try:

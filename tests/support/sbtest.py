@@ -210,6 +210,14 @@ def session_of(sid: int) -> list[int]:
     return left
 
 
+def as_a_terminal_job() -> None:
+    """``preexec_fn`` for a child a test will Ctrl-C: SIGINT at its default, as a shell's
+    foreground job has it. pytest-xdist's workers ignore SIGINT, and a child inherits that
+    (Python then installs no KeyboardInterrupt handler: Ctrl-C would do nothing), unless a
+    test run earlier in the worker happened to restore it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     """SIGTERM ``proc`` (started with ``start_new_session=True``), then SIGKILL its group.
 
