@@ -11,6 +11,7 @@ from ..jsontext import dumps_bytes
 from ..runtime import Runtime
 from ..store import Row
 from ..store.db import is_uuid
+from ..store.todos import Hold
 from .common import check_queue, check_storable, clip, jsonable
 
 STATES = ("pending", "claimed", "done", "dead")
@@ -176,15 +177,15 @@ async def _explain(
     return Conflict(f"todo {clip(todo_id)} is {row['state']}; it cannot be {verb} by this caller")
 
 
-def _claim_id(value: Any) -> str | None:
-    """A verb's ``claim_id``: None, or the UUID a claim returned (lower case)."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not is_uuid(value):
+def _hold(caller: Row, owner: str, claim_id: Any) -> Hold:
+    """Who acts on a held todo: ``caller`` in its scope, as ``owner``, and its ``claim_id``
+    (None, or the UUID a claim returned)."""
+    if claim_id is not None and (not isinstance(claim_id, str) or not is_uuid(claim_id)):
         raise InvalidArgument(
-            f"claim_id: must be the claim_id a claim returned, a UUID (got {clip(repr(value))})"
+            f"claim_id: must be the claim_id a claim returned, a UUID (got {clip(repr(claim_id))})"
         )
-    return value.lower()
+    claim = None if claim_id is None else claim_id.lower()
+    return Hold(caller["id"], list(caller["scope_queues"]), owner, claim)
 
 
 async def list_todos(
@@ -316,13 +317,11 @@ async def complete(
 ) -> dict[str, Any]:
     """Mark a todo the caller holds done, with an optional JSON result; ``claim_id``: only
     while it is held by that claim."""
-    claim = _claim_id(claim_id)
+    hold = _hold(caller, owner, claim_id)
     result = _result(rt, result)
-    row = await rt.store.complete_todo(
-        caller["id"], list(caller["scope_queues"]), todo_id, owner, result, claim
-    )
+    row = await rt.store.complete_todo(hold, todo_id, result)
     if row is None:
-        raise await _explain(rt, caller, todo_id, "completed", claim)
+        raise await _explain(rt, caller, todo_id, "completed", hold.claim)
     return {"todo": held_view(rt, row)}
 
 
@@ -337,22 +336,19 @@ async def fail(
 ) -> dict[str, Any]:
     """Give a held todo back: pending again after a backoff, or dead after max_attempts;
     ``claim_id``: only while it is held by that claim."""
-    claim = _claim_id(claim_id)
+    hold = _hold(caller, owner, claim_id)
     cfg = _settings(rt)
     result = _result(rt, result)
     row = await rt.store.fail_todo(
-        caller["id"],
-        list(caller["scope_queues"]),
+        hold,
         todo_id,
-        owner,
         result,
         max_attempts=int(cfg["max_attempts"]),
         backoff_base=float(cfg["backoff_base_seconds"]),
         backoff_max=float(cfg["backoff_max_seconds"]),
-        claim=claim,
     )
     if row is None:
-        raise await _explain(rt, caller, todo_id, "failed", claim)
+        raise await _explain(rt, caller, todo_id, "failed", hold.claim)
     return {"todo": held_view(rt, row)}
 
 
@@ -366,17 +362,10 @@ async def heartbeat(
     claim_id: str | None = None,
 ) -> dict[str, Any]:
     """Extend the lease on a todo; only its current claimant may (``claim_id``: that claim)."""
-    claim = _claim_id(claim_id)
-    row = await rt.store.heartbeat_todo(
-        caller["id"],
-        list(caller["scope_queues"]),
-        todo_id,
-        owner,
-        _ttl(rt, lease_ttl_seconds),
-        claim,
-    )
+    hold = _hold(caller, owner, claim_id)
+    row = await rt.store.heartbeat_todo(hold, todo_id, _ttl(rt, lease_ttl_seconds))
     if row is None:
-        raise await _explain(rt, caller, todo_id, "heartbeat", claim)
+        raise await _explain(rt, caller, todo_id, "heartbeat", hold.claim)
     return {
         "id": row["id"],
         "todo_id": row["id"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -61,6 +62,28 @@ _HELD = (
     " AND state = 'claimed' AND owner = %(owner)s"
     " AND (%(claim)s::uuid IS NULL OR claim_id = %(claim)s::uuid)"
 )
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Who acts on a todo it holds (complete, fail, heartbeat): the endpoint, within its
+    scope queues, as ``owner``; and, when the caller names it, the claim (:data:`_HELD`)."""
+
+    endpoint_id: str
+    queues: list[str]
+    owner: str
+    claim: str | None = None
+
+    def params(self, todo_id: str, **more: Any) -> dict[str, Any]:
+        """The statement's parameters: :data:`_HELD`'s for ``todo_id``, and ``more``."""
+        return {
+            "id": todo_id,
+            "endpoint": self.endpoint_id,
+            "queues": self.queues,
+            "owner": self.owner,
+            "claim": self.claim,
+            **more,
+        }
 
 
 #: What an operator's listing shows of a todo (never its payload or work order).
@@ -217,15 +240,7 @@ class TodoQueries:
             },
         )
 
-    async def complete_todo(
-        self,
-        endpoint_id: str,
-        queues: list[str],
-        todo_id: str,
-        owner: str,
-        result: Any,
-        claim: str | None = None,
-    ) -> Row | None:
+    async def complete_todo(self, hold: Hold, todo_id: str, result: Any) -> Row | None:
         """Mark a todo the caller holds done (None when it does not hold it)."""
         if not is_uuid(todo_id):
             return None
@@ -233,28 +248,18 @@ class TodoQueries:
             "UPDATE todos SET state = 'done', result = %(result)s, owner = NULL,"
             " lease_expires_at = NULL, completed_at = now(), updated_at = now()"
             f" WHERE {_HELD} RETURNING {_COLS}",
-            {
-                "id": todo_id,
-                "endpoint": endpoint_id,
-                "queues": queues,
-                "owner": owner,
-                "result": Jsonb(result) if result is not None else None,
-                "claim": claim,
-            },
+            hold.params(todo_id, result=Jsonb(result) if result is not None else None),
         )
 
     async def fail_todo(
         self,
-        endpoint_id: str,
-        queues: list[str],
+        hold: Hold,
         todo_id: str,
-        owner: str,
         result: Any,
         *,
         max_attempts: int,
         backoff_base: float,
         backoff_max: float,
-        claim: str | None = None,
     ) -> Row | None:
         """Back to pending after an exponential backoff, or dead once attempts are spent."""
         if not is_uuid(todo_id):
@@ -268,42 +273,23 @@ class TodoQueries:
             "   + make_interval(secs => least(%(cap)s::float8,"
             "       %(base)s::float8 * power(2, greatest(attempts - 1, 0)))) END"
             f" WHERE {_HELD} RETURNING {_COLS}",
-            {
-                "id": todo_id,
-                "endpoint": endpoint_id,
-                "queues": queues,
-                "owner": owner,
-                "result": Jsonb(result) if result is not None else None,
-                "max": max_attempts,
-                "base": backoff_base,
-                "cap": backoff_max,
-                "claim": claim,
-            },
+            hold.params(
+                todo_id,
+                result=Jsonb(result) if result is not None else None,
+                max=max_attempts,
+                base=backoff_base,
+                cap=backoff_max,
+            ),
         )
 
-    async def heartbeat_todo(
-        self,
-        endpoint_id: str,
-        queues: list[str],
-        todo_id: str,
-        owner: str,
-        ttl: float,
-        claim: str | None = None,
-    ) -> Row | None:
+    async def heartbeat_todo(self, hold: Hold, todo_id: str, ttl: float) -> Row | None:
         """Extend the lease of a todo the caller holds (None when it does not hold it)."""
         if not is_uuid(todo_id):
             return None
         return await self.db.fetchone(
             "UPDATE todos SET lease_expires_at = now() + make_interval(secs => %(ttl)s),"
             f" updated_at = now() WHERE {_HELD} RETURNING {_COLS}",
-            {
-                "id": todo_id,
-                "endpoint": endpoint_id,
-                "queues": queues,
-                "owner": owner,
-                "ttl": ttl,
-                "claim": claim,
-            },
+            hold.params(todo_id, ttl=ttl),
         )
 
     async def retry_todo(
