@@ -99,19 +99,21 @@ def open_server(pgdata: Path, *, cleanup_mode: str | None = "stop") -> Any:
         warnings.simplefilter("ignore")
         held = getattr(getattr(module, "PostgresServer", None), "_lock", None)
         if held is not None and hasattr(held, "path"):
-            # a lock of the provider's own kind (fasteners') on the same file
-            wait_for_start_lock(type(held)(held.path), LOCK_WAIT_S)
+            wait_for_start_lock(held)
         return module.get_server(pgdata, cleanup_mode=cleanup_mode, **extra)
 
 
-def wait_for_start_lock(lock: Any, within_s: float) -> None:
-    """Wait at most ``within_s`` for the provider's start lock to be free (taken and given
-    back at once: the provider takes it again itself), else ``StoreUnavailable`` naming it.
+def wait_for_start_lock(held: Any, within_s: float | None = None) -> None:
+    """Wait at most ``within_s`` (default :data:`LOCK_WAIT_S`) for the provider's start lock
+    ``held`` to be free, else ``StoreUnavailable`` naming it.
 
-    ``lock``: a new handle on the provider's lock file. Called before anything of the
-    provider holds the lock in this process (a lock on a file is the process's: releasing
-    one handle releases them all).
+    Taken through a new handle of the provider's own kind (fasteners') on the same file
+    and given back at once: the provider takes it again itself. Called before anything of
+    the provider holds the lock in this process (a lock on a file is the process's:
+    releasing one handle releases them all).
     """
+    within_s = LOCK_WAIT_S if within_s is None else within_s
+    lock = type(held)(held.path)
     path = lock.path.decode() if isinstance(lock.path, bytes) else str(lock.path)
     if not lock.acquire(timeout=within_s):
         raise StoreUnavailable(
@@ -185,9 +187,8 @@ class EmbeddedPostgres:
         in the data directory) stays the same, so open pools reconnect to it."""
         if self._server is None or self.stopping:
             raise RuntimeError("the embedded server was stopped")
-        held = self._server._lock
-        wait_for_start_lock(type(held)(held.path), LOCK_WAIT_S)
-        with held:
+        wait_for_start_lock(self._server._lock)
+        with self._server._lock:
             self._server.ensure_postgres_running()
         if not self.alive():
             raise RuntimeError(

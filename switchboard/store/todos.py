@@ -34,7 +34,8 @@ _BURY_EXPIRED = """
 
 _CLAIM_NEXT = f"""
     UPDATE todos t SET state = 'claimed', owner = %(owner)s, attempts = t.attempts + 1,
-                       claim_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                       claim_id = gen_random_uuid(),
+                       lease_expires_at = now() + make_interval(secs => %(ttl)s),
                        updated_at = now()
     WHERE t.id = (
         SELECT id FROM todos
@@ -48,7 +49,8 @@ _CLAIM_NEXT = f"""
 
 _CLAIM_ONE = f"""
     UPDATE todos SET state = 'claimed', owner = %(owner)s, attempts = attempts + 1,
-                     claim_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                     claim_id = gen_random_uuid(),
+                     lease_expires_at = now() + make_interval(secs => %(ttl)s),
                      updated_at = now()
     WHERE id = %(id)s AND endpoint_id = %(endpoint)s AND queue = ANY(%(queues)s)
       AND {_CLAIMABLE} AND attempts < %(max_attempts)s

@@ -169,7 +169,8 @@ RULES = (
      "action": {"queue": "triage"}},
     {"id": "label", "expr": '.payload.labels[0].name == "later"',
      "action": {"queue": "later"}},
-    {"id": "ping", "expr": '(.headers["x-github-event"] // "") == "ping"', "action": {"drop": True}},
+    {"id": "ping", "expr": '(.headers["x-github-event"] // "") == "ping"',
+     "action": {"drop": True}},
 )  # fmt: skip
 DELIVERIES: list[tuple[Any, dict[str, Any], dict[str, str]]] = [
     ("pull_request", {"number": 42}, {}),
