@@ -89,6 +89,8 @@ def test_environment_overrides_file(tmp_path: Path) -> None:
         ("bogus = 1", "bogus"),
         ('[ingest]\nmax_body_bytes = "big"', "ingest.max_body_bytes"),
         ('base_url = "ftp://x"', "base_url"),
+        # an empty DSN would silently mean the embedded server, not the one meant
+        ('database_url = ""', "database_url"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path: Path, toml: str, key: str) -> None:

@@ -2,16 +2,19 @@
 
 Most routing rules compare a few envelope fields with literals:
 ``.kind == "pull_request" and .payload.repository.full_name == "org/repo"``. Such a rule
-has no loop, no function and no generator, so evaluating it costs a few dictionary
-lookups, bounded by its 4 KiB of text, and nothing it reads can make it run longer or
-reach anything: it needs no process of its own. Sending it to the sandbox costs a round
+has no loop, no generator and no function but a few of constant cost (a string's case is
+changed here only up to :data:`CASE_MAX` characters), so evaluating it costs a few
+dictionary lookups, bounded by its 4 KiB of text, and nothing it reads can make it run
+longer or reach anything: it needs no process of its own. Sending it to the sandbox costs a round
 trip to another process and two turns of the worker's loop (bench/README.md, issue 38).
 
 The subset (anything else is not compiled here, and the rule set goes to the sandbox):
 paths from ``.`` of fields (``.name``, ``."name"``, ``["name"]``) and integer indexes
 (``[0]``, ``[-1]``); string literals without interpolation, integer literals up to 2^53
 (optionally negative), ``true``, ``false``, ``null``; ``==``, ``!=``, ``<``, ``<=``,
-``>``, ``>=``; ``and``, ``or``, ``//``; ``not`` and ``… | not``; parentheses.
+``>``, ``>=``; ``and``, ``or``, ``//``; pipes (``a | b``); ``not``, ``length``,
+``ascii_downcase``, ``ascii_upcase``, and ``startswith``/``endswith`` of a string literal
+(``.payload.ref | startswith("refs/heads/")``); parentheses.
 
 Evaluation answers only where the result is certain to be jq's: it raises :class:`Defer`
 where jq would raise an error (a field of a string, say), and where the values compared
@@ -190,19 +193,10 @@ class _Parser:
         return tok
 
     def pipe(self) -> Evaluate:
-        fn = self._alternative()
-        nots = 0
-        while self._is("punct", "|"):
-            self._take()
-            if not self._is("ident", "not"):
-                raise _Unsupported
-            self._take()
-            nots += 1
-        if not nots:
-            return fn
-        # ``x | not | not`` is x's truth as a boolean: chains fold, never nest
-        flip = nots % 2 == 1
-        return lambda v: _truthy(fn(v)) is not flip
+        # ``a | b | c``: each part has exactly one output here (no generator), so the pipe
+        # is their composition, kept flat (a 4 KiB pipe is ~1,000 parts)
+        parts = self._chain(self._alternative, "punct", "|")
+        return parts[0] if len(parts) == 1 else _compose(tuple(parts))
 
     def _chain(self, part: Callable[[], Evaluate], kind: str, text: str) -> list[Evaluate]:
         """``part (text part)*``: a chain's operands, kept flat (a 4 KiB chain is ~500)."""
@@ -262,8 +256,15 @@ class _Parser:
             return self._constant(self._integer())
         if tok.kind == "ident" and tok.text in ("true", "false", "null"):
             return self._constant({"true": True, "false": False, "null": None}[tok.text])
-        if tok.kind == "ident" and tok.text == "not":
-            return _negate(_path(()))
+        if tok.kind == "ident" and tok.text in _FILTERS and not self._is("punct", "("):
+            return _FILTERS[tok.text]
+        if tok.kind == "ident" and tok.text in _AFFIXES and self._is("punct", "("):
+            self._take()
+            arg = self._take()
+            if arg.kind != "str" or not self._is("punct", ")"):
+                raise _Unsupported  # only a literal: an argument is evaluated on the input
+            self._take()
+            return _affix(tok.text, self._string(arg))
         raise _Unsupported
 
     def _constant(self, value: Any) -> Evaluate:
@@ -348,8 +349,74 @@ def _equals(fn: Evaluate, literal: Any, negate: bool) -> Evaluate:
     return equals
 
 
-def _negate(fn: Evaluate) -> Evaluate:
-    return lambda v: not _truthy(fn(v))
+def _compose(parts: tuple[Evaluate, ...]) -> Evaluate:
+    def piped(v: Any) -> Any:
+        for part in parts:
+            v = part(v)
+        return v
+
+    return piped
+
+
+def _not(v: Any) -> bool:
+    return v is None or v is False
+
+
+def _length(v: Any) -> int:
+    # jq: a string's code points, an array's or object's members, null 0, a number's
+    # absolute value (a float's is left to jq), a boolean an error
+    kind = type(v)
+    if kind is str or kind is list or kind is dict:
+        return len(v)
+    if v is None:
+        return 0
+    if kind is int and -_SAFE <= v <= _SAFE:
+        return abs(v)
+    raise Defer
+
+
+_DOWN = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_UP = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+#: The longest string whose case is changed here: a copy costs its length, so a longer
+#: one goes to the sandbox, whose budget charges it to its owner (a comparison or an affix
+#: costs a memcmp at most, bounded by the literal or cheap enough at any length).
+CASE_MAX = 1024
+
+
+def _case(table: dict[int, int]) -> Evaluate:
+    # jq changes the ASCII letters only, and raises an error for anything but a string
+    def change(v: Any) -> str:
+        if type(v) is not str or len(v) > CASE_MAX:
+            raise Defer
+        return v.translate(table)
+
+    return change
+
+
+#: Filters of no argument, on their input.
+_FILTERS: dict[str, Evaluate] = {
+    "not": _not,
+    "length": _length,
+    "ascii_downcase": _case(_DOWN),
+    "ascii_upcase": _case(_UP),
+}
+_AFFIXES = frozenset({"startswith", "endswith"})
+
+
+def _affix(name: str, literal: str) -> Evaluate:
+    """``startswith(literal)`` / ``endswith(literal)``: jq compares UTF-8 bytes, which for
+    text without lone surrogates (an envelope has none, a literal here neither) is a
+    comparison of code points; anything but a string input is jq's error."""
+    starts = name == "startswith"
+
+    def affix(v: Any) -> bool:
+        if type(v) is not str:
+            raise Defer
+        return v.startswith(literal) if starts else v.endswith(literal)
+
+    return affix
 
 
 def _all(parts: tuple[Evaluate, ...]) -> Evaluate:

@@ -42,7 +42,7 @@ GROUP_SIZE = Histogram(
 
 DIRECT = Counter(
     "switchboard_rules_direct_evaluations",
-    "Live deliveries whose rules are all simple comparisons (plugins.rules.direct): "
+    "Live deliveries whose rules are all simple (plugins.rules.direct): "
     "decided (in the server, jq's answer certain) or deferred (sent to the sandbox: a "
     "value or an error only jq may answer for)",
     ["outcome"],
