@@ -9,7 +9,9 @@ sandbox v2 issue targets (routed vs plain, measured side by side in this one run
 deliveries go in K turns that alternate with the other row's), then the sandbox tree's
 memory (PSS). The bench's rules are simple comparisons, which the server decides itself
 (``[plugins.rules] direct``); ``--sandbox`` turns that off, so every routed delivery goes
-to the sandbox (what a rule set with anything else in it costs).
+to the sandbox (what a rule set with anything else in it costs). ``--forge`` gives the
+webhook 32 rules of the shape a forge's owner writes (a case-blind repository prefix,
+``startswith``, ``length``, pipes), which the server decides too.
 """
 
 from __future__ import annotations
@@ -55,7 +57,21 @@ def tree_cpu(pid: int) -> tuple[float, float]:
     return total, sandbox
 
 
-async def set_rules(env: dict[str, str], webhook_id: str) -> None:
+# 32 rules of a forge's usual shape (pipes, ascii_downcase, startswith, length), none of
+# which matches the bench body either: every delivery evaluates them all.
+FORGE_RULES = [
+    {
+        "id": f"f{i}",
+        "name": f"release {i}",
+        "expr": f'(.payload.repository.full_name | ascii_downcase | startswith("org/repo-{i}/"))'
+        ' and (.payload.pull_request | length) > 0 and .headers["x-github-event"] != "ping"',
+        "action": {"queue": "inbox"},
+    }
+    for i in range(32)
+]
+
+
+async def set_rules(env: dict[str, str], webhook_id: str, ruleset: list[Any] | None = None) -> None:
     from switchboard.config import load_config
     from switchboard.runtime import Runtime
     from switchboard.service import rules
@@ -63,7 +79,7 @@ async def set_rules(env: dict[str, str], webhook_id: str) -> None:
     rt = Runtime(load_config(env=env))
     await rt.open_store(migrate=False)
     try:
-        await rules.set_rules(rt, None, webhook_id, RULES)
+        await rules.set_rules(rt, None, webhook_id, RULES if ruleset is None else ruleset)
     finally:
         await rt.shutdown()
 
@@ -130,12 +146,15 @@ def measure(
     return out
 
 
-def plain_and_routed(srv: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Two generic webhooks on ``srv``: ``no rules``, and ``32 rules`` (:data:`RULES`),
+def plain_and_routed(
+    srv: Any, ruleset: list[Any] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """Two generic webhooks on ``srv``: ``no rules``, and ``32 rules`` (``ruleset``, else
+    :data:`RULES`),
     each warmed up (the fork server, the zygote, the pool)."""
     cli(srv.env, "human", "add", "bench")
     hooks = [generic_webhook(srv.env, name) for name in ("plain", "routed")]
-    asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"]))
+    asyncio.run(set_rules(srv.env, hooks[1]["webhook_id"], ruleset))
     gh = "X-GitHub-Event: pull_request\r\n"
     for hook in hooks:
         asyncio.run(load(hook["ingest_url"], BODY, 4, 100, gh))
@@ -156,6 +175,11 @@ def main() -> None:
         action="store_true",
         help="every routed delivery to the sandbox ([plugins.rules] direct = false)",
     )
+    ap.add_argument(
+        "--forge",
+        action="store_true",
+        help="32 rules of a forge's usual shape (startswith, length, pipes) instead",
+    )
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         config = None
@@ -164,11 +188,12 @@ def main() -> None:
             config.write_text("[plugins.rules]\ndirect = false\n")
         srv = serve(dsn, Path(tmp), config=config)
         try:
-            named = plain_and_routed(srv)
+            named = plain_and_routed(srv, FORGE_RULES if args.forge else RULES)
             print(
                 f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
                 f" alternating turns, body {len(BODY)} B, 1 Sanic worker,"
-                f" rules {'all in the sandbox' if args.sandbox else 'decided where they can be'}"
+                f" {'forge-shaped ' if args.forge else ''}rules"
+                f" {'all in the sandbox' if args.sandbox else 'decided where they can be'}"
             )
             print(
                 f"{'webhook':>10} {'clients':>7} | {'per s':>7} {'p50 ms':>7} {'p99 ms':>7}"
