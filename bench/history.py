@@ -1,6 +1,6 @@
 """History dry runs: events/s of a decision diff (and a lint) beside one live routing's cost.
 
-Run: python bench/history.py [--events N] [--repeat R] [--mode diff|reroute|ingest]
+Run: python bench/history.py [--events N] [--repeat R] [--mode diff|reroute|ingest] [--sandbox]
 ``--mode reroute`` and ``--mode ingest`` (bench/history_reroute.py): a re-route that
 writes a todo per stored event, and live ingest beside it vs alone (the slowdown ratio).
 Stores N (default 5000) ~5 KB deliveries on a webhook with 32 rules (none matching: every
@@ -11,7 +11,9 @@ a diff against an identical candidate, and a lint. Prints events/s, the cost of 
 event as a fraction of a live routing, and this process's peak RSS before and after (the
 events are streamed, so it should not grow with N). Per diff also: CPU per event of this
 process and of the sandbox tree, this process's time in the garbage collector (a stall of
-the one thread that feeds the sandbox) and the evaluators spawned or reused.
+the one thread that feeds the sandbox) and the evaluators spawned or reused. The bench's
+rules are simple comparisons, which the server decides itself in dry runs as in live
+routing (``[plugins.rules] direct``); ``--sandbox`` sends every event to the sandbox.
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def main(events: int, repeat: int, mode: str = "diff", concurrency: int = 8) -> None:
+async def main(
+    events: int, repeat: int, mode: str = "diff", concurrency: int = 8, sandbox: bool = False
+) -> None:
     from switchboard import gctune
     from switchboard.config import load_config
     from switchboard.routing.replay import stored_envelope
@@ -72,6 +76,7 @@ async def main(events: int, repeat: int, mode: str = "diff", concurrency: int = 
         config = Path(tmp) / "sb.toml"
         config.write_text(
             f"[plugins.rules]\nhistory_max_events = {events}\nhistory_deadline_s = 600\n"
+            + ("direct = false\n" if sandbox else "")
         )
         env = {
             "SWITCHBOARD_DATABASE_URL": dsn,
@@ -221,7 +226,13 @@ if __name__ == "__main__":
         " ingest beside a re-route vs alone",
     )
     parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="every rule in the sandbox ([plugins.rules] direct = false), as before the"
+        " server decided the bench's simple rules in dry runs too",
+    )
+    parser.add_argument(
         "--concurrency", type=int, default=8, help="live deliveries at once (--mode ingest)"
     )
     args = parser.parse_args()
-    asyncio.run(main(args.events, args.repeat, args.mode, args.concurrency))
+    asyncio.run(main(args.events, args.repeat, args.mode, args.concurrency, args.sandbox))

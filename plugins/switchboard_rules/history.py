@@ -103,7 +103,7 @@ async def _one_rule_at_a_time(
 
 
 #: The verdicts without a message, shared (an envelope has one per rule, a diff thousands).
-_PLAIN = {
+PLAIN = {
     proto.VERDICT_MATCH: RuleVerdict("matched"),
     proto.VERDICT_FALSE: RuleVerdict("false"),
     proto.VERDICT_NULL: RuleVerdict("null"),
@@ -125,7 +125,7 @@ def _verdicts_of(
     out: list[RuleVerdict] = []
     for offset, char in enumerate(chars):
         i = start + offset
-        same = _PLAIN.get(char)
+        same = PLAIN.get(char)
         if same is not None:
             out.append(same)
         elif char == proto.VERDICT_ERROR:

@@ -22,6 +22,7 @@ from switchboard.plugin import (
 from . import protocol as wire
 from . import sandbox_metrics
 from .direct import Defer, Evaluate, compile_rules, first_match
+from .history import PLAIN
 from .jqscan import forbidden_names, wrapper_names
 from .reads import cut, project, rule_set_reads, trie_of
 from .sandbox import Limits, RuleSetRef, Sandbox
@@ -88,6 +89,33 @@ def _encoded(envelope: dict[str, Any], paths: frozenset[tuple[str, ...]] | None)
 
 _EXPR = itemgetter("expr")
 _ID = methodcaller("get", "id")
+
+_NULL, _FALSE, _MATCHED = (
+    PLAIN[wire.VERDICT_NULL],
+    PLAIN[wire.VERDICT_FALSE],
+    PLAIN[wire.VERDICT_MATCH],
+)
+
+
+def _said(value: Any) -> RuleVerdict:
+    """A rule's verdict when the server decided it (direct.py): by its one output."""
+    if value is None:
+        return _NULL
+    return _FALSE if value is False else _MATCHED
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """An envelope every rule of a dry run's configs was decided for in the server: each
+    config's verdicts, as :meth:`RulesStage.verdicts` answers them (the sandbox's form of
+    the envelope is then never built)."""
+
+    verdicts: tuple[list[RuleVerdict], ...]
+
+
+def _judge(direct: Sequence[tuple[Evaluate, ...]], envelope: dict[str, Any]) -> _Judged:
+    """Every rule's verdict per config; :class:`.direct.Defer` when any is jq's to give."""
+    return _Judged(tuple([_said(fn(envelope)) for fn in fns] for fns in direct))
 
 
 @dataclass(frozen=True)
@@ -222,25 +250,68 @@ class RulesStage:
         """The envelope as the sandbox reads it (:meth:`verdicts` takes it in its place)."""
         return _encoded(envelope, None)
 
-    def preparer(self, configs: Sequence[RoutingConfig]) -> Callable[[dict[str, Any]], bytes]:
-        """:meth:`prepare` for evaluating ``configs``: only what their rules can read."""
+    def preparer(
+        self, configs: Sequence[RoutingConfig]
+    ) -> Callable[[dict[str, Any]], bytes | _Judged]:
+        """:meth:`prepare` for evaluating ``configs``: only what their rules can read; and
+        where every rule of theirs is decided in the server (``direct``, as live routing
+        decides them), the verdicts themselves, unless the envelope needs jq's answer."""
         paths = _reads_of(configs)
-        return lambda envelope: _encoded(envelope, paths)
+        direct = self._direct(configs)
+        if direct is None:
+            return lambda envelope: _encoded(envelope, paths)
+
+        def prepare(envelope: dict[str, Any]) -> bytes | _Judged:
+            try:
+                return _judge(direct, envelope)
+            except Defer:
+                return _encoded(envelope, paths)
+
+        return prepare
+
+    def _direct(self, configs: Sequence[RoutingConfig]) -> list[tuple[Evaluate, ...]] | None:
+        """Each config's rules compiled to be decided in the server, or None (any is not)."""
+        if not self.settings["direct"]:
+            return None
+        out = []
+        for config in configs:
+            compiled = compile_rules(tuple(map(_EXPR, config.rules)))
+            if compiled is None:
+                return None
+            out.append(compiled)
+        return out
 
     async def verdicts(
         self,
         configs: Sequence[RoutingConfig],
-        envelopes: Sequence[dict[str, Any] | bytes],
+        envelopes: Sequence[dict[str, Any] | bytes | _Judged],
         *,
         webhook: Mapping[str, Any],
     ) -> list[tuple[list[RuleVerdict], ...]]:
         """Every rule's verdict per config on each envelope, all configs in one pass.
 
-        Configs sharing their params are evaluated as one rule set (each distinct expression
-        once: a candidate that changes one rule costs one extra rule, not a second pass),
-        with one event budget per config in it; each envelope is encoded once (or was, by
-        :meth:`prepare`).
+        Where every rule of the configs is one the server decides (``direct``), an envelope
+        is judged here as live routing judges it, and only those that need jq's answer go
+        to the sandbox. There, configs sharing their params are evaluated as one rule set
+        (each distinct expression once: a candidate that changes one rule costs one extra
+        rule, not a second pass), with one event budget per config in it; each envelope is
+        encoded once (or was, by :meth:`prepare` or :meth:`preparer`).
         """
+        forms: list[bytes | _Judged] = []
+        prepare = None  # built for the first envelope not prepared yet (history prepares)
+        for envelope in envelopes:
+            if isinstance(envelope, dict):
+                prepare = prepare or self.preparer(configs)
+                forms.append(prepare(envelope))
+            else:
+                forms.append(envelope)
+        encoded = [f for f in forms if not isinstance(f, _Judged)]
+        found = iter(await self._in_sandbox(configs, encoded, webhook) if encoded else ())
+        return [f.verdicts if isinstance(f, _Judged) else next(found) for f in forms]
+
+    async def _in_sandbox(
+        self, configs: Sequence[RoutingConfig], encoded: list[bytes], webhook: Mapping[str, Any]
+    ) -> list[tuple[list[RuleVerdict], ...]]:
         owner, scope = tenant(webhook)
         groups: dict[str, tuple[dict[str, Any], list[str], dict[str, int], int]] = {}
         where: list[tuple[str, list[int]]] = []
@@ -256,8 +327,6 @@ class RulesStage:
                 positions.append(seen[expr])
             groups[pkey] = (params, exprs, seen, uses + (1 if config.rules else 0))
             where.append((pkey, positions))
-        prepare = self.preparer(configs)
-        encoded = [e if isinstance(e, bytes) else prepare(e) for e in envelopes]
         answers: dict[str, list[list[RuleVerdict]]] = {}
         for pkey, (params, exprs, _, uses) in groups.items():
             answers[pkey] = await self.sandbox.verdicts(
@@ -270,5 +339,5 @@ class RulesStage:
             )
         return [
             tuple([answers[pkey][k][p] for p in positions] for pkey, positions in where)
-            for k in range(len(envelopes))
+            for k in range(len(encoded))
         ]

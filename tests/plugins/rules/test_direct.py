@@ -299,3 +299,38 @@ async def test_the_stage_decides_the_same_with_and_without_direct(tmp_path: Path
     assert answers[0][5][1] == [("error", 1)]  # the sandbox's own fault for rule 1
     after = (_count("decided"), _count("deferred"))
     assert (after[0] - before[0], after[1] - before[1]) == (5, 2)
+
+
+async def test_dry_runs_judge_in_the_server_what_live_routing_does(tmp_path: Path) -> None:
+    """History's verdicts (diff, lint, explain) are the same with and without ``direct``,
+    whether the envelopes come prepared (as history sends them) or not; with it, only the
+    envelopes that need jq's answer reach the sandbox."""
+    saved = RoutingConfig(RULES)
+    candidate = RoutingConfig(
+        (*RULES[:2], {"id": "n", "expr": ".payload.number | length > 5", "action": {}})
+    )  # fmt: skip
+    envelopes = [
+        {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
+        for kind, payload, headers in DELIVERIES
+    ]
+    webhook = {"id": "w1", "owner_human": "h"}
+    answers = []
+    for direct in (True, False):
+        stage = _directed(direct, tmp_path)
+        try:
+            configs = (saved, candidate)
+            prepare = stage.preparer(configs)
+            prepared = [prepare(env) for env in envelopes]
+            sent = sum(isinstance(p, bytes) for p in prepared)
+            assert sent == (2 if direct else len(envelopes))  # the float and the string
+            as_history = await stage.verdicts(configs, prepared, webhook=webhook)
+            as_dicts = await stage.verdicts(configs, envelopes, webhook=webhook)
+            assert as_history == as_dicts
+            answers.append(as_history)
+        finally:
+            await stage.close()
+    assert answers[0] == answers[1]
+    said = [[v.verdict for v in per_config] for verdicts in answers[0] for per_config in verdicts]
+    assert said[0] == ["matched", "false", "false"]  # the first delivery, the saved rules
+    assert said[1] == ["matched", "false", "matched"]  # the candidate: 42 > 5
+    assert said[10] == ["false", "error", "false"]  # a string indexed: jq's error, kept
