@@ -5,16 +5,18 @@ Most routing rules compare a few envelope fields with literals:
 has no loop, no generator and no function but a few of constant cost (a string's case is
 changed here only up to :data:`CASE_MAX` characters), so evaluating it costs a few
 dictionary lookups, bounded by its 4 KiB of text, and nothing it reads can make it run
-longer or reach anything: it needs no process of its own. Sending it to the sandbox costs a round
-trip to another process and two turns of the worker's loop (bench/README.md, issue 38).
+longer or reach anything: it needs no process of its own. Sending it to the sandbox costs
+a round trip to another process and two turns of the worker's loop (bench/README.md,
+issue 38). History's dry runs judge stored events here too (``stage.RulesStage.verdicts``).
 
 The subset (anything else is not compiled here, and the rule set goes to the sandbox):
 paths from ``.`` of fields (``.name``, ``."name"``, ``["name"]``) and integer indexes
 (``[0]``, ``[-1]``); string literals without interpolation, integer literals up to 2^53
 (optionally negative), ``true``, ``false``, ``null``; ``==``, ``!=``, ``<``, ``<=``,
-``>``, ``>=``; ``and``, ``or``, ``//``; pipes (``a | b``); ``not``, ``length``,
-``ascii_downcase``, ``ascii_upcase``, and ``startswith``/``endswith`` of a string literal
-(``.payload.ref | startswith("refs/heads/")``); parentheses.
+``>``, ``>=``; ``and``, ``or``, ``//``; pipes (``a | b``); ``not``, ``length``, ``type``,
+``ascii_downcase``, ``ascii_upcase``, and ``startswith``/``endswith``/``has`` of a string
+literal (``.payload.ref | startswith("refs/heads/")``, ``.payload | has("issue")``);
+parentheses.
 
 Evaluation answers only where the result is certain to be jq's: it raises :class:`Defer`
 where jq would raise an error (a field of a string, say), and where the values compared
@@ -31,10 +33,12 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .jqfilters import AFFIXES, CASE_MAX, FILTERS, SAFE, Defer, Evaluate, affix
 from .jqtokens import Token, tokenize
 
-#: Integers jq and Python compare alike (a double holds each exactly).
-_SAFE = 2**53
+__all__ = ["CASE_MAX", "MAX_NESTING", "MAX_TOKENS", "Defer", "Evaluate", "compile_expr",
+           "compile_rules", "first_match"]  # fmt: skip
+
 #: The most tokens of one rule set decided here: whatever a tenant writes, its rules cost
 #: the worker ~0.1 ms a delivery at most (1,024 tokens of comparisons, measured; the
 #: sandbox's round trip costs the worker more); a larger rule set goes to the sandbox,
@@ -45,13 +49,6 @@ MAX_NESTING = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: Operators: a comparison is not associative in jq (``a == b == c`` does not parse).
 _COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
-
-#: One compiled expression: the envelope in, jq's one output out (or :class:`Defer`).
-Evaluate = Callable[[Any], Any]
-
-
-class Defer(Exception):
-    """This envelope's answer is the sandbox's to give (an error, or a value not proven here)."""
 
 
 class _Unsupported(Exception):
@@ -113,7 +110,7 @@ def _rank(value: Any) -> int:
         return 1
     if value is True:
         return 2
-    if type(value) is int and -_SAFE <= value <= _SAFE:
+    if type(value) is int and -SAFE <= value <= SAFE:
         return 3
     if type(value) is str:
         return 4
@@ -256,15 +253,15 @@ class _Parser:
             return self._constant(self._integer())
         if tok.kind == "ident" and tok.text in ("true", "false", "null"):
             return self._constant({"true": True, "false": False, "null": None}[tok.text])
-        if tok.kind == "ident" and tok.text in _FILTERS and not self._is("punct", "("):
-            return _FILTERS[tok.text]
-        if tok.kind == "ident" and tok.text in _AFFIXES and self._is("punct", "("):
+        if tok.kind == "ident" and tok.text in FILTERS and not self._is("punct", "("):
+            return FILTERS[tok.text]
+        if tok.kind == "ident" and tok.text in AFFIXES and self._is("punct", "("):
             self._take()
             arg = self._take()
             if arg.kind != "str" or not self._is("punct", ")"):
                 raise _Unsupported  # only a literal: an argument is evaluated on the input
             self._take()
-            return _affix(tok.text, self._string(arg))
+            return affix(tok.text, self._string(arg))
         raise _Unsupported
 
     def _constant(self, value: Any) -> Evaluate:
@@ -320,7 +317,7 @@ class _Parser:
         sign = 1
         if tok.kind == "punct" and tok.text == "-":
             sign, tok = -1, self._take()
-        if tok.kind != "num" or not tok.text.isdigit() or int(tok.text) > _SAFE:
+        if tok.kind != "num" or not tok.text.isdigit() or int(tok.text) > SAFE:
             raise _Unsupported
         return sign * int(tok.text)
 
@@ -339,7 +336,7 @@ def _equals(fn: Evaluate, literal: Any, negate: bool) -> Evaluate:
         value = fn(v)
         vkind = type(value)
         if vkind is kind:
-            if kind is int and not -_SAFE <= value <= _SAFE:
+            if kind is int and not -SAFE <= value <= SAFE:
                 raise Defer
             return (value == literal) is not negate
         if vkind not in _KNOWN or (kind is int and vkind is float):
@@ -356,67 +353,6 @@ def _compose(parts: tuple[Evaluate, ...]) -> Evaluate:
         return v
 
     return piped
-
-
-def _not(v: Any) -> bool:
-    return v is None or v is False
-
-
-def _length(v: Any) -> int:
-    # jq: a string's code points, an array's or object's members, null 0, a number's
-    # absolute value (a float's is left to jq), a boolean an error
-    kind = type(v)
-    if kind is str or kind is list or kind is dict:
-        return len(v)
-    if v is None:
-        return 0
-    if kind is int and -_SAFE <= v <= _SAFE:
-        return abs(v)
-    raise Defer
-
-
-_DOWN = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-_UP = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-#: The longest string whose case is changed here: a copy costs its length, so a longer
-#: one goes to the sandbox, whose budget charges it to its owner (a comparison or an affix
-#: costs a memcmp at most, bounded by the literal or cheap enough at any length).
-CASE_MAX = 1024
-
-
-def _case(table: dict[int, int]) -> Evaluate:
-    # jq changes the ASCII letters only, and raises an error for anything but a string
-    def change(v: Any) -> str:
-        if type(v) is not str or len(v) > CASE_MAX:
-            raise Defer
-        return v.translate(table)
-
-    return change
-
-
-#: Filters of no argument, on their input.
-_FILTERS: dict[str, Evaluate] = {
-    "not": _not,
-    "length": _length,
-    "ascii_downcase": _case(_DOWN),
-    "ascii_upcase": _case(_UP),
-}
-_AFFIXES = frozenset({"startswith", "endswith"})
-
-
-def _affix(name: str, literal: str) -> Evaluate:
-    """``startswith(literal)`` / ``endswith(literal)``: jq compares UTF-8 bytes, which for
-    text without lone surrogates (an envelope has none, a literal here neither) is a
-    comparison of code points; anything but a string input is jq's error."""
-    starts = name == "startswith"
-
-    def affix(v: Any) -> bool:
-        if type(v) is not str:
-            raise Defer
-        return v.startswith(literal) if starts else v.endswith(literal)
-
-    return affix
 
 
 def _all(parts: tuple[Evaluate, ...]) -> Evaluate:

@@ -34,11 +34,12 @@ PATHS = [
     '.["a"]', '."k w"', ".a[0]", ".missing.deep", '.o["k"]', ".o.x", ".l[0].k",
 ]  # fmt: skip
 LITERALS = ["null", "true", "false", "0", "-1", "5", "9007199254740992", '"x"', '""', '"é"',
-            '"10"', '"\\u00e9"', '"\\ud83d\\ude00"', '"xx"', '"refs/"']  # fmt: skip
+            '"10"', '"\\u00e9"', '"\\ud83d\\ude00"', '"xx"', '"refs/"', '"boolean"', '"number"',
+            '"string"', '"array"', '"object"']  # fmt: skip
 #: Filters of the input: the affixes' literals include a prefix of a character's UTF-8
 #: bytes that is no character ("\u00c3" is é's first byte read as Latin-1)
-AFFIX = ['"x"', '""', '"é"', '"X"', '"xé"', '"😀x"', '"\\u00c3"', '"refs/heads/"', '"/x"']
-FILTERS = ["not", "length", "ascii_downcase", "ascii_upcase"]
+AFFIX = ['"x"', '""', '"é"', '"X"', '"xé"', '"😀x"', '"\\u00c3"', '"refs/heads/"', '"/x"', '"k"']
+FILTERS = ["not", "length", "type", "ascii_downcase", "ascii_upcase"]
 COMPARE = ["==", "!=", "<", "<=", ">", ">="]
 
 
@@ -67,7 +68,7 @@ def _expr(rng: random.Random, depth: int) -> str:
             if rng.random() < 0.5:
                 fn = rng.choice(FILTERS)
             else:
-                fn = f"{rng.choice(['startswith', 'endswith'])}({rng.choice(AFFIX)})"
+                fn = f"{rng.choice(['startswith', 'endswith', 'has'])}({rng.choice(AFFIX)})"
             # on its own it reads the whole envelope (an object): mostly a field instead
             return fn if roll < 0.1 else f"({rng.choice(PATHS)} | {fn})"
         return rng.choice(PATHS) if roll < 0.7 else rng.choice(LITERALS)
@@ -131,6 +132,31 @@ def test_every_expression_of_the_subset_answers_as_libjq_or_defers() -> None:
         deferred,
         errors,
     )
+
+
+def test_each_filter_answers_as_libjq_on_every_kind_of_value() -> None:
+    """Every filter of the subset, alone and compared, on every value of VALUES (and a
+    negative integer, a string past CASE_MAX): jq's answer, or deferred where jq errs."""
+    filters = FILTERS + [f"{name}({lit})" for name in ("startswith", "endswith", "has")
+                         for lit in AFFIX]  # fmt: skip
+    values = [*VALUES, -7, "Ab" * 600, {"x": 1, "": 2}]
+    decided = 0
+    for fn in filters:
+        for expr in (f".v | {fn}", f'(.v | {fn}) == "boolean"', f"(.v | {fn}) == 7"):
+            compiled = compile_expr(expr)
+            assert compiled is not None, expr
+            program = jq.compile(expr)
+            for value in values:
+                env = {"v": value}
+                kind, theirs = _jq(program, encode_envelope(env))
+                try:
+                    ours = compiled[0](env)
+                except Defer:
+                    continue
+                assert kind == "value", (expr, value, theirs)
+                assert json.dumps(ours) == json.dumps(theirs), (expr, value, ours, theirs)
+                decided += 1
+    assert decided > 1000, decided
 
 
 @pytest.mark.parametrize(
