@@ -57,6 +57,14 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def py_spy() -> str:
+    """The py-spy to sample with: on PATH, else the virtualenv's own (run as .venv/bin/python)."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        raise SystemExit("py-spy is not installed: pip install -e .[bench]")
+    return spy
+
+
 def free_port() -> int:
     import socket
 

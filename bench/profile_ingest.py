@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, generic_webhook, load, serve, summary  # noqa: E402
+from harness import cli, database, generic_webhook, load, py_spy, serve, summary  # noqa: E402
 from routing import BODY, set_rules  # noqa: E402
 
 
@@ -108,10 +108,7 @@ def main() -> None:
         "--native", action="store_true", help="C frames too (py-spy pauses each sample)"
     )
     args = ap.parse_args()
-    # the virtualenv's own, when it is not on PATH (run as .venv/bin/python)
-    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
-    if spy is None:
-        raise SystemExit("py-spy is not installed: pip install -e .[bench]")
+    spy = py_spy()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         config = None
         if args.log_summary:

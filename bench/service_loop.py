@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import cli, database, generic_webhook, serve  # noqa: E402
+from harness import cli, database, generic_webhook, py_spy, serve  # noqa: E402
 from routing import BODY, set_rules  # noqa: E402
 
 
@@ -67,7 +67,7 @@ async def _run(env: dict[str, str], token: str, total: int, clients: int, spy: P
     spying: subprocess.Popen[Any] | None = None
     if spy is not None:
         spying = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(os.getpid()), "--rate", "1000",
+            [py_spy(), "record", "--pid", str(os.getpid()), "--rate", "1000",
              "--format", "raw", "--output", str(spy), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
