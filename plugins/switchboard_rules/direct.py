@@ -2,8 +2,8 @@
 
 Most routing rules compare a few envelope fields with literals:
 ``.kind == "pull_request" and .payload.repository.full_name == "org/repo"``. Such a rule
-has no loop, no generator and no function but a few of constant cost (a string's case is
-changed here only up to :data:`CASE_MAX` characters), so evaluating it costs a few
+has no loop, no generator and no function but a few of constant cost (a string is copied
+or searched here only up to :data:`SCAN_MAX` characters), so evaluating it costs a few
 dictionary lookups, bounded by its 4 KiB of text, and nothing it reads can make it run
 longer or reach anything: it needs no process of its own. Sending it to the sandbox costs
 a round trip to another process and two turns of the worker's loop (bench/README.md,
@@ -14,9 +14,9 @@ paths from ``.`` of fields (``.name``, ``."name"``, ``["name"]``) and integer in
 (``[0]``, ``[-1]``); string literals without interpolation, integer literals up to 2^53
 (optionally negative), ``true``, ``false``, ``null``; ``==``, ``!=``, ``<``, ``<=``,
 ``>``, ``>=``; ``and``, ``or``, ``//``; pipes (``a | b``); ``not``, ``length``, ``type``,
-``ascii_downcase``, ``ascii_upcase``, and ``startswith``/``endswith``/``has`` of a string
-literal (``.payload.ref | startswith("refs/heads/")``, ``.payload | has("issue")``);
-parentheses.
+``ascii_downcase``, ``ascii_upcase``, and ``startswith``/``endswith``/``has``/``contains``
+of a string literal (``.payload.ref | startswith("refs/heads/")``,
+``.payload | has("issue")``); parentheses.
 
 Evaluation answers only where the result is certain to be jq's: it raises :class:`Defer`
 where jq would raise an error (a field of a string, say), and where the values compared
@@ -33,10 +33,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .jqfilters import AFFIXES, CASE_MAX, FILTERS, SAFE, Defer, Evaluate, affix
+from .jqfilters import AFFIXES, FILTERS, SAFE, SCAN_MAX, Defer, Evaluate, affix
 from .jqtokens import Token, tokenize
 
-__all__ = ["CASE_MAX", "MAX_NESTING", "MAX_TOKENS", "Defer", "Evaluate", "compile_expr",
+__all__ = ["MAX_NESTING", "MAX_TOKENS", "SCAN_MAX", "Defer", "Evaluate", "compile_expr",
            "compile_rules", "first_match"]  # fmt: skip
 
 #: The most tokens of one rule set decided here: whatever a tenant writes, its rules cost

@@ -2,7 +2,8 @@
 holds, or :class:`Defer` where jq raises an error or its answer is not proven alike here.
 
 Each costs a constant, or at most the length of a literal of the rule's own 4 KiB; a
-string's case is changed only up to :data:`CASE_MAX` characters.
+string is copied (its case changed) or searched (``contains``) only up to :data:`SCAN_MAX`
+characters.
 """
 
 from __future__ import annotations
@@ -50,6 +51,15 @@ def _type(v: Any) -> str:
     return name
 
 
+def _contains(literal: str) -> Evaluate:
+    def contains(v: Any) -> bool:
+        if type(v) is not str or len(v) > SCAN_MAX:
+            raise Defer
+        return literal in v
+
+    return contains
+
+
 def _has(key: str) -> Evaluate:
     def has(v: Any) -> bool:
         if type(v) is not dict:
@@ -63,16 +73,17 @@ _DOWN = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
 _UP = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-#: The longest string whose case is changed here: a copy costs its length, so a longer
-#: one goes to the sandbox, whose budget charges it to its owner (a comparison or an affix
-#: costs a memcmp at most, bounded by the literal or cheap enough at any length).
-CASE_MAX = 1024
+#: The longest string copied (its case changed) or searched (``contains``) here: either
+#: costs its length, so a longer one goes to the sandbox, whose budget charges it to its
+#: owner (a comparison or an affix costs a memcmp at most, bounded by the literal or cheap
+#: enough at any length).
+SCAN_MAX = 1024
 
 
 def _case(table: dict[int, int]) -> Evaluate:
     # jq changes the ASCII letters only, and raises an error for anything but a string
     def change(v: Any) -> str:
-        if type(v) is not str or len(v) > CASE_MAX:
+        if type(v) is not str or len(v) > SCAN_MAX:
             raise Defer
         return v.translate(table)
 
@@ -87,16 +98,20 @@ FILTERS: dict[str, Evaluate] = {
     "ascii_downcase": _case(_DOWN),
     "ascii_upcase": _case(_UP),
 }
-AFFIXES = frozenset({"startswith", "endswith", "has"})
+AFFIXES = frozenset({"startswith", "endswith", "has", "contains"})
 
 
 def affix(name: str, literal: str) -> Evaluate:
     """``startswith(literal)`` / ``endswith(literal)``: jq compares UTF-8 bytes, which for
     text without lone surrogates (an envelope has none, a literal here neither) is a
     comparison of code points; anything but a string input is jq's error. ``has(literal)``:
-    whether an object has the key (of an array, a string key is jq's error)."""
+    whether an object has the key (of an array, a string key is jq's error).
+    ``contains(literal)``: of a string, whether the literal is in it (jq 1.7 searches the
+    bytes); of anything else, jq's error or its containment of kinds, left to jq."""
     if name == "has":
         return _has(literal)
+    if name == "contains":
+        return _contains(literal)
     starts = name == "startswith"
 
     def affix(v: Any) -> bool:

@@ -68,7 +68,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         },
         "history_deadline_s": {"type": "number", "minimum": 0.1, "maximum": 3600, "default": 30},
         # decide in the server a live delivery whose rules are all simple (comparisons of
-        # fields with literals, startswith, has, length: direct.py), where jq's answer is
+        # fields with literals, startswith, contains, length: direct.py), where jq's answer is
         # certain; false: every delivery goes to the sandbox
         "direct": {"type": "boolean", "default": True},
     },

@@ -68,7 +68,7 @@ def _expr(rng: random.Random, depth: int) -> str:
             if rng.random() < 0.5:
                 fn = rng.choice(FILTERS)
             else:
-                fn = f"{rng.choice(['startswith', 'endswith', 'has'])}({rng.choice(AFFIX)})"
+                fn = f"{rng.choice(['startswith', 'endswith', 'has', 'contains'])}({rng.choice(AFFIX)})"
             # on its own it reads the whole envelope (an object): mostly a field instead
             return fn if roll < 0.1 else f"({rng.choice(PATHS)} | {fn})"
         return rng.choice(PATHS) if roll < 0.7 else rng.choice(LITERALS)
@@ -136,8 +136,8 @@ def test_every_expression_of_the_subset_answers_as_libjq_or_defers() -> None:
 
 def test_each_filter_answers_as_libjq_on_every_kind_of_value() -> None:
     """Every filter of the subset, alone and compared, on every value of VALUES (and a
-    negative integer, a string past CASE_MAX): jq's answer, or deferred where jq errs."""
-    filters = FILTERS + [f"{name}({lit})" for name in ("startswith", "endswith", "has")
+    negative integer, a string past SCAN_MAX): jq's answer, or deferred where jq errs."""
+    filters = FILTERS + [f"{name}({lit})" for name in ("startswith", "endswith", "has", "contains")
                          for lit in AFFIX]  # fmt: skip
     values = [*VALUES, -7, "Ab" * 600, {"x": 1, "": 2}]
     decided = 0
@@ -224,7 +224,7 @@ FORGE_ENVELOPES: list[dict[str, Any]] = [
         "headers": {},
         "payload": {
             "ref": "v",
-            "action": "O" * 1025,  # past CASE_MAX
+            "action": "O" * 1025,  # past SCAN_MAX
             "pull_request": {"title": "fix"},
         },
     },
@@ -255,6 +255,10 @@ def test_common_forge_rules_are_decided_here_as_jq_decides_them() -> None:
         assert ours in ("deferred", theirs), (env, ours, theirs)
         answers.append((ours, theirs))
     assert [ours for ours, _ in answers] == [0, 1, 2, 3, None, 4] + ["deferred"] * 3
+    skip = compile_expr('.m | contains("[skip ci]")')
+    assert skip is not None and skip[0]({"m": "fix: x [skip ci]"}) is True
+    with pytest.raises(Defer):
+        skip[0]({"m": "x" * 1025})  # searched here only up to SCAN_MAX characters
     assert [theirs for _, theirs in answers[6:]] == ["error", "error", 4]
 
 
