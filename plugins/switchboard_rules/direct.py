@@ -33,7 +33,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .jqfilters import AFFIXES, FILTERS, SAFE, SCAN_MAX, Defer, Evaluate, affix
+from .jqfilters import FILTERS, OF_A_STRING, SAFE, SCAN_MAX, Defer, Evaluate, truthy
 from .jqtokens import Token, tokenize
 
 __all__ = ["MAX_NESTING", "MAX_TOKENS", "SCAN_MAX", "Defer", "Evaluate", "compile_expr",
@@ -93,13 +93,9 @@ def first_match(compiled: Sequence[Evaluate], envelope: Any) -> int | None:
     """The index of the first rule whose output is neither null nor false (None: no match);
     :class:`Defer` when any rule evaluated on the way has no certain answer here."""
     for index, fn in enumerate(compiled):
-        if _truthy(fn(envelope)):
+        if truthy(fn(envelope)):
             return index
     return None
-
-
-def _truthy(value: Any) -> bool:
-    return not (value is None or value is False)
 
 
 def _rank(value: Any) -> int:
@@ -255,13 +251,13 @@ class _Parser:
             return self._constant({"true": True, "false": False, "null": None}[tok.text])
         if tok.kind == "ident" and tok.text in FILTERS and not self._is("punct", "("):
             return FILTERS[tok.text]
-        if tok.kind == "ident" and tok.text in AFFIXES and self._is("punct", "("):
+        if tok.kind == "ident" and tok.text in OF_A_STRING and self._is("punct", "("):
             self._take()
             arg = self._take()
             if arg.kind != "str" or not self._is("punct", ")"):
                 raise _Unsupported  # only a literal: an argument is evaluated on the input
             self._take()
-            return affix(tok.text, self._string(arg))
+            return OF_A_STRING[tok.text](self._string(arg))
         raise _Unsupported
 
     def _constant(self, value: Any) -> Evaluate:
@@ -359,7 +355,7 @@ def _all(parts: tuple[Evaluate, ...]) -> Evaluate:
     # jq evaluates ``a and b`` left first, and b only when a is true
     def every(v: Any) -> bool:
         for part in parts:
-            if not _truthy(part(v)):
+            if not truthy(part(v)):
                 return False
         return True
 
@@ -369,7 +365,7 @@ def _all(parts: tuple[Evaluate, ...]) -> Evaluate:
 def _any(parts: tuple[Evaluate, ...]) -> Evaluate:
     def some(v: Any) -> bool:
         for part in parts:
-            if _truthy(part(v)):
+            if truthy(part(v)):
                 return True
         return False
 
@@ -383,7 +379,7 @@ def _first_true(parts: tuple[Evaluate, ...]) -> Evaluate:
     def alternative(v: Any) -> Any:
         for part in heads:
             value = part(v)
-            if _truthy(value):
+            if truthy(value):
                 return value
         return last(v)
 

@@ -22,8 +22,13 @@ class Defer(Exception):
     """This envelope's answer is the sandbox's to give (an error, or a value not proven here)."""
 
 
+def truthy(v: Any) -> bool:
+    """jq's truth: anything but null and false."""
+    return not (v is None or v is False)
+
+
 def _not(v: Any) -> bool:
-    return v is None or v is False
+    return not truthy(v)
 
 
 def _length(v: Any) -> int:
@@ -52,6 +57,8 @@ def _type(v: Any) -> str:
 
 
 def _contains(literal: str) -> Evaluate:
+    # of a string, whether the literal is in it (jq 1.7 searches the bytes); of anything
+    # else, jq's error or its containment of kinds, left to jq
     def contains(v: Any) -> bool:
         if type(v) is not str or len(v) > SCAN_MAX:
             raise Defer
@@ -61,6 +68,7 @@ def _contains(literal: str) -> Evaluate:
 
 
 def _has(key: str) -> Evaluate:
+    # whether an object has the key (of an array, a string key is jq's error)
     def has(v: Any) -> bool:
         if type(v) is not dict:
             raise Defer
@@ -98,25 +106,28 @@ FILTERS: dict[str, Evaluate] = {
     "ascii_downcase": _case(_DOWN),
     "ascii_upcase": _case(_UP),
 }
-AFFIXES = frozenset({"startswith", "endswith", "has", "contains"})
 
 
-def affix(name: str, literal: str) -> Evaluate:
-    """``startswith(literal)`` / ``endswith(literal)``: jq compares UTF-8 bytes, which for
-    text without lone surrogates (an envelope has none, a literal here neither) is a
-    comparison of code points; anything but a string input is jq's error. ``has(literal)``:
-    whether an object has the key (of an array, a string key is jq's error).
-    ``contains(literal)``: of a string, whether the literal is in it (jq 1.7 searches the
-    bytes); of anything else, jq's error or its containment of kinds, left to jq."""
-    if name == "has":
-        return _has(literal)
-    if name == "contains":
-        return _contains(literal)
-    starts = name == "startswith"
+def _affix(test: Callable[[str, str], bool]) -> Callable[[str], Evaluate]:
+    """``startswith`` / ``endswith`` of a literal: jq compares UTF-8 bytes, which for text
+    without lone surrogates (an envelope has none, a literal here neither) is a comparison
+    of code points; anything but a string input is jq's error."""
 
-    def affix(v: Any) -> bool:
-        if type(v) is not str:
-            raise Defer
-        return v.startswith(literal) if starts else v.endswith(literal)
+    def of(literal: str) -> Evaluate:
+        def affix(v: Any) -> bool:
+            if type(v) is not str:
+                raise Defer
+            return test(v, literal)
 
-    return affix
+        return affix
+
+    return of
+
+
+#: Filters of one string literal, by name: each makes the filter of that literal.
+OF_A_STRING: dict[str, Callable[[str], Evaluate]] = {
+    "startswith": _affix(str.startswith),
+    "endswith": _affix(str.endswith),
+    "has": _has,
+    "contains": _contains,
+}
