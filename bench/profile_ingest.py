@@ -1,10 +1,10 @@
 """Where a delivery's CPU goes: the receiver under load, sampled by py-spy.
 
 Run: python bench/profile_ingest.py [--total N] [--clients C] [--workers W] [--rules] [--top K]
-[--log-summary]
+[--log-summary] [--body 5k|small]
 Starts `switchboard serve` (serve's own worker count unless --workers) on an embedded
 PostgreSQL, loads one generic webhook (32 rules with --rules, none by default) with N
-unique ~5 KB deliveries over C keep-alive clients, and meanwhile samples every Sanic
+unique ~5 KB deliveries (575 B, ingest.py's, with --body small) over C keep-alive clients, and meanwhile samples every Sanic
 worker with py-spy (`record --format raw --nonblocking`: the workers run unchanged). Prints
 the workers' CPU per delivery (their rusage over the run divided by the deliveries) and the
 top K frames by self time (the leaf of each sample) and by total time (anywhere on the
@@ -28,7 +28,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import cli, database, generic_webhook, load, py_spy, serve, summary  # noqa: E402
-from routing import BODY, set_rules  # noqa: E402
+from ingest import BODY as BODY_SMALL  # noqa: E402
+from routing import BODY as BODY_5K  # noqa: E402
+from routing import set_rules  # noqa: E402
 
 
 def workers(pid: int) -> list[psutil.Process]:
@@ -101,6 +103,7 @@ def main() -> None:
         action="store_true",
         help='[log] deliveries = "summary": a line a second, not one per delivery',
     )
+    ap.add_argument("--body", choices=("5k", "small"), default="5k")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     ap.add_argument("--keep", type=Path, default=None, help="copy py-spy's raw files here")
@@ -109,6 +112,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     spy = py_spy()
+    body = BODY_5K if args.body == "5k" else BODY_SMALL
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         config = None
         if args.log_summary:
@@ -120,7 +124,7 @@ def main() -> None:
             hook = generic_webhook(srv.env)
             if args.rules:
                 asyncio.run(set_rules(srv.env, hook["webhook_id"]))
-            asyncio.run(load(hook["ingest_url"], BODY, 8, 500))  # warm up
+            asyncio.run(load(hook["ingest_url"], body, 8, 500))  # warm up
             procs = workers(srv.proc.pid)
             spies = []
             for proc in procs:
@@ -138,7 +142,7 @@ def main() -> None:
                 )  # fmt: skip
             time.sleep(1.0)  # py-spy attached
             before = cpus(procs)
-            elapsed, lat = asyncio.run(load(hook["ingest_url"], BODY, args.clients, args.total))
+            elapsed, lat = asyncio.run(load(hook["ingest_url"], body, args.clients, args.total))
             each = [b - a for a, b in zip(before, cpus(procs), strict=True)]
             used = sum(each)
             for _, p in spies:

@@ -29,6 +29,7 @@ compares this module with libjq on every expression shape and value kind.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +48,7 @@ MAX_TOKENS = 1024
 #: Parentheses nested deeper than this are left to the sandbox (each is a Python call).
 MAX_NESTING = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
+log = logging.getLogger("switchboard.rules")
 #: Operators: a comparison is not associative in jq (``a == b == c`` does not parse).
 _COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
@@ -85,6 +87,9 @@ def compile_expr(expr: str, budget: int = MAX_TOKENS) -> tuple[Evaluate, int] | 
         if parser.pos != len(tokens):
             return None
     except (_Unsupported, IndexError, RecursionError):
+        return None
+    except Exception:  # a bug of ours: the sandbox's compiler and jq still answer for it
+        log.exception("compiling a rule to decide it in the server raised: the sandbox will")
         return None
     return fn, len(tokens)
 

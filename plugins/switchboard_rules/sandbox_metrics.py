@@ -43,15 +43,21 @@ GROUP_SIZE = Histogram(
 DIRECT = Counter(
     "switchboard_rules_direct_evaluations",
     "Live deliveries whose rules are all simple (plugins.rules.direct): "
-    "decided (in the server, jq's answer certain) or deferred (sent to the sandbox: a "
-    "value or an error only jq may answer for)",
+    "decided (in the server, jq's answer certain), deferred (sent to the sandbox: a "
+    "value or an error only jq may answer for) or failed (deciding them in the server "
+    "raised, a bug logged once: that rule set goes to the sandbox from then on)",
     ["outcome"],
 )
-_DIRECT = {True: DIRECT.labels("decided"), False: DIRECT.labels("deferred")}
+_DIRECT = {
+    True: DIRECT.labels("decided"),
+    False: DIRECT.labels("deferred"),
+    None: DIRECT.labels("failed"),
+}
 
 
-def direct(decided: bool) -> None:
-    """Count one live delivery whose rule set was compiled to be decided in the server."""
+def direct(decided: bool | None) -> None:
+    """Count one live delivery whose rule set was compiled to be decided in the server:
+    decided there (True), deferred to the sandbox (False), or failed there (None)."""
     try:
         _DIRECT[decided].inc()
     except Exception:  # pragma: no cover

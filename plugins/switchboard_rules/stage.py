@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from .history import PLAIN
 from .jqscan import forbidden_names, wrapper_names
 from .reads import cut, project, rule_set_reads, trie_of
 from .sandbox import Limits, RuleSetRef, Sandbox
+
+log = logging.getLogger("switchboard.rules")
 
 #: ``[plugins.rules]``: the operator's limits. The only place their defaults are written.
 #: Counts and budgets are per server worker (each worker has its own sandbox tree).
@@ -118,7 +121,7 @@ def _judge(direct: Sequence[tuple[Evaluate, ...]], envelope: dict[str, Any]) -> 
     return _Judged(tuple([_said(fn(envelope)) for fn in fns] for fns in direct))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Prepared:
     """What every delivery to one rule set needs of it, worked out once."""
 
@@ -126,8 +129,17 @@ class _Prepared:
     #: what of the envelope the sandbox is sent (:func:`.reads.trie_of`; None: all of it)
     trie: dict[str, Any] | None
     whole: bool  # no proof of what the rules read: the whole envelope goes
-    #: every rule compiled to be decided in the server (direct.py; None: the sandbox's)
+    #: every rule compiled to be decided in the server (direct.py; None: the sandbox's,
+    #: and from the first time deciding them here raised: see :func:`_distrusted`)
     direct: tuple[Evaluate, ...] | None
+
+
+def _distrusted(what: str) -> None:
+    """Deciding rules in the server raised something other than :class:`Defer`: a bug of
+    ours, never the tenant's (jq's own errors defer). The caller hands ``what`` it was
+    deciding to the sandbox, whose answer is jq's, and no longer decides it here, so the
+    traceback is logged once (with ``what``), not at every delivery."""
+    log.exception("rules decided in the server raised (%s): the sandbox decides them", what)
 
 
 def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
@@ -209,6 +221,10 @@ class RulesStage:
                 index = first_match(prepared.direct, ctx.envelope)
             except Defer:
                 sandbox_metrics.direct(False)
+            except Exception:
+                prepared.direct = None  # this rule set's deliveries go to the sandbox
+                sandbox_metrics.direct(None)
+                _distrusted(f"webhook {ctx.webhook.get('id')}, a live delivery")
             else:
                 sandbox_metrics.direct(True)
                 if index is None:
@@ -261,11 +277,18 @@ class RulesStage:
         if direct is None:
             return lambda envelope: _encoded(envelope, paths)
 
+        trusted = [True]
+
         def prepare(envelope: dict[str, Any]) -> bytes | _Judged:
-            try:
-                return _judge(direct, envelope)
-            except Defer:
-                return _encoded(envelope, paths)
+            if trusted[0]:
+                try:
+                    return _judge(direct, envelope)
+                except Defer:
+                    pass
+                except Exception:
+                    trusted[0] = False  # the rest of this dry run goes to the sandbox
+                    _distrusted("a dry run")
+            return _encoded(envelope, paths)
 
         return prepare
 

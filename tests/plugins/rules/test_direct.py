@@ -8,6 +8,7 @@ the stage itself, with and without ``direct``, on the same rule sets and deliver
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -364,3 +365,122 @@ async def test_dry_runs_judge_in_the_server_what_live_routing_does(tmp_path: Pat
     assert said[0] == ["matched", "false", "false"]  # the first delivery, the saved rules
     assert said[1] == ["matched", "false", "matched"]  # the candidate: 42 > 5
     assert said[10] == ["false", "error", "false"]  # a string indexed: jq's error, kept
+
+
+async def _decisions(stage: Any) -> list[Any]:
+    """Each of DELIVERIES routed live by ``stage``: (queue or drop, trace, faults)."""
+    seen = []
+    for kind, payload, headers in DELIVERIES:
+        env = {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
+        ctx = RoutingContext({"id": "w1", "owner_human": "h"}, env, GRANT, RoutingConfig(RULES))
+        result = await stage.route(ctx)
+        d = result.decision
+        seen.append(
+            (
+                None if d is None else (d.drop, d.queue, d.trace),
+                [(f.cause, f.rule_index) for f in result.faults],
+            )
+        )
+    return seen
+
+
+async def test_a_bug_deciding_in_the_server_hands_the_rule_set_to_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should the server's own evaluation raise (a bug of ours, planted here on the second
+    delivery), that delivery and the rule set's later ones are decided by the sandbox as if
+    ``direct`` were off: the same decisions, traces and faults, one traceback logged, the
+    delivery counted as failed and none after it decided in the server."""
+    sandbox = _directed(False, tmp_path)
+    try:
+        expected = await _decisions(sandbox)
+    finally:
+        await sandbox.close()
+
+    import switchboard_rules.stage as stage_module
+
+    calls = []
+
+    def planted(compiled: Any, envelope: Any) -> int | None:
+        calls.append(envelope["payload"])
+        if len(calls) == 2:
+            raise KeyError("a bug of ours")
+        return first_match(compiled, envelope)
+
+    monkeypatch.setattr(stage_module, "first_match", planted)
+    before = {o: _count(o) for o in ("decided", "deferred", "failed")}
+    stage = _directed(True, tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR, "switchboard.rules"):
+            got = await _decisions(stage)
+    finally:
+        await stage.close()
+    assert got == expected
+    assert len(calls) == 2  # after the bug, nothing more was decided in the server
+    after = {o: _count(o) - before[o] for o in before}
+    assert after == {"decided": 1, "deferred": 0, "failed": 1}
+    [record] = [r for r in caplog.records if "rules decided in the server raised" in r.message]
+    assert "webhook w1" in record.getMessage() and record.exc_info is not None
+
+
+async def test_a_bug_judging_a_dry_run_in_the_server_sends_the_rest_to_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dry run's verdicts stay jq's when the server's judging raises: that event and every
+    later one go to the sandbox, logged once."""
+    configs = (RoutingConfig(RULES),)
+    envelopes = [
+        {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
+        for kind, payload, headers in DELIVERIES
+    ]
+    webhook = {"id": "w1", "owner_human": "h"}
+    sandbox = _directed(False, tmp_path)
+    try:
+        expected = await sandbox.verdicts(configs, envelopes, webhook=webhook)
+    finally:
+        await sandbox.close()
+
+    import switchboard_rules.stage as stage_module
+
+    judged = stage_module._judge
+    calls = []
+
+    def planted(direct: Any, envelope: Any) -> Any:
+        calls.append(envelope)
+        if len(calls) == 2:
+            raise TypeError("a bug of ours")
+        return judged(direct, envelope)
+
+    monkeypatch.setattr(stage_module, "_judge", planted)
+    stage = _directed(True, tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR, "switchboard.rules"):
+            prepare = stage.preparer(configs)
+            prepared = [prepare(env) for env in envelopes]
+            got = await stage.verdicts(configs, prepared, webhook=webhook)
+    finally:
+        await stage.close()
+    assert got == expected
+    assert len(calls) == 2
+    assert [isinstance(p, bytes) for p in prepared] == [False] + [True] * 6
+    [record] = [r for r in caplog.records if "rules decided in the server raised" in r.message]
+    assert "a dry run" in record.getMessage()
+
+
+def test_a_bug_compiling_a_rule_leaves_it_to_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parser raising anything unplanned (a bug) compiles nothing: the sandbox's
+    compiler and jq answer for the rule, and the traceback is logged."""
+    from switchboard_rules import direct
+
+    assert compile_expr('.kind == "x"') is not None
+
+    def planted(self: Any) -> Any:
+        raise ValueError("a bug of ours")
+
+    monkeypatch.setattr(direct._Parser, "pipe", planted)
+    with caplog.at_level(logging.ERROR, "switchboard.rules"):
+        assert compile_expr('.kind == "x"') is None
+        assert compile_rules(['.kind == "x"']) is None
+    assert sum("compiling a rule" in r.getMessage() for r in caplog.records) == 2
