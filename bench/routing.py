@@ -1,6 +1,6 @@
 """Routing cost end to end: a webhook with 32 rules vs the same webhook without rules.
 
-Run: python bench/routing.py [--total N] [--rounds K] [--sandbox]
+Run: python bench/routing.py [--total N] [--rounds K] [--sandbox] [--forge | --regex]
 Posts a ~5 KB payload to two generic webhooks on one `switchboard serve` and prints, per
 webhook, deliveries/s and p50/p99 latency at 1, 8 and 32 clients, the CPU per delivery of
 the whole server process tree (server, fork server, zygotes and the evaluators they
@@ -11,7 +11,8 @@ memory (PSS). The bench's rules are simple comparisons, which the server decides
 (``[plugins.rules] direct``); ``--sandbox`` turns that off, so every routed delivery goes
 to the sandbox (what a rule set with anything else in it costs). ``--forge`` gives the
 webhook 32 rules of the shape a forge's owner writes (a case-blind repository prefix,
-``startswith``, ``length``, pipes), which the server decides too.
+``startswith``, ``length``, pipes), which the server decides too; ``--regex`` 32 rules
+that ``test`` a regex (a repository and an action), which it decides with RE2.
 """
 
 from __future__ import annotations
@@ -65,6 +66,19 @@ FORGE_RULES = [
         "name": f"release {i}",
         "expr": f'(.payload.repository.full_name | ascii_downcase | startswith("org/repo-{i}/"))'
         ' and (.payload.pull_request | length) > 0 and .headers["x-github-event"] != "ping"',
+        "action": {"queue": "inbox"},
+    }
+    for i in range(32)
+]
+
+
+# 32 rules that test regexes (jqregex.py's subset), none of which matches the bench body.
+REGEX_RULES = [
+    {
+        "id": f"x{i}",
+        "name": f"service {i}",
+        "expr": f'(.payload.repository.full_name | test("^org/(api|web)-{i}(-[a-z0-9]+)?$"))'
+        ' and (.payload.action | test("^(opened|synchronize|reopened)$"))',
         "action": {"queue": "inbox"},
     }
     for i in range(32)
@@ -180,6 +194,7 @@ def main() -> None:
         action="store_true",
         help="32 rules of a forge's usual shape (startswith, length, pipes) instead",
     )
+    ap.add_argument("--regex", action="store_true", help="32 rules that test regexes instead (RE2)")
     args = ap.parse_args()
     with database() as dsn, tempfile.TemporaryDirectory() as tmp:
         config = None
@@ -188,11 +203,12 @@ def main() -> None:
             config.write_text("[plugins.rules]\ndirect = false\n")
         srv = serve(dsn, Path(tmp), config=config)
         try:
-            named = plain_and_routed(srv, FORGE_RULES if args.forge else RULES)
+            ruleset = REGEX_RULES if args.regex else FORGE_RULES if args.forge else RULES
+            named = plain_and_routed(srv, ruleset)
             print(
                 f"routing benchmark: {args.total} deliveries per row in {args.rounds}"
                 f" alternating turns, body {len(BODY)} B, 1 Sanic worker,"
-                f" {'forge-shaped ' if args.forge else ''}rules"
+                f" {'regex ' if args.regex else 'forge-shaped ' if args.forge else ''}rules"
                 f" {'all in the sandbox' if args.sandbox else 'decided where they can be'}"
             )
             print(

@@ -16,7 +16,8 @@ paths from ``.`` of fields (``.name``, ``."name"``, ``["name"]``) and integer in
 ``>``, ``>=``; ``and``, ``or``, ``//``; pipes (``a | b``); ``not``, ``length``, ``type``,
 ``ascii_downcase``, ``ascii_upcase``, and ``startswith``/``endswith``/``has``/``contains``
 of a string literal (``.payload.ref | startswith("refs/heads/")``,
-``.payload | has("issue")``); parentheses.
+``.payload | has("issue")``); ``test`` of a regex literal of the subset every engine reads
+alike (jqregex.py: matched by RE2, in linear time); parentheses.
 
 Evaluation answers only where the result is certain to be jq's: it raises :class:`Defer`
 where jq would raise an error (a field of a string, say), and where the values compared
@@ -35,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .jqfilters import FILTERS, OF_A_STRING, SAFE, SCAN_MAX, Defer, Evaluate, truthy
+from .jqregex import jq_test
 from .jqtokens import Token, tokenize
 
 __all__ = ["MAX_NESTING", "MAX_TOKENS", "SCAN_MAX", "Defer", "Evaluate", "compile_expr",
@@ -51,6 +53,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 log = logging.getLogger("switchboard.rules")
 #: Operators: a comparison is not associative in jq (``a == b == c`` does not parse).
 _COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
+#: Filters of one string literal: a maker answers None for a literal outside the subset.
+_OF_A_STRING: dict[str, Callable[[str], Evaluate | None]] = {**OF_A_STRING, "test": jq_test}
 
 
 class _Unsupported(Exception):
@@ -256,13 +260,16 @@ class _Parser:
             return self._constant({"true": True, "false": False, "null": None}[tok.text])
         if tok.kind == "ident" and tok.text in FILTERS and not self._is("punct", "("):
             return FILTERS[tok.text]
-        if tok.kind == "ident" and tok.text in OF_A_STRING and self._is("punct", "("):
+        if tok.kind == "ident" and tok.text in _OF_A_STRING and self._is("punct", "("):
             self._take()
             arg = self._take()
             if arg.kind != "str" or not self._is("punct", ")"):
                 raise _Unsupported  # only a literal: an argument is evaluated on the input
             self._take()
-            return OF_A_STRING[tok.text](self._string(arg))
+            made = _OF_A_STRING[tok.text](self._string(arg))
+            if made is None:
+                raise _Unsupported  # a regex outside the subset (jqregex.py)
+            return made
         raise _Unsupported
 
     def _constant(self, value: Any) -> Evaluate:

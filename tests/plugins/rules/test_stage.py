@@ -171,7 +171,7 @@ async def test_history_verdicts_read_only_their_paths_and_say_the_same() -> None
     saved = RoutingConfig(
         (
             {"id": "a", "expr": ".payload.n > 1", "action": {"queue": "inbox"}},
-            {"id": "b", "expr": '.payload.tags | test("x")', "action": {"queue": "inbox"}},
+            {"id": "b", "expr": '.payload.tags | test("x"; null)', "action": {"queue": "inbox"}},
         )
     )
     candidate = RoutingConfig(
