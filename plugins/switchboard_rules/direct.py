@@ -44,8 +44,9 @@ __all__ = ["MAX_NESTING", "MAX_TOKENS", "SCAN_MAX", "Defer", "Evaluate", "compil
 
 #: The most tokens of one rule set decided here: whatever a tenant writes, its rules cost
 #: the worker ~0.1 ms a delivery at most (1,024 tokens of comparisons, measured; the
-#: sandbox's round trip costs the worker more); a larger rule set goes to the sandbox,
-#: where its time is charged to its owner. The bench's 32 rules are 640 tokens.
+#: sandbox's round trip costs the worker more; regexes, a few µs each, are bounded by
+#: ``stage.DIRECT_CPU_MAX_S``); a larger rule set goes to the sandbox, where its time is
+#: charged to its owner. The bench's 32 rules are 640 tokens.
 MAX_TOKENS = 1024
 #: Parentheses nested deeper than this are left to the sandbox (each is a Python call).
 MAX_NESTING = 32

@@ -44,22 +44,18 @@ DIRECT = Counter(
     "switchboard_rules_direct_evaluations",
     "Live deliveries whose rules are all simple (plugins.rules.direct): "
     "decided (in the server, jq's answer certain), deferred (sent to the sandbox: a "
-    "value or an error only jq may answer for) or failed (deciding them in the server "
-    "raised, a bug logged once: that rule set goes to the sandbox from then on)",
+    "value or an error only jq may answer for), failed (deciding them in the server "
+    "raised, a bug logged once) or slow (decided there past its CPU limit, logged): after "
+    "failed or slow, that rule set goes to the sandbox",
     ["outcome"],
 )
-_DIRECT = {
-    True: DIRECT.labels("decided"),
-    False: DIRECT.labels("deferred"),
-    None: DIRECT.labels("failed"),
-}
+_DIRECT = {o: DIRECT.labels(o) for o in ("decided", "deferred", "failed", "slow")}
 
 
-def direct(decided: bool | None) -> None:
-    """Count one live delivery whose rule set was compiled to be decided in the server:
-    decided there (True), deferred to the sandbox (False), or failed there (None)."""
+def direct(outcome: str) -> None:
+    """Count one live delivery whose rule set was compiled to be decided in the server."""
     try:
-        _DIRECT[decided].inc()
+        _DIRECT[outcome].inc()
     except Exception:  # pragma: no cover
         pass
 

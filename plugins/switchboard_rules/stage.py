@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter, methodcaller
-from typing import Any
+from typing import Any, TypeVar
 
 from switchboard.plugin import (
     MatchResult,
@@ -134,12 +135,43 @@ class _Prepared:
     direct: tuple[Evaluate, ...] | None
 
 
-def _distrusted(what: str) -> None:
-    """Deciding rules in the server raised something other than :class:`Defer`: a bug of
-    ours, never the tenant's (jq's own errors defer). The caller hands ``what`` it was
-    deciding to the sandbox, whose answer is jq's, and no longer decides it here, so the
-    traceback is logged once (with ``what``), not at every delivery."""
-    log.exception("rules decided in the server raised (%s): the sandbox decides them", what)
+#: The CPU one event's rules may take to be decided in the server (~0.1 ms at most for
+#: 1,024 tokens of comparisons, a few µs a usual regex): past it (hostile regexes), the
+#: answer stands but that rule set is the sandbox's from then on, whose budget charges
+#: its owner. CPU of this thread, so a preempted worker does not count it.
+DIRECT_CPU_MAX_S = 0.001
+
+_T = TypeVar("_T")
+#: The outcomes of :func:`_here` whose answer stands, and those after which the rules are
+#: no longer decided in the server.
+_STANDS = frozenset({"decided", "slow"})
+_DISTRUST = frozenset({"failed", "slow"})
+
+
+def _here(evaluate: Callable[[], _T], what: str) -> tuple[_T | None, str]:
+    """``evaluate()`` in the server, and how it went: ``decided`` (the answer stands),
+    ``deferred`` (jq's to give: the sandbox's), ``failed`` (it raised something else: a bug
+    of ours, never the tenant's, logged with its traceback) or ``slow`` (the answer stands,
+    but it took past :data:`DIRECT_CPU_MAX_S`, logged). After ``failed`` or ``slow`` the
+    caller hands ``what`` it was deciding to the sandbox for good, so each is logged once."""
+    start = time.thread_time()
+    try:
+        answer = evaluate()
+    except Defer:
+        return None, "deferred"
+    except Exception:
+        log.exception("rules decided in the server raised (%s): the sandbox decides them", what)
+        return None, "failed"
+    spent = time.thread_time() - start
+    if spent > DIRECT_CPU_MAX_S:
+        log.warning(
+            "rules decided in the server took %.1f ms of CPU for one event (%s): the sandbox"
+            " decides them from now on",
+            spent * 1000,
+            what,
+        )
+        return answer, "slow"
+    return answer, "decided"
 
 
 def tenant(webhook: Mapping[str, Any]) -> tuple[str, str]:
@@ -216,17 +248,16 @@ class RulesStage:
             return StageResult()
         owner, scope = tenant(ctx.webhook)
         prepared = self._prepare(rules, ctx.config.params, scope)
-        if prepared.direct is not None:
-            try:
-                index = first_match(prepared.direct, ctx.envelope)
-            except Defer:
-                sandbox_metrics.direct(False)
-            except Exception:
+        direct = prepared.direct
+        if direct is not None:
+            index, outcome = _here(
+                lambda: first_match(direct, ctx.envelope),
+                f"webhook {ctx.webhook.get('id')}, a live delivery",
+            )
+            sandbox_metrics.direct(outcome)
+            if outcome in _DISTRUST:
                 prepared.direct = None  # this rule set's deliveries go to the sandbox
-                sandbox_metrics.direct(None)
-                _distrusted(f"webhook {ctx.webhook.get('id')}, a live delivery")
-            else:
-                sandbox_metrics.direct(True)
+            if outcome in _STANDS:
                 if index is None:
                     return StageResult()
                 return StageResult(decide(ctx.config, MatchResult(index), ctx.grant))
@@ -281,13 +312,11 @@ class RulesStage:
 
         def prepare(envelope: dict[str, Any]) -> bytes | _Judged:
             if trusted[0]:
-                try:
-                    return _judge(direct, envelope)
-                except Defer:
-                    pass
-                except Exception:
+                judged, outcome = _here(lambda: _judge(direct, envelope), "a dry run")
+                if outcome in _DISTRUST:
                     trusted[0] = False  # the rest of this dry run goes to the sandbox
-                    _distrusted("a dry run")
+                if judged is not None:
+                    return judged
             return _encoded(envelope, paths)
 
         return prepare

@@ -484,3 +484,44 @@ def test_a_bug_compiling_a_rule_leaves_it_to_the_sandbox(
         assert compile_expr('.kind == "x"') is None
         assert compile_rules(['.kind == "x"']) is None
     assert sum("compiling a rule" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_rules_too_slow_in_the_server_go_to_the_sandbox_after_one_delivery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rule set whose evaluation in the server takes past ``DIRECT_CPU_MAX_S`` (hostile
+    regexes; any, with the limit set below zero here) keeps that delivery's answer, and is
+    the sandbox's from then on: the same decisions, one warning, counted as slow. A dry run
+    does the same with the rest of its events."""
+    sandbox = _directed(False, tmp_path)
+    try:
+        expected = await _decisions(sandbox)
+        configs = (RoutingConfig(RULES),)
+        envelopes = [
+            {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
+            for kind, payload, headers in DELIVERIES
+        ]
+        webhook = {"id": "w1", "owner_human": "h"}
+        expected_dry = await sandbox.verdicts(configs, envelopes, webhook=webhook)
+    finally:
+        await sandbox.close()
+
+    import switchboard_rules.stage as stage_module
+
+    monkeypatch.setattr(stage_module, "DIRECT_CPU_MAX_S", -1.0)
+    before = {o: _count(o) for o in ("decided", "deferred", "failed", "slow")}
+    stage = _directed(True, tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING, "switchboard.rules"):
+            got = await _decisions(stage)
+            prepare = stage.preparer(configs)
+            prepared = [prepare(env) for env in envelopes]
+            got_dry = await stage.verdicts(configs, prepared, webhook=webhook)
+    finally:
+        await stage.close()
+    assert got == expected and got_dry == expected_dry
+    after = {o: _count(o) - before[o] for o in before}
+    assert after == {"decided": 0, "deferred": 0, "failed": 0, "slow": 1}
+    assert [isinstance(p, bytes) for p in prepared] == [False] + [True] * 6
+    said = [r.getMessage() for r in caplog.records if "of CPU for one event" in r.getMessage()]
+    assert len(said) == 2 and "webhook w1" in said[0] and "a dry run" in said[1]

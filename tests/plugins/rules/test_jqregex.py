@@ -15,8 +15,7 @@ from typing import Any
 import jq
 import pytest
 from switchboard_rules.direct import Defer, compile_expr, compile_rules, first_match
-from switchboard_rules.jqfilters import SCAN_MAX
-from switchboard_rules.jqregex import in_subset, jq_test
+from switchboard_rules.jqregex import POSITIONS_MAX, SUBJECT_MAX, in_subset, jq_test
 
 ATOMS = [
     "a", "b", "-", "/", "0", "x", "_", " ", ".", "#", "\\.", "\\-", "\\/", "\\d", "\\w",
@@ -90,7 +89,8 @@ def test_every_pattern_of_the_subset_answers_as_libjq() -> None:
         "a++", "a**", "a{2}{3}", "a{,3}", "a{3,2}", "a{101}", "a{1,101}", "a{", "a}", "{", "]",
         "*a", "+", "?", "^*", "$+", "(^a)*", "(?:a|$)+", "[]a]", "[^]a]", "[]", "[^]", "[z-a]",
         "[a-\\d]", "[\\d-z]", "[--a]", "[a-c-e]", "[[:alpha:]]", "[a[b]]", "[a&&b]", "[a", "(a",
-        "a)", "é", "a\nb", "a\tb", "\\", "x" * 257,
+        "a)", "é", "a\nb", "a\tb", "\\", "x" * 257, "a{65}", "(ab){33}", "[0-9a-f]{65}",
+        "(a|b){33}", "x" * (POSITIONS_MAX + 1), "a{64}b",
         "(" * 17 + "a" + ")" * 17,
     ],
 )  # fmt: skip
@@ -103,7 +103,7 @@ def test_what_the_subset_leaves_to_the_sandbox(pattern: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [None, 1, True, [], {}, "é", "a\nb", "a\tb", "\x7f", "x" * (SCAN_MAX + 1)],
+    [None, 1, True, [], {}, "é", "a\nb", "a\tb", "\x7f", "x" * (SUBJECT_MAX + 1)],
 )
 def test_a_value_the_subset_does_not_prove_is_the_sandbox_s(value: Any) -> None:
     """Not a string (jq's error), or a string with a control character or past ASCII, or a
@@ -115,9 +115,9 @@ def test_a_value_the_subset_does_not_prove_is_the_sandbox_s(value: Any) -> None:
 
 
 def test_a_hostile_pattern_is_decided_in_linear_time() -> None:
-    """Patterns that make a backtracking engine run for ages on 1,024 characters are
-    decided here (RE2 does not backtrack; the bench measures it: tens of µs)."""
-    text = "a" * SCAN_MAX
+    """Patterns that make a backtracking engine run for ages on the longest string matched
+    here are decided here (RE2 does not backtrack: tens of µs, bench/README.md)."""
+    text = "a" * SUBJECT_MAX
     for pattern in ("(a*)*b", "(a|a)*b", "(a+)+b", "(?:a|aa)+c", "(.*a){20}b"):
         test = jq_test(pattern)
         assert test is not None, pattern
