@@ -525,3 +525,57 @@ async def test_rules_too_slow_in_the_server_go_to_the_sandbox_after_one_delivery
     assert [isinstance(p, bytes) for p in prepared] == [False] + [True] * 6
     said = [r.getMessage() for r in caplog.records if "of CPU for one event" in r.getMessage()]
     assert len(said) == 2 and "webhook w1" in said[0] and "a dry run" in said[1]
+
+
+async def test_a_garbage_collection_during_the_rules_is_not_theirs_to_pay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's garbage collection falling in an evaluation (milliseconds, the whole
+    worker's cost) never makes the rules slow: with the limit below zero, a collection in
+    every evaluation leaves every delivery decided in the server."""
+    import gc
+
+    import switchboard_rules.stage as stage_module
+
+    def collecting(compiled: Any, envelope: Any) -> int | None:
+        gc.collect()  # what the collector would do on its own, made certain
+        return first_match(compiled, envelope)
+
+    monkeypatch.setattr(stage_module, "first_match", collecting)
+    monkeypatch.setattr(stage_module, "DIRECT_CPU_MAX_S", -1.0)
+    before = {o: _count(o) for o in ("decided", "deferred", "failed", "slow")}
+    stage = _directed(True, tmp_path)
+    gc.disable()  # no collection but those above: the young count only grows meanwhile
+    try:
+        await _decisions(stage)
+    finally:
+        gc.enable()
+        await stage.close()
+    after = {o: _count(o) - before[o] for o in before}
+    assert after == {"decided": 5, "deferred": 2, "failed": 0, "slow": 0}
+
+
+async def test_rules_slow_to_defer_go_to_the_sandbox_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rules that spend past the limit before deferring (a hostile regex ahead of a float
+    compared) are counted slow and sent to the sandbox from then on, not tried again at
+    every delivery; the deferred delivery is the sandbox's, as always."""
+    import switchboard_rules.stage as stage_module
+
+    monkeypatch.setattr(stage_module, "DIRECT_CPU_MAX_S", -1.0)
+    before = {o: _count(o) for o in ("decided", "deferred", "slow")}
+    stage = _directed(True, tmp_path)
+    try:
+        queues = []
+        for kind, payload, headers in (DELIVERIES[4], DELIVERIES[0]):  # a float, then 42
+            env = {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
+            ctx = RoutingContext({"id": "w1", "owner_human": "h"}, env, GRANT,
+                                 RoutingConfig(RULES))  # fmt: skip
+            result = await stage.route(ctx)
+            queues.append(result.decision and result.decision.queue)
+        assert queues == [None, "triage"]  # 1.5 < 10 by jq; 42 matched, by the sandbox
+    finally:
+        await stage.close()
+    after = {o: _count(o) - before[o] for o in before}
+    assert after == {"decided": 0, "deferred": 0, "slow": 1}
