@@ -58,31 +58,30 @@ def tree_cpu(pid: int) -> tuple[float, float]:
     return total, sandbox
 
 
+def _rules(prefix: str, name: str, expr: str) -> list[dict[str, Any]]:
+    """32 rules, ``expr`` formatted with each one's number ``i``, queueing to inbox."""
+    return [
+        {"id": f"{prefix}{i}", "name": f"{name} {i}", "expr": expr.replace("{i}", str(i)),
+         "action": {"queue": "inbox"}}
+        for i in range(32)
+    ]  # fmt: skip
+
+
 # 32 rules of a forge's usual shape (pipes, ascii_downcase, startswith, length), none of
 # which matches the bench body either: every delivery evaluates them all.
-FORGE_RULES = [
-    {
-        "id": f"f{i}",
-        "name": f"release {i}",
-        "expr": f'(.payload.repository.full_name | ascii_downcase | startswith("org/repo-{i}/"))'
-        ' and (.payload.pull_request | length) > 0 and .headers["x-github-event"] != "ping"',
-        "action": {"queue": "inbox"},
-    }
-    for i in range(32)
-]
-
-
+FORGE_RULES = _rules(
+    "f",
+    "release",
+    '(.payload.repository.full_name | ascii_downcase | startswith("org/repo-{i}/"))'
+    ' and (.payload.pull_request | length) > 0 and .headers["x-github-event"] != "ping"',
+)
 # 32 rules that test regexes (jqregex.py's subset), none of which matches the bench body.
-REGEX_RULES = [
-    {
-        "id": f"x{i}",
-        "name": f"service {i}",
-        "expr": f'(.payload.repository.full_name | test("^org/(api|web)-{i}(-[a-z0-9]+)?$"))'
-        ' and (.payload.action | test("^(opened|synchronize|reopened)$"))',
-        "action": {"queue": "inbox"},
-    }
-    for i in range(32)
-]
+REGEX_RULES = _rules(
+    "x",
+    "service",
+    '(.payload.repository.full_name | test("^org/(api|web)-{i}(-[a-z0-9]+)?$"))'
+    ' and (.payload.action | test("^(opened|synchronize|reopened)$"))',
+)
 
 
 async def set_rules(env: dict[str, str], webhook_id: str, ruleset: list[Any] | None = None) -> None:
