@@ -132,7 +132,7 @@ class _Prepared:
     trie: dict[str, Any] | None
     whole: bool  # no proof of what the rules read: the whole envelope goes
     #: every rule compiled to be decided in the server (direct.py; None: the sandbox's,
-    #: and from the first time deciding them here raised: see :func:`_distrusted`)
+    #: and from the first time deciding them here failed or was slow: see :func:`_here`)
     direct: tuple[Evaluate, ...] | None
 
 
