@@ -7,7 +7,7 @@ and the classes and anchors mean the same in every engine on text with no newlin
 other control character. So for such a pattern (:func:`in_subset`) and such a string
 (printable ASCII, at most :data:`SUBJECT_MAX` characters), RE2's answer is jq's; for any
 other string the filter defers to the sandbox. RE2 never backtracks: a pattern of at most
-:data:`POSITIONS_MAX` positions costs at most ~0.2 ms on such a string, a usual one a few
+:data:`POSITIONS_MAX` positions costs at most ~0.3 ms on such a string, a usual one a few
 µs, where Python's ``re`` could run for ages on ``(a*)*b``. Each program's memory is
 bounded (:data:`PROGRAM_MEMORY`) and so is their number (:data:`PROGRAMS_MAX`, shared by
 every rule set). Without the ``google-re2`` wheel on this platform ``test`` is simply left
@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - no wheel for this platform: the sandbo
 PATTERN_MAX = 256
 #: The most positions a pattern decided here matches through, its repeats unrolled
 #: (``[0-9a-f]{40}`` is 40, ``^refs/tags/v[0-9]+$`` 13): what an RE2 search costs grows
-#: with it where a hostile pattern keeps the DFA from settling (~0.2 ms at 64, measured).
+#: with it where a hostile pattern keeps the DFA from settling (~0.3 ms at 64, measured).
 POSITIONS_MAX = 64
 #: The longest string matched here (a ref, a name, an action); a longer one is the sandbox's.
 SUBJECT_MAX = 256
@@ -47,11 +47,10 @@ GROUPS_MAX = 16
 
 #: Characters that mean something to a regex: a literal one is written escaped.
 _SPECIAL = frozenset(".^$|()[]{}*+?\\")
-#: What a backslash may escape, outside a class and in one: punctuation, read literally.
-_ESCAPED = frozenset(".^$|()[]{}*+?\\/-")
-#: The class escapes whose ASCII meaning every engine shares (``\s`` is not one: RE2's
+#: What a backslash may escape, outside a class and in one: punctuation, read literally,
+#: and the class escapes whose ASCII meaning every engine shares (``\s`` is not one: RE2's
 #: lacks the vertical tab, Python's has four more controls).
-_CLASSES = frozenset("dDwW")
+_ESCAPES = frozenset(".^$|()[]{}*+?\\/-") | frozenset("dDwW")
 
 
 class _Outside(Exception):
@@ -152,9 +151,7 @@ class _Scan:
         elif c == "[":
             i = self.klass(i + 1)
         elif c == "\\":
-            if i + 1 >= len(p) or (p[i + 1] not in _ESCAPED and p[i + 1] not in _CLASSES):
-                raise _Outside  # a back-reference, \s, \b, \A, \n, \x..: not proven alike
-            i += 2
+            i = self.escape(i)
         elif c in _SPECIAL and c != ".":
             raise _Outside  # a repeat with nothing before it, a stray ] { }
         else:
@@ -185,6 +182,13 @@ class _Scan:
             raise _Outside
         return end + 1, int(high) if high else int(low) + bool(comma)
 
+    def escape(self, i: int) -> int:
+        """At a backslash: past its escape, one of :data:`_ESCAPES` (a back-reference,
+        ``\\s``, ``\\b``, ``\\A``, ``\\n``, ``\\x..`` are not proven alike)."""
+        if self.p[i + 1 : i + 2] not in _ESCAPES:
+            raise _Outside
+        return i + 2
+
     def klass(self, i: int) -> int:
         """After ``[``: an optional ``^``, then characters, ranges and escapes up to ``]``
         (no ``]`` first, no ``[`` inside, no ``&&``: each engine reads those its own way)."""
@@ -197,23 +201,19 @@ class _Scan:
             if c == "[" or p.startswith("&&", i):
                 raise _Outside
             if c == "\\":
-                if i + 1 >= len(p) or (p[i + 1] not in _ESCAPED and p[i + 1] not in _CLASSES):
-                    raise _Outside
-                i += 2
-                if i < len(p) and p[i] == "-" and p[i + 1 : i + 2] != "]":
-                    raise _Outside  # a range from a class or an escape
-                continue
-            if c == "-" and i != first and p[i + 1 : i + 2] != "]":
-                raise _Outside  # a dash that is not at an end, nor in a range
-            if p[i + 1 : i + 2] == "-" and p[i + 2 : i + 3] not in ("", "]"):
+                i = self.escape(i)
+            elif p[i + 1 : i + 2] == "-" and p[i + 2 : i + 3] not in ("", "]"):
                 high = p[i + 2]
                 if c == "-" or high in "\\[]-" or ord(high) < ord(c):
                     raise _Outside  # a range of a dash, an escape or backwards
                 i += 3
-                if i < len(p) and p[i] == "-" and p[i + 1 : i + 2] != "]":
-                    raise _Outside
+            elif c == "-" and i != first and p[i + 1 : i + 2] != "]":
+                raise _Outside  # a dash that is not at an end, nor in a range
+            else:
+                i += 1
                 continue
-            i += 1
+            if p[i : i + 1] == "-" and p[i + 1 : i + 2] != "]":
+                raise _Outside  # a range from an escape, or from a range's end
         if i >= len(p) or i == first:
             raise _Outside  # no closing ], or an empty class
         return i + 1

@@ -296,6 +296,30 @@ def _count(outcome: str) -> float:
     return value or 0.0
 
 
+#: DELIVERIES as envelopes, and the webhook they came to.
+ENVELOPES = [
+    {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
+    for kind, payload, headers in DELIVERIES
+]
+WEBHOOK = {"id": "w1", "owner_human": "h"}
+
+
+async def _decisions(stage: Any, envelopes: list[dict[str, Any]] = ENVELOPES) -> list[Any]:
+    """Each envelope routed live by ``stage`` through RULES: ((drop, queue, trace) or None,
+    its faults)."""
+    seen = []
+    for env in envelopes:
+        result = await stage.route(RoutingContext(WEBHOOK, env, GRANT, RoutingConfig(RULES)))
+        d = result.decision
+        seen.append(
+            (
+                None if d is None else (d.drop, d.queue, d.trace),
+                [(f.cause, f.rule_index) for f in result.faults],
+            )
+        )
+    return seen
+
+
 async def test_the_stage_decides_the_same_with_and_without_direct(tmp_path: Path) -> None:
     """Every delivery's decision, trace and faults are the same whether the server decided
     it or the sandbox did; the two that need jq went to the sandbox, counted as deferred."""
@@ -304,22 +328,7 @@ async def test_the_stage_decides_the_same_with_and_without_direct(tmp_path: Path
     for direct in (True, False):
         stage = _directed(direct, tmp_path)
         try:
-            seen = []
-            for kind, payload, headers in DELIVERIES:
-                env = {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
-                ctx = RoutingContext({"id": "w1", "owner_human": "h"}, env, GRANT,
-                                     RoutingConfig(RULES))  # fmt: skip
-                result = await stage.route(ctx)
-                decision = result.decision
-                seen.append(
-                    (
-                        None
-                        if decision is None
-                        else (decision.drop, decision.queue, decision.trace),
-                        [(f.cause, f.rule_index) for f in result.faults],
-                    )
-                )
-            answers.append(seen)
+            answers.append(await _decisions(stage))
         finally:
             await stage.close()
     assert answers[0] == answers[1]
@@ -340,11 +349,7 @@ async def test_dry_runs_judge_in_the_server_what_live_routing_does(tmp_path: Pat
     candidate = RoutingConfig(
         (*RULES[:2], {"id": "n", "expr": ".payload.number | length > 5", "action": {}})
     )  # fmt: skip
-    envelopes = [
-        {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
-        for kind, payload, headers in DELIVERIES
-    ]
-    webhook = {"id": "w1", "owner_human": "h"}
+    envelopes, webhook = ENVELOPES, WEBHOOK
     answers = []
     for direct in (True, False):
         stage = _directed(direct, tmp_path)
@@ -365,23 +370,6 @@ async def test_dry_runs_judge_in_the_server_what_live_routing_does(tmp_path: Pat
     assert said[0] == ["matched", "false", "false"]  # the first delivery, the saved rules
     assert said[1] == ["matched", "false", "matched"]  # the candidate: 42 > 5
     assert said[10] == ["false", "error", "false"]  # a string indexed: jq's error, kept
-
-
-async def _decisions(stage: Any) -> list[Any]:
-    """Each of DELIVERIES routed live by ``stage``: (queue or drop, trace, faults)."""
-    seen = []
-    for kind, payload, headers in DELIVERIES:
-        env = {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
-        ctx = RoutingContext({"id": "w1", "owner_human": "h"}, env, GRANT, RoutingConfig(RULES))
-        result = await stage.route(ctx)
-        d = result.decision
-        seen.append(
-            (
-                None if d is None else (d.drop, d.queue, d.trace),
-                [(f.cause, f.rule_index) for f in result.faults],
-            )
-        )
-    return seen
 
 
 async def test_a_bug_deciding_in_the_server_hands_the_rule_set_to_the_sandbox(
@@ -429,11 +417,7 @@ async def test_a_bug_judging_a_dry_run_in_the_server_sends_the_rest_to_the_sandb
     """A dry run's verdicts stay jq's when the server's judging raises: that event and every
     later one go to the sandbox, logged once."""
     configs = (RoutingConfig(RULES),)
-    envelopes = [
-        {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
-        for kind, payload, headers in DELIVERIES
-    ]
-    webhook = {"id": "w1", "owner_human": "h"}
+    envelopes, webhook = ENVELOPES, WEBHOOK
     sandbox = _directed(False, tmp_path)
     try:
         expected = await sandbox.verdicts(configs, envelopes, webhook=webhook)
@@ -497,11 +481,7 @@ async def test_rules_too_slow_in_the_server_go_to_the_sandbox_after_one_delivery
     try:
         expected = await _decisions(sandbox)
         configs = (RoutingConfig(RULES),)
-        envelopes = [
-            {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
-            for kind, payload, headers in DELIVERIES
-        ]
-        webhook = {"id": "w1", "owner_human": "h"}
+        envelopes, webhook = ENVELOPES, WEBHOOK
         expected_dry = await sandbox.verdicts(configs, envelopes, webhook=webhook)
     finally:
         await sandbox.close()
@@ -567,13 +547,8 @@ async def test_rules_slow_to_defer_go_to_the_sandbox_too(
     before = {o: _count(o) for o in ("decided", "deferred", "slow")}
     stage = _directed(True, tmp_path)
     try:
-        queues = []
-        for kind, payload, headers in (DELIVERIES[4], DELIVERIES[0]):  # a float, then 42
-            env = {"source": "generic", "kind": kind, "payload": payload, "headers": headers}
-            ctx = RoutingContext({"id": "w1", "owner_human": "h"}, env, GRANT,
-                                 RoutingConfig(RULES))  # fmt: skip
-            result = await stage.route(ctx)
-            queues.append(result.decision and result.decision.queue)
+        seen = await _decisions(stage, [ENVELOPES[4], ENVELOPES[0]])  # a float, then 42
+        queues = [decision and decision[1] for decision, _ in seen]
         assert queues == [None, "triage"]  # 1.5 < 10 by jq; 42 matched, by the sandbox
     finally:
         await stage.close()
