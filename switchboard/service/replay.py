@@ -265,7 +265,9 @@ async def evaluated(
                     rows.extend(got)
                     continue
                 batch = [rows.popleft() for _ in range(min(pace.size, len(rows)))]
-                inflight.append(asyncio.ensure_future(pace.timed(judge(batch), len(batch))))
+                # The coroutine is made inside the task: a task cancelled before it starts
+                # then leaves no coroutine behind that was never awaited.
+                inflight.append(asyncio.ensure_future(pace.timed(judge, batch)))
                 continue
             done = await inflight.popleft()
             for item in done:
@@ -289,10 +291,12 @@ class _Pace:
     def __init__(self) -> None:
         self.size = FIRST_BATCH
 
-    async def timed(self, batch: Awaitable[list[Evaluated]], n: int) -> list[Evaluated]:
+    async def timed(
+        self, judge: Callable[[list[Row]], Awaitable[list[Evaluated]]], batch: list[Row]
+    ) -> list[Evaluated]:
         began = time.monotonic()
-        out = await batch
-        each = (time.monotonic() - began) / n
+        out = await judge(batch)
+        each = (time.monotonic() - began) / len(batch)
         self.size = max(1, min(PAGE, int(BATCH_S / each) if each > 0 else PAGE))
         return out
 
