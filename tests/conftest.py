@@ -18,7 +18,7 @@ import pytest
 from sbpg import EXPECT_MAJOR, drop_database, server_version, session_server
 from sbtest import CLI, Server, free_port, make_env
 
-from switchboard.config import load_config
+from switchboard.config import load_config, usable_cpus
 from switchboard.runtime import Runtime
 from switchboard.sources import Delivery, Headers
 from switchboard.store import migrate
@@ -67,9 +67,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     worker on 2 cores disturbs (a 20 ms rule budget and a quiet client's p99 beside a flood
     each failed once), so a run with them keeps a worker per CPU.
     """
-    cpus = len(os.sched_getaffinity(0))
     fast = config.getoption("markexpr", "").replace(" ", "") == "notslow"
-    return cpus + 1 if fast else cpus
+    return usable_cpus() + 1 if fast else usable_cpus()
 
 
 #: What the session ran against, for the closing summary ("PostgreSQL 16.2 (embedded, …)").
