@@ -311,18 +311,22 @@ def read_bodies_first(app: Any) -> int:
 
 
 def stop_accepting(app: Any) -> int:
-    """Shut the listening socket down in every process at once; how many were shut.
+    """Shut this worker's listening socket down (in every process at once where they share
+    one); how many were shut.
 
-    With several workers, ``serve``'s main process owns the listening socket and keeps it
-    open until every worker has drained: each worker stops accepting, yet the kernel goes
-    on completing handshakes into the socket's queue, and those connections are reset when
-    the main process finally closes it. ``shutdown(SHUT_RD)`` on a listening socket stops
-    it listening in the kernel (the socket, not one process's descriptor), so a new
-    connection is refused at once. A process whose listener still watches the socket wakes
-    for it at every turn of its loop until that listener closes (uvloop quietly; the stdlib
-    loop would log ``accept``'s ``EINVAL`` each time, so only under uvloop): called last in a
-    worker's drain, just before Sanic closes its listener, so that lasts only as long as a
-    sibling's drain runs behind this one's.
+    With several workers on Linux, each listens on a socket of its own (``cli.listeners``):
+    this worker's is shut, and a new connection goes to a sibling still listening (answered
+    ``503`` while it drains), or is refused once none is. Elsewhere they share the listening
+    socket of ``serve``'s main process, which keeps it open until every worker has drained:
+    each worker stops accepting, yet the kernel goes on completing handshakes into the
+    socket's queue, and those connections are reset when the main process finally closes
+    it. ``shutdown(SHUT_RD)`` on a listening socket stops it listening in the kernel (the
+    socket, not one process's descriptor), so a new connection is refused at once. A
+    process whose listener still watches the socket wakes for it at every turn of its loop
+    until that listener closes (uvloop quietly; the stdlib loop would log ``accept``'s
+    ``EINVAL`` each time, so only under uvloop): called last in a worker's drain, just
+    before Sanic closes its listener, so that lasts only as long as a sibling's drain runs
+    behind this one's.
     """
     loop = asyncio.get_running_loop()
     if not type(loop).__module__.startswith("uvloop"):

@@ -130,14 +130,17 @@ def stopping_a_start_is_quiet() -> None:
 
 
 def serve_worker(**kwargs: Any) -> None:
-    """Sanic's worker target (``worker_serve``), whose start a stop signal ends quietly."""
+    """Sanic's worker target (``worker_serve``), whose start a stop signal ends quietly, on a
+    listener of its own where the main process reserved the address (``listeners``)."""
     from sanic.worker.serve import worker_serve
 
     from .. import lifeline, stopsignals
+    from . import listeners
 
     if not lifeline.is_worker():  # Sanic's single process: its own signals, as before
         worker_serve(**kwargs)
         return
+    listeners.listen_in_the_worker(kwargs)
     _hold_stops_while_the_server_is_made()
     try:
         stopsignals.stop_ends_the_start()

@@ -27,10 +27,6 @@ from .main import driver_warnings_quiet
 
 log = logging.getLogger("switchboard.serve")
 
-#: The listening socket's backlog (Sanic's default).
-LISTEN_BACKLOG = 100
-
-
 #: ``--workers``' range: ``[server] workers``' (schemas/config.schema.json).
 WORKERS_MIN, WORKERS_MAX = 1, 64
 
@@ -85,16 +81,17 @@ def database_where(rt: Runtime, dsn: str) -> str:
     return f"external {dsn_where(dsn)}"
 
 
-def listen(host: str, port: int, what: str) -> socket.socket:
-    """The listening socket on ``host:port``, bound before anything else starts.
+def listen(host: str, port: int, what: str, workers: int) -> socket.socket:
+    """``host:port`` taken before anything else starts (``listeners.listen``: a listening
+    socket, or the reservation each of several workers listens beside).
 
     A port another process holds is exit 1 (the command was right, the machine is busy),
     one no socket can have exit 2; either is one line naming the address and ``what`` set it.
     """
-    from sanic.server.socket import bind_socket
+    from . import listeners
 
     try:
-        return bind_socket(host, port, backlog=LISTEN_BACKLOG)
+        return listeners.listen(host, port, workers=workers)
     except OverflowError:
         raise ConfigError(
             f"cannot listen on {host}:{port} ({what}): a port is 0 to 65535"
@@ -160,7 +157,8 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     host = args.host or rt.config.host
     port = args.port if args.port is not None else rt.config.port
     load_secret_key(rt)
-    sock = listen(host, port, "--port" if args.port is not None else "addr")
+    workers = server_sizes(rt.config, args.workers).workers
+    sock = listen(host, port, "--port" if args.port is not None else "addr", workers)
     try:
         return _serve(args, rt, sock, host)
     finally:

@@ -64,8 +64,18 @@ def last_line(stderr: str) -> str:
 @pytest.fixture
 def held_port() -> Iterator[int]:
     """A port another process's listener holds (as Sanic binds: SO_REUSEADDR, listening)."""
+    with holding() as port:
+        yield port
+
+
+@contextlib.contextmanager
+def holding(*, reuse_port: bool = False) -> Iterator[int]:
+    """A listener on a free port; ``reuse_port``: with ``SO_REUSEPORT``, as the workers of a
+    multi-worker ``serve`` listen (a second one must not bind beside them)."""
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield int(sock.getsockname()[1])
@@ -122,15 +132,19 @@ def test_an_out_of_range_port_or_worker_count_is_refused_before_anything_starts(
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("reuse_port", [False, True], ids=["plain", "SO_REUSEPORT"])
 def test_a_port_in_use_is_one_line_and_nothing_is_started(
-    tmp_path: Path, held_port: int, workers: str
+    tmp_path: Path, workers: str, reuse_port: bool
 ) -> None:
+    if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
+        pytest.skip("no SO_REUSEPORT here")
     data = tmp_path / "data"
     env = make_env(None, data)
-    code, stderr = refused(env, "serve", "--port", str(held_port), "--workers", workers, data=data)
+    with holding(reuse_port=reuse_port) as port:
+        code, stderr = refused(env, "serve", "--port", str(port), "--workers", workers, data=data)
     assert code == 1
     assert stderr.splitlines() == [
-        f"switchboard: error: cannot listen on 127.0.0.1:{held_port}: address already in use"
+        f"switchboard: error: cannot listen on 127.0.0.1:{port}: address already in use"
     ]
 
 
