@@ -82,9 +82,9 @@ def switchboard_register_commands(register: CommandRegistry) -> None:
 @hookimpl
 def switchboard_register_routes(app: Any) -> None:
     """``POST /mcp`` (and ``DELETE``, refused: stateless): streamable HTTP, bridged into Sanic."""
-    from . import streamable
+    from . import route
 
-    streamable.add_route(app)
+    route.add_route(app)
 
 
 @hookimpl

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from mcp.server.transport_security import TransportSecuritySettings
-from sanic import Request, Sanic
+from sanic import Request
 from sanic.response import HTTPResponse, json, text
 
 from switchboard.runtime import Runtime
@@ -16,10 +15,8 @@ from switchboard.runtime import Runtime
 from . import hosts, jsonrpc, refusals
 from .auth import EndpointTokenVerifier, http_caller
 from .bridge import ASGIApp, serve_asgi
+from .route import PATH, STATE_KEY
 from .server import SwitchboardMCP, build_server
-
-PATH = "/mcp"
-STATE_KEY = "mcp"
 
 
 @dataclass
@@ -31,6 +28,13 @@ class MCPHTTP:
     security: TransportSecuritySettings
     task: asyncio.Task[None] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def answer(self, request: Request) -> HTTPResponse | None:
+        """A request to ``/mcp`` (``route``), screened, then answered by the SDK app."""
+        refused = screen(self, request)
+        if refused is not None:
+            return refused
+        return await serve_asgi(self.asgi, request, path=PATH)
 
 
 def build_http(rt: Runtime) -> MCPHTTP:
@@ -106,22 +110,3 @@ def screen(state: MCPHTTP, request: Request) -> HTTPResponse | None:
         if error is not None:
             return json(error, status=jsonrpc.HTTP_STATUS)
     return None
-
-
-def add_route(app: Sanic[Any, Any]) -> None:
-    rt: Runtime = app.ctx.runtime
-
-    async def mcp_endpoint(request: Request) -> HTTPResponse | None:
-        state: MCPHTTP | None = rt.state.get(STATE_KEY)
-        if state is None:
-            return json({"error": "the MCP surface is not running"}, status=503)
-        refused = screen(state, request)
-        if refused is not None:
-            return refused
-        return await serve_asgi(state.asgi, request, path=PATH)
-
-    # No GET: stateless, the server has nothing to send on a stream of its own, and the SDK
-    # would keep one open (a ping every 15 s) for as long as the client liked, holding a
-    # connection slot with no deadline. MCP's answer for that is 405; stock clients open
-    # one only for a session, which a stateless server never gives.
-    app.add_route(mcp_endpoint, PATH, methods=["POST", "DELETE"], name="mcp")
