@@ -91,6 +91,13 @@ HOSTILE = [
 ]
 
 
+def held_past_its_alarm(result: MatchResult) -> bool:
+    """A benign rule timed out: its alarm is wall time (``ITIMER_REAL``), and a machine
+    busy with other tests can hold a fresh evaluator past 20 ms before ``true`` finishes.
+    Such a delivery is evaluated once more: this test is about memory, not time."""
+    return any(f.cause == "timeout" and f.rule_id in ("ok", "t") for f in result.faults)
+
+
 @pytest.mark.slow
 async def test_memory_is_flat_over_many_hostile_deliveries() -> None:
     me = psutil.Process()
@@ -104,6 +111,8 @@ async def test_memory_is_flat_over_many_hostile_deliveries() -> None:
                 expr = HOSTILE[k % len(HOSTILE)]
                 rules = [("ok", "false"), ("bad", expr), ("t", "true")]
                 result = await sb.evaluate(rules, {}, ENV, owner="h", scope="w")
+                if held_past_its_alarm(result):
+                    result = await sb.evaluate(rules, {}, ENV, owner="h", scope="w")
                 assert result.rule_index == 2, (expr, result)
                 assert [(f.rule_index, f.rule_id) for f in result.faults] == [(1, "bad")], expr
 
