@@ -7,7 +7,8 @@ two ceilings measured against the same PostgreSQL in the same run: pgbench at 32
 running the same rows (event + todo) as one single-statement transaction, prepared, and
 the same insert pair issued through psycopg at each level's concurrency. The ratios are
 receiver/pgbench and receiver/psycopg; for each level, the store's batch sizes (write and
-resolve steps) from the server's /metrics. With --floor, also the HTTP floor: a bare Sanic
+resolve steps) from the server's /metrics, and the workers' CPU a delivery and each one's
+share of it. With --floor, also the HTTP floor: a bare Sanic
 app with as many workers answering a fixed 202 to the same client at the pgbench clients'
 count (bare_sanic.py), and its own ratio to pgbench: what no Sanic receiver can exceed here.
 """
@@ -44,6 +45,7 @@ from harness import (  # noqa: E402
     summary,
     wait_healthy,
 )
+from procs import cpus, shares, workers  # noqa: E402
 
 TRACE = {"stage": "default", "cause": "no_match_default", "action": {"queue": "inbox"}}
 
@@ -206,7 +208,10 @@ def main() -> None:
             )
             for level in [int(x) for x in args.levels.split(",")]:
                 before = scrape_histogram(srv.base_url)
+                procs = workers(srv.proc.pid)
+                cpu = cpus(procs)
                 r = summary(*_run(load(hook["ingest_url"], BODY, level, args.total)))
+                each = [b - a for a, b in zip(cpu, cpus(procs), strict=True)]
                 batches = histogram_diff(before, scrape_histogram(srv.base_url))
                 c = summary(
                     *_run(ceiling(dsn, hook["webhook_id"], hook["endpoint_id"], level, args.total))
@@ -218,6 +223,10 @@ def main() -> None:
                 )
                 for step in ("write", "resolve"):
                     print(f"{'':>7}   batch sizes, {batch_line(batches, step)}")
+                print(
+                    f"{'':>7}   workers' CPU: {sum(each) / args.total * 1e6:.0f} µs a delivery,"
+                    f" by worker {shares(each)}"
+                )
             if args.floor:
                 per_s = floor(sizes.workers, args.pgbench_clients, args.total)
                 print(

@@ -24,41 +24,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import cli, database, generic_webhook, load, py_spy, serve, summary  # noqa: E402
 from ingest import BODY as BODY_SMALL  # noqa: E402
+from procs import cpus, shares, workers  # noqa: E402
 from routing import BODY as BODY_5K  # noqa: E402
 from routing import set_rules  # noqa: E402
-
-
-def workers(pid: int) -> list[psutil.Process]:
-    """The Python processes under ``serve`` that answer requests (Sanic's workers and its
-    manager; not the sandbox's processes)."""
-    out = []
-    for proc in psutil.Process(pid).children(recursive=True):
-        try:
-            line = " ".join(proc.cmdline())
-        except psutil.Error:
-            continue
-        if "python" in line and "sandbox_child" not in line and "multiprocessing" in line:
-            out.append(proc)
-    if not out:  # a single-process serve answers itself
-        out = [psutil.Process(pid)]
-    return out
-
-
-def cpus(procs: list[psutil.Process]) -> list[float]:
-    """Each process's CPU seconds so far (0 for one that has gone)."""
-    out = []
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-            out.append(t.user + t.system)
-        except psutil.Error:
-            out.append(0.0)
-    return out
 
 
 def frames(raw: Path) -> tuple[Counter[str], Counter[str], int]:
@@ -169,12 +140,9 @@ def main() -> None:
         f"{' to 32 rules' if args.rules else ''}: {s['per_s']:.0f}/s, p50 {s['p50_ms']:.2f} ms,"
         f" p99 {s['p99_ms']:.2f} ms"
     )
-    # Which worker took the clients' connections decides much: all of them on one (the
-    # kernel hands a burst of connections to the first worker awake) or shared.
-    shares = "/".join(f"{c / used:.0%}" for c in sorted(each, reverse=True) if c > 0.005 * used)
     print(
         f"workers' CPU per delivery: {used / args.total * 1e6:.0f} µs ({used:.2f} s in all;"
-        f" by worker {shares})"
+        f" by worker {shares(each)})"
     )
     print(f"\n{samples} samples; top {args.top} frames by self time:")
     for frame, n in own.most_common(args.top):
