@@ -93,3 +93,48 @@ def test_one_worker_listens_on_the_socket_serve_bound(server_factory: Any, dsn: 
     srv = server_factory(dsn)
     assert srv.proc is not None
     assert _held(psutil.Process(srv.proc.pid), srv.port, psutil.CONN_LISTEN) == 1
+
+
+def _loopback6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_each_worker_listens_beside_the_reservation_on_its_address(host: str) -> None:
+    """In process, as serve and its workers do: the reservation is bound, not listening;
+    each worker's own socket binds the same address (IPv6 too) and takes connections."""
+    if host == "::1" and not _loopback6():
+        pytest.skip("no IPv6 loopback here")
+    reservation = listeners.listen(host, 0, workers=2)
+    mine: list[socket.socket] = []
+    try:
+        assert listeners.reserved(reservation)
+        port = reservation.getsockname()[1]
+        for _ in range(2):
+            kwargs: dict[str, Any] = {"sock": reservation.dup()}  # each worker's inherited copy
+            listeners.listen_in_the_worker(kwargs)
+            own = kwargs["sock"]
+            mine.append(own)
+            assert own.getsockname()[:2] == (host, port)
+            own.listen()
+        with socket.create_connection((host, port), timeout=5):
+            pass  # accepted into one of the two backlogs
+        assert not listeners.reserved(mine[0])  # listening: a worker keeps it as it is
+    finally:
+        for s in (reservation, *mine):
+            s.close()
+
+
+def test_one_worker_gets_a_listening_socket_and_no_reservation() -> None:
+    sock = listeners.listen("127.0.0.1", 0, workers=1)
+    with sock:
+        assert not listeners.reserved(sock)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        kwargs: dict[str, Any] = {"sock": sock}
+        listeners.listen_in_the_worker(kwargs)
+        assert kwargs["sock"] is sock
