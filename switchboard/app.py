@@ -51,6 +51,7 @@ def _retry_later(body: dict[str, Any]) -> HTTPResponse:
 
 def create_app(rt: Runtime, name: str = "switchboard") -> Sanic[Any, Any]:
     loghygiene.install()
+    arrival.name_every_status()
     if rt.config.section("server").get("access_log"):
         # In every worker: each builds its own app.
         loghygiene.enable_access_log()

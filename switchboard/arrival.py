@@ -30,6 +30,7 @@ from sanic.exceptions import (
     ExpectationFailed,
     PayloadTooLarge,
     RequestTimeout,
+    SanicException,
     ServiceUnavailable,
 )
 from sanic.http import Http, Stage
@@ -61,6 +62,14 @@ def cut_at_stop() -> int:
 class ArrivalTimeout(RequestTimeout):
     """A request's headers or body missed its deadline; the message names it and its setting
     (and nothing of the request), so the ``408`` body says it."""
+
+
+class TargetTooLong(SanicException):
+    """A request line that did not end within the head's size limit: RFC 9110's ``414``
+    (Sanic answers ``431`` for any head over it; the lowest Sanic we support has no 414)."""
+
+    status_code = 414
+    quiet = True
 
 
 class UnsupportedExpect(ExpectationFailed):
@@ -140,6 +149,9 @@ class BoundedHttp(Http):
         try:
             await super().http1_request_header()
         except PayloadTooLarge:
+            if self._request_line_too_long():
+                # RFC 9110's 414: the target alone filled the limit (Sanic says 431)
+                raise TargetTooLong("Request URI exceeds the size limit") from None
             # A header block over the limit is refused before Sanic reads the request line:
             # read its target here, so the 431 is answered (and, on an ingest URL, logged
             # and counted) under its path, as a 413 is.
@@ -160,6 +172,10 @@ class BoundedHttp(Http):
         ``request_bytes_left`` at 0, which would look like a body already in)."""
         left = self.request_bytes_left
         return self.request_body is True and isinstance(left, int) and len(self.recv_buffer) >= left
+
+    def _request_line_too_long(self) -> bool:
+        """The request line did not end within the head's size limit."""
+        return self.recv_buffer.find(b"\r\n", 0, self.HEADER_MAX_SIZE) == -1
 
     def _target(self) -> str | None:
         """The request line's target, read from the buffer (None if it is not all there)."""
@@ -293,6 +309,23 @@ class BoundedProtocol(HttpProtocol):
         if self.transport is not None and http is not None and http.stage is not Stage.IDLE:
             _cut_at_stop[0] += 1
         super().abort()
+
+
+#: Reason phrases Sanic (25.12) lacks for statuses this service answers: its status line
+#: said ``421 UNKNOWN`` (a Host or Origin refused by the console or ``/mcp``). RFC 9110's.
+REASONS = {421: b"Misdirected Request"}
+
+
+def name_every_status() -> None:
+    """Give Sanic the reason phrases it lacks (:data:`REASONS`): in its table, and in the
+    status lines it formatted from that table when imported."""
+    from sanic import headers, helpers
+
+    lines = getattr(headers, "_HTTP1_STATUSLINES", None)
+    for status, reason in REASONS.items():
+        helpers.STATUS_CODES.setdefault(status, reason)
+        if isinstance(lines, list) and status < len(lines):
+            lines[status] = b"HTTP/1.1 %d %b\r\n" % (status, helpers.STATUS_CODES[status])
 
 
 def read_bodies_first(app: Any) -> int:
