@@ -157,10 +157,10 @@ def run(args: argparse.Namespace, rt: Runtime) -> int:
     host = args.host or rt.config.host
     port = args.port if args.port is not None else rt.config.port
     load_secret_key(rt)
-    workers = server_sizes(rt.config, args.workers).workers
-    sock = listen(host, port, "--port" if args.port is not None else "addr", workers)
+    sizes = server_sizes(rt.config, args.workers)
+    sock = listen(host, port, "--port" if args.port is not None else "addr", sizes.workers)
     try:
-        return _serve(args, rt, sock, host)
+        return _serve(rt, sock, host, sizes)
     finally:
         sock.close()  # Sanic closes it when it served; this is for a start that failed
 
@@ -222,7 +222,7 @@ async def check_secret_key(rt: Runtime, dsn: str) -> None:
         )
 
 
-def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str) -> int:
+def _serve(rt: Runtime, sock: socket.socket, host: str, sizes: ServerSizes) -> int:
     # Sanic (through scrape) only here: every other command starts ~0.1 s sooner without it
     from sanic import Sanic
 
@@ -247,7 +247,6 @@ def _serve(args: argparse.Namespace, rt: Runtime, sock: socket.socket, host: str
     if applied:
         print(f"switchboard: applied migrations {', '.join(applied)}", file=sys.stderr)
     port = int(sock.getsockname()[1])  # the one the system picked for --port 0
-    sizes = server_sizes(rt.config, args.workers)
     workers = sizes.workers
     access_log = bool(rt.config.section("server").get("access_log", False))
     print(

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+from sbtest import sanic_workers
 
 from switchboard.cli import listeners
 
@@ -40,8 +41,7 @@ def _held(proc: psutil.Process, port: int, status: str) -> int:
 def _workers(srv: Any) -> tuple[psutil.Process, list[psutil.Process]]:
     assert srv.proc is not None
     main = psutil.Process(srv.proc.pid)
-    # Sanic's workers (not the resource tracker nor the manager of its shared state)
-    workers = [p for p in main.children() if p.environ().get("SANIC_WORKER_NAME")]
+    workers = sanic_workers(main)
     assert len(workers) == 2, [p.cmdline() for p in main.children()]
     return main, workers
 

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 from sbfaults import deliver, half_written, stored_deliveries
-from sbtest import CLI, Server
+from sbtest import CLI, Server, sanic_workers
 from sbworld import World
 
 #: Producers delivering while serve is killed.
@@ -29,10 +29,8 @@ def test_workers_die_with_serve(server_factory: Any, dsn: str, tmp_path: Any) ->
     path = "/" + w.webhook("owner", "generic")["ingest_url"].split("/", 3)[3]
     assert srv.proc is not None
     main = psutil.Process(srv.proc.pid)
-    children = main.children()
-    # Sanic's workers (not the resource tracker nor the manager of its shared state).
-    workers = [p for p in children if p.environ().get("SANIC_WORKER_NAME")]
-    assert len(workers) == 2, [p.cmdline() for p in children]
+    workers = sanic_workers(main)
+    assert len(workers) == 2, [p.cmdline() for p in main.children()]
     assert httpx.get(srv.base_url + "/healthz", timeout=5).status_code == 200
 
     acked: list[str] = []

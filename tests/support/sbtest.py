@@ -218,6 +218,12 @@ def as_a_terminal_job() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def sanic_workers(main: psutil.Process) -> list[psutil.Process]:
+    """The Sanic workers of ``serve``'s main process ``main`` (not the resource tracker nor
+    the manager of its shared state)."""
+    return [p for p in main.children() if p.environ().get("SANIC_WORKER_NAME")]
+
+
 def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     """SIGTERM ``proc`` (started with ``start_new_session=True``), then SIGKILL its group.
 
